@@ -1,0 +1,2 @@
+"""celtk — Capability Enhancement Localization toolkit."""
+__version__ = "0.1.0"

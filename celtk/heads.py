@@ -1,0 +1,117 @@
+"""Typed attention-head identifiers: :class:`Head` and :class:`HeadSet`.
+
+Heads are parsed once at the boundary (``"L12H3,L20H1"`` or ``"12.3"``) and travel
+inside the library as frozen objects, never as strings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from celtk.errors import HeadError
+
+_HEAD_RE = re.compile(r"^\s*(?:L(\d+)H(\d+)|(\d+)\.(\d+))\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, order=True)
+class Head:
+    """One query head: ``layer`` and ``head`` are 0-based. Orders by (layer, head)."""
+
+    layer: int
+    head: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.layer, int) or not isinstance(self.head, int):
+            raise HeadError(f"Head layer and head must be integers, got {self.layer!r}, {self.head!r}.")
+        if self.layer < 0 or self.head < 0:
+            raise HeadError(f"Head indices are 0-based and non-negative, got layer={self.layer}, head={self.head}.")
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        """Parse ``"L12H3"`` (or ``"12.3"``) into ``Head(12, 3)``."""
+        match = _HEAD_RE.match(text)
+        if match is None:
+            raise HeadError(f"Malformed head {text!r}: write a head as 'L{{layer}}H{{head}}' (e.g. 'L12H3') or 'layer.head' (e.g. '12.3').")
+        groups = [g for g in match.groups() if g is not None]
+        return cls(int(groups[0]), int(groups[1]))
+
+    def __str__(self) -> str:
+        return f"L{self.layer}H{self.head}"
+
+    def validate(self, n_layers: int, n_heads: int) -> Head:
+        """Raise :class:`HeadError` unless this head exists in an ``n_layers × n_heads`` model."""
+        if self.layer >= n_layers or self.head >= n_heads:
+            raise HeadError(
+                f"Head {self} is out of range for a model with {n_layers} layers × {n_heads} heads: "
+                f"layers are 0..{n_layers - 1}, heads are 0..{n_heads - 1}."
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class HeadSet:
+    """An unordered set of heads, stored sorted so equal sets compare and print equally."""
+
+    heads: tuple[Head, ...] = ()
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(set(self.heads)))
+        if len(ordered) != len(self.heads):
+            dup = sorted({str(h) for h in self.heads if self.heads.count(h) > 1})
+            raise HeadError(f"Head set names {', '.join(dup)} more than once; list each head once.")
+        object.__setattr__(self, "heads", ordered)
+
+    @classmethod
+    def of(cls, heads: Iterable[Head | str]) -> HeadSet:
+        """Build from heads or head strings."""
+        return cls(tuple(h if isinstance(h, Head) else Head.parse(h) for h in heads))
+
+    @classmethod
+    def parse(cls, text: str) -> HeadSet:
+        """Parse ``"L12H3,L20H1"``; the empty string is the empty set."""
+        parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+        return cls.of(parts)
+
+    def __iter__(self) -> Iterator[Head]:
+        return iter(self.heads)
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def __contains__(self, head: object) -> bool:
+        return head in self.heads
+
+    def __str__(self) -> str:
+        return ",".join(str(h) for h in self.heads)
+
+    def __lt__(self, other: HeadSet) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def sort_key(self) -> tuple[tuple[int, int], ...]:
+        """Lexicographic order of head ids, used as the last tie-break of the ranking key."""
+        return tuple((h.layer, h.head) for h in self.heads)
+
+    def names(self) -> list[str]:
+        return [str(h) for h in self.heads]
+
+    def union(self, other: HeadSet) -> HeadSet:
+        return HeadSet(tuple(set(self.heads) | set(other.heads)))
+
+    def validate(self, n_layers: int, n_heads: int) -> HeadSet:
+        for h in self.heads:
+            h.validate(n_layers, n_heads)
+        return self
+
+    def by_layer(self) -> dict[int, list[int]]:
+        """Map layer -> sorted list of head indices in that layer."""
+        out: dict[int, list[int]] = {}
+        for h in self.heads:
+            out.setdefault(h.layer, []).append(h.head)
+        return out
+
+
+def all_heads(n_layers: int, n_heads: int) -> list[Head]:
+    """Every head of an ``n_layers × n_heads`` model in (layer, head) order."""
+    return [Head(layer, head) for layer in range(n_layers) for head in range(n_heads)]

@@ -1,0 +1,170 @@
+"""``load_model``: one code path for packaged aliases, GGUF files, local directories and hub ids.
+
+Every source resolves to something ``from_pretrained`` reads (a local HF directory or a
+hub id); the HF model is then wrapped in a TransformerLens ``TransformerBridge``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from celtk.errors import ConfigError, HubUnreachableError, ModelSourceError, suggest
+from celtk.models._aliases import ALIASES
+from celtk.models._gguf import dequantized_dir
+from celtk.models._model import Model
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """Map ``"float32"``/``"bfloat16"``/``"float16"`` (or a torch dtype) to a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ConfigError(f"dtype {dtype} is not supported; use one of {', '.join(DTYPES)}.")
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
+    return DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None``/``"auto"`` picks CUDA when present, else CPU; an unavailable device is an error."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"Device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise ConfigError(f"Device {device!r} is not available: this machine has {count} CUDA device(s). Use --device cpu.")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"Device {device!r} is not available on this machine. Use --device cpu.")
+    return dev
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    host, _, port = endpoint.partition(":")
+    try:
+        with socket.create_connection((host, int(port or 443)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return isinstance(found, str)
+
+
+def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
+    """Return (what from_pretrained reads, source kind, metadata)."""
+    if source in ALIASES:
+        gguf_path = ALIASES[source].locate()
+        return str(dequantized_dir(gguf_path)), "alias", {"gguf": gguf_path.name}
+    path = Path(source).expanduser()
+    if source.endswith(".gguf"):
+        return str(dequantized_dir(path)), "gguf", {"gguf": path.name}
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelSourceError(f"Directory {source!r} has no config.json; give an HF model directory (config.json + weights).")
+        return str(path), "local", {}
+    if path.exists() or source.startswith((".", "/", "~")):
+        raise ModelSourceError(f"Model path {source!r} is neither an HF model directory nor a .gguf file.")
+    if "/" not in source:
+        raise ModelSourceError(f"Unknown model {source!r}: give a packaged alias, a hub id (owner/name), an HF model directory or a .gguf file.{suggest(source, ALIASES)}")
+    if not _in_hub_cache(source) and not _hub_reachable():
+        raise HubUnreachableError(
+            f"The Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and {source!r} is not in the local HF cache. "
+            f"Download it elsewhere (e.g. `huggingface-cli download {source} --local-dir DIR`), copy DIR here and pass --model DIR, "
+            "or use a packaged alias such as 'smollm2-135m'."
+        )
+    return source, "hub", {}
+
+
+def load_model(
+    source: str,
+    *,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype = "float32",
+) -> Model:
+    """Load a model and wrap it in a TransformerLens bridge.
+
+    Args:
+        source: a packaged alias (``smollm2-135m``, ``gemma3-270m``), a ``.gguf`` path,
+            an HF model directory, or a hub id such as ``Qwen/Qwen2.5-3B-Instruct``.
+        device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``.
+        dtype: ``float32`` (default), ``bfloat16`` or ``float16``; recorded in results.
+
+    Returns:
+        A :class:`Model` in eval mode.
+
+    Example:
+        >>> model = load_model("smollm2-135m")  # doctest: +SKIP
+        >>> model.n_layers, model.n_heads
+        (30, 9)
+    """
+    torch_dtype = resolve_dtype(dtype)
+    torch_device = resolve_device(device)
+    target, kind, metadata = _resolve_source(source)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype)
+        tokenizer = AutoTokenizer.from_pretrained(target)
+    except OSError as error:
+        raise ModelSourceError(f"Could not load model {source!r} from {target}: {error}") from None
+    return wrap_hf_model(hf_model, tokenizer, name=source, source=kind, device=torch_device,
+                         local_dir=target if kind != "hub" else None, metadata=metadata)
+
+
+def wrap_hf_model(
+    hf_model: Any,
+    tokenizer: Any,
+    *,
+    name: str,
+    source: str = "memory",
+    device: torch.device | str = "cpu",
+    local_dir: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Model:
+    """Wrap an HF causal LM already in memory (e.g. a tiny test model) as a celtk :class:`Model`."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = hf_model.config
+    if not config.architectures:
+        config.architectures = [type(hf_model).__name__]
+    hf_model = hf_model.to(device).eval()
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device,
+                                                 dtype=next(hf_model.parameters()).dtype)
+    bridge.eval()
+    n_heads = config.num_attention_heads
+    d_head = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+    return Model(
+        bridge=bridge,
+        tokenizer=tokenizer,
+        name=name,
+        source=source,
+        architecture=config.architectures[0],
+        n_layers=config.num_hidden_layers,
+        n_heads=n_heads,
+        n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads,
+        d_head=d_head,
+        d_model=config.hidden_size,
+        d_vocab=config.vocab_size,
+        local_dir=local_dir,
+        metadata=dict(metadata or {}),
+    )

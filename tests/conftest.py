@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny random models per architecture, the real packaged model, fixed seeds."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+TINY_ARCHS = ("llama", "qwen2", "smollm3")
+
+
+@pytest.fixture(autouse=True)
+def _fixed_seeds() -> None:
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """The real SmolLM2 tokenizer (from the packaged GGUF); tiny models share it."""
+    from transformers import AutoTokenizer
+
+    from celtk.models import ALIASES, dequantized_dir
+
+    tok = AutoTokenizer.from_pretrained(dequantized_dir(ALIASES["smollm2-135m"].locate()))
+    tok.pad_token = tok.pad_token or tok.eos_token
+    return tok
+
+
+def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3):
+    """A tiny random HF causal LM of the given architecture, built with ``from_config``."""
+    import transformers as tf
+
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=n_layers,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                  initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0,
+                  bos_token_id=None, eos_token_id=None)
+    if arch == "llama":
+        config = tf.LlamaConfig(**common)
+    elif arch == "qwen2":
+        config = tf.Qwen2Config(**common)  # q/k/v projections carry biases
+    elif arch == "smollm3":
+        config = tf.SmolLM3Config(**common, no_rope_layers=[1, 0, 1][:n_layers] + [1] * max(0, n_layers - 3))
+    else:
+        raise ValueError(arch)
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if arch == "qwen2":  # make the value biases non-zero so they matter
+        for layer in model.model.layers:
+            torch.nn.init.normal_(layer.self_attn.v_proj.bias, std=0.2)
+    return model.eval()
+
+
+def make_tiny(arch: str, tokenizer, seed: int = 0, n_layers: int = 3):
+    from celtk.models import wrap_hf_model
+
+    return wrap_hf_model(tiny_hf_model(arch, len(tokenizer), seed, n_layers), tokenizer, name=f"tiny-{arch}")
+
+
+@pytest.fixture(scope="session", params=TINY_ARCHS)
+def tiny_model(request, smol_tokenizer):
+    """Read-only tiny model, one per architecture."""
+    return make_tiny(request.param, smol_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(smol_tokenizer):
+    return make_tiny("llama", smol_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real packaged SmolLM2-135M-Instruct (read-only)."""
+    from celtk.models import load_model
+
+    return load_model("smollm2-135m")

@@ -1,0 +1,47 @@
+import pytest
+
+from celtk.errors import CeltkError, HeadError
+from celtk.heads import Head, HeadSet, all_heads
+
+
+def test_parse_and_print_roundtrip():
+    assert Head.parse("L12H3") == Head(12, 3)
+    assert Head.parse("12.3") == Head(12, 3)
+    assert Head.parse(" l2h0 ") == Head(2, 0)
+    assert str(Head(12, 3)) == "L12H3"
+
+
+def test_headset_is_sorted_and_order_free():
+    a = HeadSet.parse("L20H1,L12H3")
+    b = HeadSet.parse("L12H3, 20.1")
+    assert a == b
+    assert str(a) == "L12H3,L20H1"
+    assert HeadSet.parse("") == HeadSet()
+    assert len(HeadSet.parse("")) == 0
+
+
+@pytest.mark.parametrize("text", ["L12", "H3", "L1H", "12-3", "layer12head3", "L-1H2", "1.2.3"])
+def test_malformed_head_names_format(text):
+    with pytest.raises(HeadError, match="L\\{layer\\}H\\{head\\}"):
+        Head.parse(text)
+
+
+def test_duplicate_head_rejected():
+    with pytest.raises(HeadError, match="L1H1 more than once"):
+        HeadSet.parse("L1H1,1.1")
+
+
+def test_validate_names_ranges():
+    with pytest.raises(HeadError, match=r"layers are 0\.\.29, heads are 0\.\.8"):
+        HeadSet.parse("L30H0").validate(30, 9)
+    with pytest.raises(CeltkError, match="L2H9"):
+        Head(2, 9).validate(30, 9)
+    assert Head(29, 8).validate(30, 9) == Head(29, 8)
+
+
+def test_ordering_and_all_heads():
+    hs = all_heads(2, 3)
+    assert hs == sorted(hs)
+    assert hs[0] == Head(0, 0) and hs[-1] == Head(1, 2) and len(hs) == 6
+    assert HeadSet.parse("L0H1") < HeadSet.parse("L0H2")
+    assert HeadSet.parse("L0H1,L5H0") < HeadSet.parse("L0H2")
