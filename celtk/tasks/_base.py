@@ -1,0 +1,101 @@
+"""The task protocol: examples, few-shot pools, prompt building and grading rules.
+
+A task knows nothing of models or search. It yields :class:`Example` objects of one
+of three kinds:
+
+* ``target`` — a fixed continuation; correct iff every target token is the greedy choice.
+* ``choice`` — multiple choice scored by log-likelihood of each choice.
+* ``generate`` — free generation graded by a task function (MBPP).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+Kind = Literal["target", "choice", "generate"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One evaluable item. ``context`` is the prompt without few-shot shots."""
+
+    id: str
+    context: str
+    target: str | None = None
+    choices: tuple[str, ...] | None = None
+    label: int | None = None
+    shot_text: str | None = None  # how this example reads as a solved shot (context + answer)
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def content_hash(self) -> str:
+        """Hash of what the model sees and what is graded; used to prove split disjointness."""
+        payload = json.dumps([self.context, self.target, self.choices, self.label], ensure_ascii=False)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Pools:
+    """Where discovery, held-out and few-shot examples may come from.
+
+    When ``heldout`` is None, discovery and held-out are drawn disjointly from ``discovery``.
+    """
+
+    discovery: list[Example]
+    heldout: list[Example] | None
+    fewshot: list[Example]
+    source: str  # "hub" | "generator" | "fixture" | "file"
+
+
+class Task:
+    """Base class; subclasses set ``name``, ``kind`` and implement :meth:`load_pools`."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[Kind] = "target"
+    description: ClassVar[str] = ""
+    target_delimiter: ClassVar[str] = ""  # between context and answer, as lm-eval's target_delimiter
+    fewshot_delimiter: ClassVar[str] = "\n\n"
+
+    def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
+        self.option = option
+        self.data_path = data_path
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.name}:{self.option}" if self.option else self.name
+
+    def load_pools(self) -> Pools:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        return {"task": self.full_name, "kind": self.kind, "data_path": self.data_path}
+
+    def grade_generation(self, example: Example, text: str, allow_code: bool) -> bool:
+        raise NotImplementedError(f"task {self.name} has no generation grader")
+
+    def stop_strings(self) -> list[str]:
+        return []
+
+    def max_new_tokens(self) -> int:
+        return 256
+
+
+def draw_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
+    """``k`` shots drawn reproducibly from ``pool`` (one fixed set shared by every example)."""
+    if k == 0:
+        return []
+    if k > len(pool):
+        from celtk.errors import TaskError
+
+        raise TaskError(f"--fewshot {k} needs {k} shots but the few-shot pool has only {len(pool)} examples.")
+    return random.Random(seed).sample(pool, k)
+
+
+def build_context(task: Task, example: Example, shots: list[Example]) -> str:
+    """The full prompt: shots (each context + delimiter + answer) then the example's context."""
+    parts = [s.shot_text if s.shot_text is not None else s.context + task.target_delimiter + (s.target or "") for s in shots]
+    return task.fewshot_delimiter.join([*parts, example.context])

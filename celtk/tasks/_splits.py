@@ -1,0 +1,101 @@
+"""Discovery / held-out / few-shot sets: reproducible from a seed, disjoint by construction,
+and checked by content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from celtk.errors import SplitError
+from celtk.tasks._base import Example, Task, draw_shots
+
+
+@dataclass(frozen=True)
+class Splits:
+    discovery: list[Example]
+    heldout: list[Example]
+    shots: list[Example]
+    source: str
+
+    def manifest(self) -> dict:
+        return {
+            "source": self.source,
+            "n_discovery": len(self.discovery),
+            "n_heldout": len(self.heldout),
+            "discovery_hash": ids_hash(self.discovery),
+            "heldout_hash": ids_hash(self.heldout),
+            "shot_ids": [s.id for s in self.shots],
+        }
+
+
+def ids_hash(examples: list[Example]) -> str:
+    """Order-sensitive hash of example ids and contents."""
+    digest = hashlib.sha256()
+    for e in examples:
+        digest.update(f"{e.id}\0{e.content_hash}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _dedupe(examples: list[Example], banned: set[str]) -> list[Example]:
+    seen, out = set(banned), []
+    for e in examples:
+        if e.content_hash not in seen:
+            seen.add(e.content_hash)
+            out.append(e)
+    return out
+
+
+def check_disjoint(discovery: list[Example], heldout: list[Example]) -> None:
+    """Raise :class:`SplitError` naming the examples that appear (by content) in both sets."""
+    held = {e.content_hash: e.id for e in heldout}
+    both = [(e.id, held[e.content_hash]) for e in discovery if e.content_hash in held]
+    if both:
+        shown = ", ".join(f"{d} (discovery) = {h} (held-out)" for d, h in both[:10])
+        raise SplitError(f"Discovery and held-out sets share {len(both)} example(s): {shown}. They must be disjoint.")
+
+
+def _take(pool: list[Example], n: int | None, what: str, total_hint: str) -> list[Example]:
+    if n is None:
+        return pool
+    if n < 0:
+        raise SplitError(f"{what} size must be non-negative, got {n}.")
+    if n > len(pool):
+        raise SplitError(f"Asked for {n} {what} examples but only {len(pool)} are available ({total_hint}). Use at most {len(pool)}.")
+    return pool[:n]
+
+
+def make_splits(task: Task, n_discovery: int | None, n_heldout: int | None, *, seed: int = 0,
+                fewshot: int = 0) -> Splits:
+    """Draw the discovery and held-out sets and the few-shot shots.
+
+    With one evaluation pool (arithmetic, jsonl) the pool is shuffled once by ``seed``:
+    discovery takes from the front and held-out from the back, so either set is the same
+    whatever the other's size. With an official held-out split (BoolQ, HellaSwag, MBPP)
+    held-out comes from it and discovery from the training split. Examples whose content
+    repeats, or equals a few-shot example, are dropped first.
+    """
+    pools = task.load_pools()
+    shot_pool = _dedupe(pools.fewshot, set())
+    if getattr(task, "fewshot_sampler", "random") == "first_n":
+        shots = _take(shot_pool, fewshot, "few-shot", "the task's few-shot pool")
+    else:
+        shots = draw_shots(shot_pool, fewshot, seed)
+    banned = {e.content_hash for e in shot_pool}
+    rng = random.Random(f"celtk-splits-{seed}")
+    if pools.heldout is None:
+        pool = _dedupe(pools.discovery, banned)
+        rng.shuffle(pool)
+        if (n_discovery or 0) + (n_heldout or 0) > len(pool):
+            raise SplitError(f"Discovery ({n_discovery}) + held-out ({n_heldout}) exceed the {len(pool)} distinct examples of "
+                             f"{task.full_name}; the two sets must be disjoint, so ask for at most {len(pool)} together.")
+        discovery = _take(pool, n_discovery, "discovery", f"{task.full_name}")
+        heldout = _take(pool[::-1], n_heldout if n_heldout is not None else len(pool) - len(discovery), "held-out", task.full_name)
+    else:
+        held_pool = _dedupe(pools.heldout, banned)
+        heldout = _take(held_pool, n_heldout, "held-out", f"the official held-out split of {task.full_name}")
+        disc_pool = _dedupe(pools.discovery, banned | {e.content_hash for e in held_pool})
+        rng.shuffle(disc_pool)
+        discovery = _take(disc_pool, n_discovery, "discovery", f"the discovery split of {task.full_name}")
+    check_disjoint(discovery, heldout)
+    return Splits(discovery=discovery, heldout=heldout, shots=shots, source=pools.source)

@@ -1,0 +1,52 @@
+"""MBPP (Austin et al. 2021) with lm-evaluation-harness's 3-shot ``[BEGIN]``/``[DONE]`` prompt.
+
+Greedy generation until ``[DONE]``; pass@1 by running the example's tests on the code in
+the sandbox (:mod:`celtk.tasks._sandbox`). Held-out = test (500); discovery from train
+(374); shots are the first three of the ``prompt`` split, as lm-eval's ``first_n`` sampler.
+Running model-written code is opt-in.
+"""
+
+from __future__ import annotations
+
+from celtk.errors import TaskError
+from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._hub import load_rows
+from celtk.tasks._registry import register
+from celtk.tasks._sandbox import run_untrusted
+
+
+def _example(split: str, i: int, row: dict) -> Example:
+    try:
+        tests = list(row["test_list"])
+        context = (f"You are an expert Python programmer, and here is your task: {row['text']} "
+                   f"Your code should pass these tests:\n\n{tests[0]}\n{tests[1]}\n{tests[2]}\n[BEGIN]\n")
+        code = row["code"]
+    except (KeyError, IndexError, TypeError) as error:
+        raise TaskError(f"mbpp {split} row {i} does not fit the hub schema (text, code, test_list with 3 tests): {error}") from None
+    return Example(id=f"{split}-{row.get('task_id', i)}", context=context, shot_text=f"{context}{code}\n[DONE]",
+                   meta={"tests": tests, "setup": row.get("test_setup_code", "") or ""})
+
+
+@register
+class MBPP(Task):
+    name = "mbpp"
+    kind = "generate"
+    description = "MBPP (hub google-research-datasets/mbpp, full); 3-shot, pass@1 in a sandbox (opt-in)"
+    fewshot_sampler = "first_n"
+
+    def load_pools(self) -> Pools:
+        def rows(split: str) -> list[Example]:
+            return [_example(split, i, r) for i, r in enumerate(load_rows("google-research-datasets/mbpp", "full", split, self.data_path))]
+
+        return Pools(discovery=rows("train"), heldout=rows("test"), fewshot=rows("prompt"), source="file" if self.data_path else "hub")
+
+    def stop_strings(self) -> list[str]:
+        return ["[DONE]"]
+
+    def max_new_tokens(self) -> int:
+        return 256
+
+    def grade_generation(self, example: Example, text: str, allow_code: bool) -> bool:
+        code = text.split("[DONE]")[0]
+        program = "\n".join([example.meta["setup"], code, *example.meta["tests"]])
+        return run_untrusted(program, allow=allow_code).passed

@@ -1,0 +1,159 @@
+"""Every task on fixtures (hub schema), the offline generator, JSONL errors and split disjointness."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from celtk.errors import DataFormatError, SplitError, TaskError
+from celtk.tasks import get_task, make_splits, task_names
+from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._splits import check_disjoint
+from celtk.tasks.arithmetic import SUBTASKS, generate
+
+FIX = Path(__file__).parent.parent / "fixtures"
+
+
+def test_registry_lists_tasks_and_suggests():
+    assert {"arithmetic", "boolq", "hellaswag", "mbpp", "jsonl"} <= set(task_names())
+    with pytest.raises(TaskError, match="Did you mean: 'hellaswag'"):
+        get_task("helaswag")
+    with pytest.raises(TaskError, match="Did you mean: .*'2da'"):
+        get_task("arithmetic:2dx")
+
+
+@pytest.mark.parametrize("sub", SUBTASKS)
+def test_generator_formats_and_ranges(sub):
+    examples = generate(sub, 300, seed=0)
+    for e in examples:
+        assert e.context.startswith("Question: What is ") and e.context.endswith("?\nAnswer:")
+        assert e.target.startswith(" ") and not e.target.startswith("  ")
+        question = e.context[len("Question: What is "):-len("?\nAnswer:")]
+        if sub == "1dc":
+            assert eval(question) == int(e.target)  # noqa: S307 - our own generated arithmetic
+            continue
+        x, word, y = question.split(" ")
+        digits = int(sub[0])
+        assert 0 <= int(x) < 10**digits and 0 <= int(y) < 10**digits
+        assert int(e.target) == {"plus": int(x) + int(y), "minus": int(x) - int(y), "times": int(x) * int(y)}[word]
+    if sub != "1dc":  # operands cover the whole range [0, 10**N), small values included
+        firsts = [int(e.context.split()[3]) for e in generate(sub, 2000, 0)]
+        assert max(firsts) >= 0.95 * 10 ** int(sub[0]) and min(firsts) < 0.05 * 10 ** int(sub[0])
+
+
+def test_generator_is_seeded():
+    assert generate("3ds", 20, 0) == generate("3ds", 20, 0)
+    assert generate("3ds", 20, 0) != generate("3ds", 20, 1)
+
+
+def test_arithmetic_hub_schema_fixture():
+    task = get_task("arithmetic:2da", data_path=str(FIX / "arithmetic"))
+    pools = task.load_pools()
+    assert len(pools.discovery) == 6 and pools.discovery[0].context == "Question: What is 1 plus 2?\nAnswer:"
+    assert pools.discovery[0].target == " 3"
+
+
+def test_boolq_fixture():
+    task = get_task("boolq", data_path=str(FIX / "boolq"))
+    splits = make_splits(task, 4, 3, fewshot=1)
+    ex = splits.heldout[0]
+    assert ex.context.endswith("?\nAnswer:") and "\nQuestion: " in ex.context and ex.choices == ("no", "yes")
+    assert task.target_delimiter == " "
+    assert {s.content_hash for s in splits.shots}.isdisjoint({e.content_hash for e in splits.discovery})
+
+
+def test_hellaswag_fixture_preprocessing():
+    task = get_task("hellaswag", data_path=str(FIX / "hellaswag"))
+    pools = task.load_pools()
+    ex = pools.discovery[0]
+    assert ex.context == "Making tea: A person boils water in a kettle. (0) They"
+    assert ex.choices[0] == "pour the water into a cup. with a tea bag."  # ' [title]' -> '. ', brackets removed
+    assert ex.label == 0 and len(pools.heldout) == 5
+
+
+def test_mbpp_fixture_prompt():
+    task = get_task("mbpp", data_path=str(FIX / "mbpp"))
+    splits = make_splits(task, 2, 3, fewshot=3)
+    assert [s.id for s in splits.shots] == ["prompt-2", "prompt-3", "prompt-4"]  # lm-eval's first_n
+    ex = splits.heldout[0]
+    assert ex.context.startswith("You are an expert Python programmer, and here is your task: ")
+    assert ex.context.endswith("[BEGIN]\n") and "Your code should pass these tests:\n\n" in ex.context
+    assert splits.shots[0].shot_text.endswith("\n[DONE]")
+
+
+def _write(tmp_path, lines):
+    path = tmp_path / "task.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return f"jsonl:{path}"
+
+
+def test_jsonl_generative_and_choice(tmp_path):
+    task = get_task(_write(tmp_path, ['{"prompt": "2+2=", "target": "4"}', '{"id": "b", "prompt": "3+3=", "target": "6"}']))
+    pools = task.load_pools()
+    assert task.kind == "target" and [e.id for e in pools.discovery] == ["1", "b"]
+    task = get_task(_write(tmp_path, ['{"prompt": "Sky?", "choices": ["red", "blue"], "label": 1}']))
+    assert task.kind == "choice" and task.load_pools().discovery[0].label == 1
+
+
+@pytest.mark.parametrize("line,message", [
+    ("{not json", r"task.jsonl:2: not valid JSON"),
+    ('["a"]', r":2: each line must be a JSON object"),
+    ('{"target": "x"}', r":2: missing or non-string field 'prompt'"),
+    ('{"prompt": "p"}', r":2: a line needs either 'target'"),
+    ('{"prompt": "p", "choices": ["a", "b"], "label": "1"}', r":2: 'label' must be an integer"),
+    ('{"prompt": "p", "choices": ["a", "b"], "label": 2}', r":2: label 2 is out of range; it must be 0..1"),
+    ('{"prompt": "p", "choices": "ab", "label": 0}', r":2: 'choices' must be a list"),
+    ('{"prompt": "p", "target": ""}', r":2: 'target' must be a non-empty string"),
+])
+def test_jsonl_errors_name_file_and_line(tmp_path, line, message):
+    with pytest.raises(DataFormatError, match=message):
+        get_task(_write(tmp_path, ['{"prompt": "ok", "target": "1"}', line]))
+
+
+def test_jsonl_empty_missing_and_duplicates(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(TaskError, match="has no examples"):
+        get_task(f"jsonl:{tmp_path / 'empty.jsonl'}")
+    with pytest.raises(TaskError, match="does not exist"):
+        get_task(f"jsonl:{tmp_path / 'nope.jsonl'}")
+    with pytest.raises(DataFormatError, match="repeats an earlier line"):
+        get_task(_write(tmp_path, ['{"id": 1, "prompt": "a", "target": "1"}', '{"id": 1, "prompt": "b", "target": "2"}']))
+
+
+def test_splits_disjoint_reproducible_and_prefix_stable():
+    task = get_task("arithmetic:2da")
+    a = make_splits(task, 100, 200, seed=3, fewshot=3)
+    b = make_splits(task, 100, 200, seed=3, fewshot=3)
+    assert [e.id for e in a.discovery] == [e.id for e in b.discovery] and a.shots == b.shots
+    assert {e.content_hash for e in a.discovery}.isdisjoint({e.content_hash for e in a.heldout})
+    assert {e.content_hash for e in a.shots}.isdisjoint({e.content_hash for e in a.discovery + a.heldout})
+    # held-out does not depend on the discovery size, and vice versa
+    c = make_splits(task, 50, 200, seed=3, fewshot=3)
+    assert [e.id for e in c.heldout] == [e.id for e in a.heldout]
+    assert [e.id for e in c.discovery] == [e.id for e in a.discovery[:50]]
+    assert [e.id for e in make_splits(task, 100, 200, seed=4).discovery] != [e.id for e in a.discovery]
+
+
+def test_split_sizes_checked():
+    task = get_task("arithmetic:2da")
+    with pytest.raises(SplitError, match="at most"):
+        make_splits(task, 1500, 1500)
+    boolq = get_task("boolq", data_path=str(FIX / "boolq"))
+    with pytest.raises(SplitError, match="only 6 are available"):
+        make_splits(boolq, 2, 7)
+
+
+class _Overlapping(Task):
+    name = "overlap"
+    kind = "target"
+
+    def load_pools(self):
+        shared = Example("d1", "Q: same", " 1")
+        return Pools(discovery=[shared, Example("d2", "Q: two", " 2")], heldout=[Example("h1", "Q: same", " 1")], fewshot=[], source="test")
+
+
+def test_overlap_by_content_is_removed_from_discovery_and_checked():
+    splits = make_splits(_Overlapping(), None, None)
+    assert [e.id for e in splits.discovery] == ["d2"]
+    with pytest.raises(SplitError, match=r"d1 \(discovery\) = h1 \(held-out\)"):
+        check_disjoint([Example("d1", "Q: same", " 1")], [Example("h1", "Q: same", " 1")])
