@@ -1,0 +1,36 @@
+"""The ``celtk`` command line. Verbs import heavy libraries inside their bodies, so
+``celtk --help`` is instant; library errors are shown as one line, without a traceback."""
+
+from __future__ import annotations
+
+import click
+
+from celtk import __version__
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):
+        from celtk.errors import CeltkError
+
+        try:
+            return super().invoke(ctx)
+        except CeltkError as error:
+            raise click.ClickException(str(error)) from None
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="celtk")
+def main() -> None:
+    """celtk — find attention heads whose removal improves a model on a task (Capability
+    Enhancement Localization), prove the gain on held-out data, and explain it."""
+
+
+def _register() -> None:
+    from celtk.cli import eval_cmd, info, pipeline_cmds, theory_cmd
+
+    for module in (info, eval_cmd, pipeline_cmds, theory_cmd):
+        for command in module.COMMANDS:
+            main.add_command(command)
+
+
+_register()

@@ -1,0 +1,146 @@
+"""``celtk screen / select / test / run / merge``: Algorithm 1 on a run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from celtk.cli._common import console, progress_bar, resolve_config
+
+
+def _run_options(fn):
+    options = [
+        click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False), help="JSON or TOML settings (flags override)."),
+        click.option("--model", default=None, help="Alias, hub id, HF directory or .gguf (default smollm2-135m)."),
+        click.option("--task", default=None, help="Task (default arithmetic:2da); see `celtk tasks`."),
+        click.option("--data", default=None, help="Local copy of a hub task's data."),
+        click.option("--discovery", type=int, default=None, help="Discovery examples (default 200)."),
+        click.option("--heldout", type=int, default=None, help="Held-out examples (default 500)."),
+        click.option("--seed", type=int, default=None, help="Split and shot seed (default 0)."),
+        click.option("--fewshot", type=int, default=None, help="Shots per prompt (default 3)."),
+        click.option("--chat/--no-chat", default=None, help="Chat template (default off)."),
+        click.option("--batch-size", type=int, default=None, help="Examples per batch (default 32)."),
+        click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default cpu)."),
+        click.option("--dtype", default=None, help="float32 (default), bfloat16, float16."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _flags(**kw):
+    return {k: v for k, v in kw.items() if k not in {"config_file", "out", "shard"}}
+
+
+def _print_screen(doc: dict, top: int = 10) -> None:
+    from rich.table import Table
+
+    rows = sorted(doc["heads"], key=lambda r: (-r["gain_count"], r["damage"], -r["accuracy"]))[:top]
+    table = Table(title=f"Top single-head ablations on {doc['n']} discovery examples (intact {doc['intact_accuracy']:.1%})")
+    for col in ("head", "accuracy", "gain (pts)", "fixes", "damage"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["head"], f"{r['accuracy']:.1%}", f"{100 * r['gain']:+.1f}", str(r["fixes"]), str(r["damage"]))
+    console().print(table)
+
+
+def _print_selection(doc: dict) -> None:
+    console().print(f"Selected [bold]{','.join(doc['heads'])}[/] from pool {', '.join(doc['pool'])} "
+                    f"({doc['n_evaluated_subsets']} subsets evaluated): discovery accuracy "
+                    f"{doc['intact_discovery_accuracy']:.1%} → {doc['discovery_accuracy']:.1%}. "
+                    f"{len(doc['flagged_interactions'])} subset(s) flagged as non-additive.")
+
+
+def _print_test(doc: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"Held-out test on {doc['n']} examples: ablate {','.join(doc['heads'])}")
+    for col in ("intact", "ablated", "gain (pts)", "95% CI (pts)", "rel. error red.", "McNemar p", "fixes/damage"):
+        table.add_column(col, justify="right")
+    lo, hi = doc["gain_ci"]
+    table.add_row(f"{doc['intact_accuracy']:.2%}", f"{doc['ablated_accuracy']:.2%}", f"{100 * doc['gain']:+.2f}",
+                  f"[{100 * lo:+.2f}, {100 * hi:+.2f}]", f"{100 * doc['relative_error_reduction']:.1f}%",
+                  f"{doc['mcnemar_p']:.3g}", f"{doc['fixes']}/{doc['damage']}")
+    console().print(table)
+
+
+@click.command("screen")
+@_run_options
+@click.option("--shard", default=None, help="Screen slice i of N (i/N) into OUT/shard-i-of-N; join with `celtk merge`.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
+def screen_cmd(config_file, out, shard, **flags) -> None:
+    """Stage 1: ablate every head alone on the discovery set (resumable)."""
+    from celtk.pipeline import parse_shard, run_screen
+
+    config = resolve_config(config_file, _flags(**flags))
+    with progress_bar() as progress:
+        doc = run_screen(config, Path(out), shard=parse_shard(shard), progress=progress)
+    _print_screen(doc)
+
+
+@click.command("merge")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+def merge_cmd(out) -> None:
+    """Join OUT/shard-i-of-N screens into OUT/screen.json."""
+    from celtk.pipeline import merge_shards
+
+    _print_screen(merge_shards(Path(out)))
+
+
+@click.command("select")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--p", "p", type=int, default=10, show_default=True, help="Candidate pool size.")
+@click.option("--k", "k", type=int, default=3, show_default=True, help="Largest subset size.")
+def select_cmd(out, p, k) -> None:
+    """Stage 2: evaluate subsets of the top-p heads, freeze the best in OUT/selection.json."""
+    from celtk.pipeline import run_select
+
+    with progress_bar() as progress:
+        doc = run_select(Path(out), p=p, k=k, progress=progress)
+    _print_selection(doc)
+
+
+@click.command("test")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--heldout", type=int, default=None, help="Held-out examples (default: as configured).")
+def test_cmd(out, heldout) -> None:
+    """Held-out comparison of the frozen selection with the intact model."""
+    from celtk.pipeline import run_test
+
+    with progress_bar() as progress:
+        doc = run_test(Path(out), heldout=heldout, progress=progress)
+    _print_test(doc)
+
+
+@click.command("run")
+@_run_options
+@click.option("--p", "p", type=int, default=None, help="Candidate pool size (default 10).")
+@click.option("--k", "k", type=int, default=None, help="Largest subset size (default 3).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
+def run_cmd(config_file, out, **flags) -> None:
+    """Screen, select and test in one go (each stage resumes if interrupted)."""
+    import time
+
+    from celtk.models import load_model
+    from celtk.pipeline import run_screen, run_select, run_test
+    from celtk.runstore import write_json
+
+    from celtk.cli._common import quiet_libraries
+
+    quiet_libraries()
+    config = resolve_config(config_file, _flags(**flags))
+    started = time.time()
+    model = load_model(config.model, device=config.device, dtype=config.dtype)
+    with progress_bar() as progress:
+        screen = run_screen(config, Path(out), model=model, progress=progress)
+        selection = run_select(Path(out), p=config.p, k=config.k, model=model, progress=progress)
+        test = run_test(Path(out), model=model, progress=progress)
+    _print_screen(screen)
+    _print_selection(selection)
+    _print_test(test)
+    write_json(Path(out) / "run_timing.json", {"wall_seconds": round(time.time() - started, 1)})
+    console().print(f"Done in {time.time() - started:.0f} s. Results in {out}/ (screen.json, selection.json, diagnostics.json, test.json).")
+
+
+COMMANDS = [screen_cmd, merge_cmd, select_cmd, test_cmd, run_cmd]

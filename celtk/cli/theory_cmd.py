@@ -1,0 +1,3 @@
+"""``celtk theory`` (filled in by the theory module)."""
+
+COMMANDS: list = []

@@ -1,0 +1,120 @@
+"""Run directories: atomic JSON/CSV writes, a lock, and a config fingerprint that refuses
+to mix results of different models, tasks, data or settings."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import fcntl
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from celtk.errors import RunStoreError
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename: readers never see half a file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    except OSError as error:
+        raise RunStoreError(f"Cannot write in {path.parent}: {error.strerror}. Choose a writable output directory.") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        what = "the disk is full" if error.errno == errno.ENOSPC else error.strerror
+        raise RunStoreError(f"Could not write {path}: {what}. Nothing was half-written; free space or pick another "
+                            "directory and rerun the same command to resume.") from None
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, dumps(obj))
+
+
+def read_json(path: Path) -> Any:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RunStoreError(f"{path} does not exist; run the stage that writes it first.") from None
+    except OSError as error:
+        raise RunStoreError(f"Cannot read {path}: {error.strerror}.") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RunStoreError(f"{path} is corrupted (invalid JSON at line {error.lineno}, column {error.colno}); "
+                            "delete it and rerun the stage that writes it.") from None
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    atomic_write_text(path, buffer.getvalue())
+
+
+@contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` for one writer; a second writer is refused."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = open(directory / ".lock", "a+")
+    except OSError as error:
+        raise RunStoreError(f"Cannot use output directory {directory}: {error.strerror}. Choose a writable directory.") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise RunStoreError(f"{directory} is in use by {holder}; wait for it to finish or use another --out.") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"celtk pid {os.getpid()}")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
+def check_fingerprint(path: Path, fingerprint: dict[str, Any]) -> None:
+    """Write ``fingerprint`` the first time; afterwards refuse any difference, naming the keys."""
+    path = Path(path)
+    if not path.exists():
+        write_json(path, fingerprint)
+        return
+    stored = read_json(path)
+    if stored != json.loads(json.dumps(fingerprint)):
+        keys = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != json.loads(json.dumps(fingerprint.get(k))))
+        detail = "; ".join(f"{k}: stored {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in keys[:4])
+        raise RunStoreError(f"{path.parent} holds results of a different configuration ({detail}). "
+                            "Results are never mixed: use a new --out directory, or rerun with the stored settings.")
+
+
+def bits(values: Iterable[Any]) -> str:
+    """Per-example correctness as a compact '0101' string."""
+    return "".join("1" if v else "0" for v in values)
+
+
+def unbits(text: str) -> list[bool]:
+    if set(text) - {"0", "1"}:
+        raise RunStoreError(f"malformed correctness string {text[:20]!r}…; expected only 0 and 1.")
+    return [c == "1" for c in text]

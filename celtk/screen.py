@@ -1,0 +1,329 @@
+"""Cached-activation scoring of head-set ablations (stage 1 of Algorithm 1, and the
+subset evaluations of stage 2).
+
+For each batch the intact model runs once and the screener keeps what each decoder
+layer receives (its residual-stream input and the keyword arguments the model passes
+it: attention mask, rotary embeddings). An ablation whose earliest head is in layer
+``l`` then needs only layers ``l … L−1``, run from the cached input; several ablations
+of the same earliest layer run together as copies of the batch, each copy with its own
+heads zeroed. Layers are visited in order and each batch's residual is advanced one
+intact layer at a time, so memory holds one layer's residuals.
+
+Shared prefix: when every request starts with the same tokens (the few-shot shots),
+those tokens are run once per ablation, not once per example. Their keys and values
+(intact, or under each ablation from layer ``l`` on) are prepended in attention to the
+examples' own tokens, as a KV cache would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from celtk.ablation import ablate, ablate_rows
+from celtk.evaluate import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
+from celtk.heads import Head, HeadSet
+from celtk.models import Model
+
+MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
+
+
+@dataclass(frozen=True)
+class HeadScore:
+    """One intervention scored on the discovery set (counts are numbers of examples)."""
+
+    heads: HeadSet
+    n_correct: int
+    gain: int  # n_correct - intact n_correct
+    damage: int  # intact right -> ablated wrong
+    fixes: int  # intact wrong -> ablated right
+    correct: np.ndarray  # bool per example
+
+    @property
+    def accuracy(self) -> float:
+        return self.n_correct / len(self.correct)
+
+    @classmethod
+    def compare(cls, heads: HeadSet, correct: np.ndarray, intact: np.ndarray) -> HeadScore:
+        if correct.shape != intact.shape:
+            raise ValueError(f"correctness vectors differ in length: {correct.shape} vs intact {intact.shape}")
+        return cls(heads, int(correct.sum()), int(correct.sum()) - int(intact.sum()),
+                   int((intact & ~correct).sum()), int((~intact & correct).sum()), correct)
+
+
+class _RecordKV:
+    """A stand-in KV cache: keeps each layer's keys/values, attends to nothing earlier."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, Tensor] = {}
+        self.values: dict[int, Tensor] = {}
+
+    def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        self.keys[layer_idx], self.values[layer_idx] = k, v
+        return k, v
+
+
+class _PrefixKV:
+    """A stand-in KV cache that prepends fixed prefix keys/values (one row per batch row)."""
+
+    def __init__(self, keys: dict[int, Tensor], values: dict[int, Tensor]) -> None:
+        self.keys, self.values = keys, values
+
+    def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        return torch.cat([self.keys[layer_idx], k], dim=-2), torch.cat([self.values[layer_idx], v], dim=-2)
+
+
+@dataclass
+class _Prefix:
+    length: int
+    resid: list[Tensor]  # [1, P, d] input of each layer
+    layer_kwargs: list[dict[str, Any]]
+    keys: dict[int, Tensor]  # intact [1, kv, P, d_head]
+    values: dict[int, Tensor]
+
+
+@dataclass
+class _BatchState:
+    batch: Batch
+    resid: Tensor  # input to the current layer
+    layer_kwargs: list[dict[str, Any]]
+
+
+def decoder_layers(model: Model) -> torch.nn.ModuleList:
+    return model.hf_model.model.layers
+
+
+def _layer_output(out: Any) -> Tensor:
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _capture_forward(model: Model, **inputs: Any) -> tuple[list[Tensor], list[dict[str, Any]], Tensor]:
+    """Run the decoder once; return each layer's input and keyword arguments, and the final hidden."""
+    layers = decoder_layers(model)
+    resid: list[Any] = [None] * len(layers)
+    kwargs_seen: list[Any] = [None] * len(layers)
+    handles = []
+    for index, layer in enumerate(layers):
+        def pre_hook(module, args, kwargs, index=index):
+            if len(args) > 1:
+                raise RuntimeError("decoder layer called with extra positional arguments; the screener cannot cache it")
+            resid[index] = args[0] if args else kwargs["hidden_states"]
+            kwargs_seen[index] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+        handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
+    try:
+        out = model.hf_model.model(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
+    finally:
+        for handle in handles:
+            handle.remove()
+    return resid, kwargs_seen, out.last_hidden_state
+
+
+def _expand(value: Any, batch: int, copies: int) -> Any:
+    """Repeat every per-row tensor (leading dim == batch, ndim >= 2) ``copies`` times."""
+    if copies == 1:
+        return value
+    if isinstance(value, Tensor):
+        if value.ndim >= 2 and value.shape[0] == batch and batch > 1:
+            return value.repeat_interleave(copies, dim=0)
+        return value
+    if isinstance(value, tuple):
+        return tuple(_expand(v, batch, copies) for v in value)
+    return value
+
+
+def _call_layer(model: Model, index: int, hidden: Tensor, kwargs: dict[str, Any], rows: int, copies: int,
+                cache: Any) -> Tensor:
+    kw = {k: _expand(v, rows, copies) for k, v in kwargs.items()}
+    kw["past_key_values"] = cache
+    kw["use_cache"] = cache is not None
+    return _layer_output(decoder_layers(model)[index](hidden, **kw))
+
+
+def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Tensor]:
+    """Per layer, a [rows·g, n_heads] mask: row b·g + j ablates ``sets[j]``."""
+    g = len(sets)
+    masks: dict[int, Tensor] = {}
+    for j, heads in enumerate(sets):
+        for head in heads:
+            mask = masks.setdefault(head.layer, torch.zeros(rows * g, model.n_heads, dtype=torch.bool))
+            mask[j::g, head.head] = True
+    return masks
+
+
+def _with_masks(model: Model, masks: dict[int, Tensor]) -> ExitStack:
+    stack = ExitStack()
+    for layer, mask in masks.items():
+        stack.enter_context(ablate_rows(model, layer, mask))
+    return stack
+
+
+class CachedScreener:
+    """Scores many head-set ablations of one prepared request list from cached activations.
+
+    Args:
+        model: the model (hooks added here are removed before each call returns).
+        prepared: tokenised requests (:func:`celtk.evaluate.prepare`).
+        batch_size: examples per batch.
+        rows_per_pass: the largest number of rows (examples × ablations) in one forward.
+        share_prefix: run a prefix shared by all requests once per ablation.
+    """
+
+    def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
+                 share_prefix: bool = True) -> None:
+        self.model, self.prepared = model, prepared
+        self.batch_size, self.rows_per_pass = batch_size, max(rows_per_pass, batch_size)
+        self.prefix_len = shared_prefix_length(prepared.requests) if share_prefix else 0
+        if self.prefix_len < MIN_SHARED_PREFIX:
+            self.prefix_len = 0
+
+    def run(self, sets: Iterable[HeadSet], on_layer: Callable[[int, dict[HeadSet, EvalResult]], None] | None = None,
+            on_intact: Callable[[EvalResult], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
+        """Score every set; ``on_intact`` fires once the intact pass is done, ``on_layer(l, results)``
+        as the sets whose earliest head is in layer ``l`` finish."""
+        sets = list(sets)
+        by_start: dict[int, list[HeadSet]] = {}
+        for heads in dict.fromkeys(sets):
+            self.model.validate_heads(heads)
+            if len(heads):
+                by_start.setdefault(heads.heads[0].layer, []).append(heads)
+        results: dict[HeadSet, EvalResult] = {}
+        with torch.no_grad(), ablate(self.model, HeadSet()):
+            prefix = self._prefix()
+            states, intact = self._intact(prefix)
+            if on_intact:
+                on_intact(intact)
+            last = max(by_start, default=-1)
+            for layer in range(last + 1):
+                if layer in by_start:
+                    done = self._score_start_layer(prefix, states, layer, by_start[layer])
+                    results.update(done)
+                    if on_layer:
+                        on_layer(layer, done)
+                if layer < last:
+                    for state in states:
+                        self._advance(prefix, state, layer)
+        if HeadSet() in set(sets):
+            results[HeadSet()] = intact
+        return intact, results
+
+    # -- intact passes -------------------------------------------------------------
+    def _prefix(self) -> _Prefix | None:
+        if not self.prefix_len:
+            return None
+        ids = torch.tensor([self.prepared.requests[0].context[: self.prefix_len]])
+        resid, kwargs, _ = _capture_forward(self.model, input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        record, hidden = _RecordKV(), resid[0]
+        for index in range(len(resid)):  # once more through our own loop, to record the intact keys/values
+            hidden = _call_layer(self.model, index, hidden, kwargs[index], 1, 1, record)
+        return _Prefix(self.prefix_len, resid, kwargs, record.keys, record.values)
+
+    def _batches(self) -> list[Batch]:
+        requests = self.prepared.requests
+        if self.prefix_len:
+            p = self.prefix_len
+            requests = [Request(r.example, r.context[p:], r.continuation) for r in requests]
+        return make_batches(requests, self.batch_size, self.model.tokenizer.pad_token_id)
+
+    def _intact(self, prefix: _Prefix | None) -> tuple[list[_BatchState], EvalResult]:
+        from transformers import DynamicCache
+
+        n = len(self.prepared.requests)
+        lp, greedy, states = np.zeros(n), np.zeros(n, dtype=bool), []
+        for batch in self._batches():
+            rows = batch.input_ids.shape[0]
+            if prefix is None:
+                inputs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+            else:
+                cache = DynamicCache()
+                for index in sorted(prefix.keys):
+                    cache.update(prefix.keys[index].expand(rows, -1, -1, -1), prefix.values[index].expand(rows, -1, -1, -1), index)
+                mask = torch.cat([torch.ones(rows, prefix.length, dtype=torch.long), batch.attention_mask], dim=1)
+                inputs = dict(input_ids=batch.input_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+            resid, kwargs, final = _capture_forward(self.model, **inputs)
+            for kw in kwargs:
+                kw.pop("past_key_values", None)
+                kw.pop("use_cache", None)
+            blp, bgreedy = score_hidden(self.model, final, batch)
+            lp[batch.request_ids], greedy[batch.request_ids] = blp.numpy(), bgreedy.numpy()
+            states.append(_BatchState(batch, resid[0], kwargs))
+        return states, aggregate(self.prepared, lp, greedy)
+
+    def _advance(self, prefix: _Prefix | None, state: _BatchState, layer: int) -> None:
+        rows = state.resid.shape[0]
+        cache = None
+        if prefix is not None:
+            cache = _PrefixKV({layer: prefix.keys[layer].expand(rows, -1, -1, -1)},
+                              {layer: prefix.values[layer].expand(rows, -1, -1, -1)})
+        state.resid = _call_layer(self.model, layer, state.resid, state.layer_kwargs[layer], rows, 1, cache)
+
+    # -- ablated passes ------------------------------------------------------------
+    def _score_start_layer(self, prefix: _Prefix | None, states: list[_BatchState], layer: int,
+                           sets: list[HeadSet]) -> dict[HeadSet, EvalResult]:
+        n = len(self.prepared.requests)
+        lp = {s: np.zeros(n) for s in sets}
+        greedy = {s: np.zeros(n, dtype=bool) for s in sets}
+        per = max(1, self.rows_per_pass // self.batch_size)
+        for start in range(0, len(sets), per):
+            chunk = sets[start:start + per]
+            prefix_kv = self._ablated_prefix(prefix, layer, chunk)
+            for state in states:
+                for heads, (blp, bgreedy) in zip(chunk, self._score_chunk(state, layer, chunk, prefix_kv)):
+                    lp[heads][state.batch.request_ids] = blp.numpy()
+                    greedy[heads][state.batch.request_ids] = bgreedy.numpy()
+        return {s: aggregate(self.prepared, lp[s], greedy[s]) for s in sets}
+
+    def _ablated_prefix(self, prefix: _Prefix | None, layer: int, sets: list[HeadSet]) -> _RecordKV | None:
+        """The prefix's keys/values from ``layer`` on, under each ablation (one row per set)."""
+        if prefix is None:
+            return None
+        g, record = len(sets), _RecordKV()
+        hidden = prefix.resid[layer].expand(g, -1, -1)
+        with _with_masks(self.model, _row_masks(self.model, sets, 1)):
+            for index in range(layer, len(prefix.resid)):
+                hidden = _call_layer(self.model, index, hidden, prefix.layer_kwargs[index], 1, g, record)
+        return record
+
+    def _score_chunk(self, state: _BatchState, layer: int, sets: list[HeadSet],
+                     prefix_kv: _RecordKV | None) -> list[tuple[Tensor, Tensor]]:
+        rows, g = state.resid.shape[0], len(sets)
+        cache = None
+        if prefix_kv is not None:  # row b·g + j attends to set j's prefix
+            cache = _PrefixKV({i: k.repeat(rows, 1, 1, 1) for i, k in prefix_kv.keys.items()},
+                              {i: v.repeat(rows, 1, 1, 1) for i, v in prefix_kv.values.items()})
+        hidden = state.resid.repeat_interleave(g, dim=0)
+        with _with_masks(self.model, _row_masks(self.model, sets, rows)):
+            for index in range(layer, len(state.layer_kwargs)):
+                hidden = _call_layer(self.model, index, hidden, state.layer_kwargs[index], rows, g, cache)
+        final = self.model.hf_model.model.norm(hidden)
+        return [score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j) for j in range(g)]
+
+
+def shared_prefix_length(requests: Sequence[Request]) -> int:
+    """Tokens shared by every request's context, leaving at least one context token each
+    (the first scored position reads the last context token)."""
+    if not requests:
+        return 0
+    first = requests[0].context
+    limit = min(len(r.context) for r in requests) - 1
+    n = 0
+    while n < limit and all(r.context[n] == first[n] for r in requests):
+        n += 1
+    return n
+
+
+def screen_plain(model: Model, prepared: Prepared, sets: Iterable[HeadSet], *, batch_size: int = 16,
+                 ) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
+    """The reference path: a full forward under :func:`ablate` for every set."""
+    batches = make_batches(prepared.requests, batch_size, model.tokenizer.pad_token_id)
+    intact = aggregate(prepared, *score_requests(model, prepared, batches))
+    results = {}
+    for heads in sets:
+        with ablate(model, heads):
+            results[heads] = aggregate(prepared, *score_requests(model, prepared, batches))
+    return intact, results

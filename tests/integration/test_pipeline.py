@@ -1,0 +1,122 @@
+"""The CEL pipeline on tiny models: cached screener == plain path, planted head found,
+resume == uninterrupted, shards merged == one run, mismatches refused."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from celtk.errors import ConfigError, RunStoreError
+from celtk.evaluate import prepare
+from celtk.heads import HeadSet, all_heads
+from celtk.pipeline import RunConfig, merge_shards, run_screen, run_select, run_test
+from celtk.screen import CachedScreener, screen_plain
+from celtk.tasks import get_task, make_splits
+
+
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_cached_screener_equals_plain_for_every_head(tiny_model, share_prefix):
+    task = get_task("arithmetic")
+    splits = make_splits(task, 14, 0, fewshot=2, seed=2)
+    prepared = prepare(tiny_model, task, splits.discovery, splits.shots)
+    sets = [HeadSet((h,)) for h in all_heads(tiny_model.n_layers, tiny_model.n_heads)]
+    sets += [HeadSet.parse("L0H1,L2H3"), HeadSet.parse("L1H0,L1H3,L2H2")]
+    screener = CachedScreener(tiny_model, prepared, batch_size=5, rows_per_pass=15, share_prefix=share_prefix)
+    assert (screener.prefix_len > 0) == share_prefix
+    intact_c, cached = screener.run(sets)
+    intact_p, plain = screen_plain(tiny_model, prepared, sets, batch_size=5)
+    assert np.array_equal(intact_c.correct, intact_p.correct)
+    for s in sets:
+        assert np.array_equal(cached[s].correct, plain[s].correct), s
+        np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-5)
+    assert any(not np.allclose([e.logprob for e in cached[s].examples], [e.logprob for e in intact_c.examples]) for s in sets)
+
+
+def _self_consistent_task(model, tmp_path, n=90):
+    """A JSONL task whose targets are the clean model's own greedy next tokens (intact = 100 %)."""
+    rng = np.random.default_rng(0)
+    words = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
+    lines = []
+    while len(lines) < n:
+        prompt = " ".join(rng.choice(words, size=6))
+        ids = model.tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            nxt = model.bridge(ids)[0, -1].argmax().item()
+        target = model.tokenizer.decode([nxt])
+        whole = model.tokenizer(prompt + target).input_ids
+        if whole[: ids.shape[1]] == ids[0].tolist() and whole[ids.shape[1]:] == [nxt] and prompt not in {l["prompt"] for l in lines}:
+            lines.append({"prompt": prompt, "target": target})
+    path = tmp_path / "self.jsonl"
+    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    return f"jsonl:{path}"
+
+
+@pytest.fixture(scope="module")
+def planted(smol_tokenizer, tmp_path_factory):
+    """A tiny Llama whose head L1H2 has its output columns scaled ×25: it hurts the task."""
+    from conftest import make_tiny
+
+    clean = make_tiny("llama", smol_tokenizer, seed=3)
+    task = _self_consistent_task(clean, tmp_path_factory.mktemp("task"))
+    bad = make_tiny("llama", smol_tokenizer, seed=3)
+    o = bad.bridge.blocks[1].attn.o.original_component.weight
+    with torch.no_grad():
+        o[:, 2 * bad.d_head:3 * bad.d_head] *= 25.0
+    return bad, task
+
+
+def _config(task, **kw):
+    return RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8, p=4, k=2, **kw)
+
+
+def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
+    model, task = planted
+    run_screen(_config(task), tmp_path, model=model)
+    selection = run_select(tmp_path, p=4, k=2, model=model)
+    assert "L1H2" in selection["heads"]
+    test = run_test(tmp_path, model=model, n_boot=500)
+    assert test["gain"] > 0 and test["ablated_accuracy"] > test["intact_accuracy"]
+    assert test["gain_ci"][0] > 0 and test["mcnemar_p"] < 0.05
+    for name in ("screen.json", "screen.csv", "selection.json", "diagnostics.json", "test.json", "config.json"):
+        assert (tmp_path / name).is_file()
+    screen = json.loads((tmp_path / "screen.json").read_text())
+    assert len(screen["heads"]) == model.n_layers * model.n_heads and screen["discovery_ids"]
+    assert selection["n_evaluated_subsets"] == 6  # C(4, 2)
+
+
+def test_resume_equals_uninterrupted_and_mismatch_refused(planted, tmp_path):
+    model, task = planted
+    full = run_screen(_config(task), tmp_path / "full", model=model)
+    part = tmp_path / "part"
+    run_screen(_config(task), part, model=model)
+    # simulate an interruption after layer 0: drop later parts and the final files
+    for name in ("L1.json", "L2.json"):
+        (part / "screen_parts" / name).unlink()
+    (part / "screen.json").unlink()
+    resumed = run_screen(_config(task), part, model=model)
+    assert resumed["heads"] == full["heads"]
+    assert (part / "screen.json").read_text() == (tmp_path / "full" / "screen.json").read_text()
+    with pytest.raises(RunStoreError, match="different configuration .*seed"):
+        run_screen(_config(task, seed=1), part, model=model)
+
+
+def test_shards_merged_equal_one_run(planted, tmp_path):
+    model, task = planted
+    one = run_screen(_config(task), tmp_path / "one", model=model)
+    sharded = tmp_path / "sharded"
+    for i in range(3):
+        run_screen(_config(task), sharded, shard=(i, 3), model=model)
+    merged = merge_shards(sharded)
+    assert merged["heads"] == one["heads"]
+    shutil.rmtree(sharded / "shard-1-of-3")
+    with pytest.raises(RunStoreError, match="shard\\(s\\) 1/3 missing"):
+        merge_shards(sharded)
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="k = 4 exceeds p = 3"):
+        RunConfig(p=3, k=4).validated()
+    with pytest.raises(ConfigError, match="Unknown key\\(s\\) bogus"):
+        RunConfig.from_dict({"bogus": 1})
