@@ -1,0 +1,39 @@
+"""CLI edges that need no model: instant help, clear errors without tracebacks."""
+
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from celtk.cli import main
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from celtk.cli import main; import celtk; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_user_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["eval", "--task", "arithmatic", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert "Unknown task 'arithmatic'. Did you mean: 'arithmetic'?" in result.output
+    assert "Traceback" not in result.output
+    result = runner.invoke(main, ["screen", "--out", str(tmp_path / "o"), "--shard", "3/2"])
+    assert result.exit_code == 1 and "need 0 ≤ i < N" in result.output
+    result = runner.invoke(main, ["run", "--out", str(tmp_path / "o"), "--p", "2", "--k", "3"])
+    assert result.exit_code == 1 and "k = 3 exceeds p = 2" in result.output
+
+
+def test_config_file_precedence_and_unknown_keys(tmp_path):
+    from celtk.cli._common import resolve_config
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('discovery = 50\nseed = 7\n')
+    resolved = resolve_config(str(cfg), {"seed": 9, "heldout": None})
+    assert (resolved.discovery, resolved.seed, resolved.heldout) == (50, 9, 500)
+    cfg.write_text('discovry = 50\n')
+    runner = CliRunner()
+    result = runner.invoke(main, ["screen", "--config", str(cfg), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "Unknown key(s) discovry" in result.output
