@@ -123,3 +123,15 @@ def test_out_of_range_head_rejected(tiny_model):
     with pytest.raises(HeadError, match="heads are 0..3"):
         with ablate(tiny_model, "L0H4"):
             pass
+
+
+def test_local_directory_source_loads_the_export(tiny_llama, tmp_path):
+    from celtk.models import load_model
+
+    heads = HeadSet.parse("L1H1")
+    tokens = _tokens(tiny_llama)
+    with ablate(tiny_llama, heads):
+        hooked = _logits(tiny_llama, tokens)
+    loaded = load_model(str(export_ablated(tiny_llama, heads, tmp_path / "exp")))
+    assert loaded.source == "local" and (loaded.n_layers, loaded.n_heads, loaded.n_kv_heads) == (3, 4, 2)
+    assert (_logits(loaded, tokens) - hooked).abs().max().item() <= 1e-5
