@@ -90,6 +90,8 @@ def locked(directory: Path) -> Iterator[None]:
         handle.truncate()
         handle.write(f"celtk pid {os.getpid()}")
         handle.flush()
+        for stale in directory.rglob(".*.partial"):  # temp files of a writer that was killed mid-write
+            stale.unlink(missing_ok=True)
         yield
     finally:
         handle.close()

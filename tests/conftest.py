@@ -42,6 +42,9 @@ def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3):
         config = tf.LlamaConfig(**common)
     elif arch == "qwen2":
         config = tf.Qwen2Config(**common)  # q/k/v projections carry biases
+    elif arch == "gemma3":  # sliding-window and full layers, local and global rotary embeddings
+        config = tf.Gemma3TextConfig(**{**common, "num_key_value_heads": 1}, sliding_window=16,
+                                     layer_types=(["sliding_attention", "full_attention"] * n_layers)[:n_layers])
     elif arch == "smollm3":
         config = tf.SmolLM3Config(**common, no_rope_layers=[1, 0, 1][:n_layers] + [1] * max(0, n_layers - 3))
     else:

@@ -34,6 +34,22 @@ def test_cached_screener_equals_plain_for_every_head(tiny_model, share_prefix):
     assert any(not np.allclose([e.logprob for e in cached[s].examples], [e.logprob for e in intact_c.examples]) for s in sets)
 
 
+def test_cached_screener_exact_on_gemma3_sliding_window(smol_tokenizer):
+    from conftest import make_tiny
+
+    model = make_tiny("gemma3", smol_tokenizer)
+    task = get_task("arithmetic")
+    splits = make_splits(task, 10, 0, fewshot=2)  # prompts longer than the 16-token window
+    prepared = prepare(model, task, splits.discovery, splits.shots)
+    sets = [HeadSet((h,)) for h in all_heads(model.n_layers, model.n_heads)] + [HeadSet.parse("L0H1,L2H3")]
+    _, plain = screen_plain(model, prepared, sets, batch_size=5)
+    for share in (False, True):
+        _, cached = CachedScreener(model, prepared, batch_size=5, share_prefix=share).run(sets)
+        for s in sets:
+            assert np.array_equal(cached[s].correct, plain[s].correct)
+            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-5)
+
+
 def _self_consistent_task(model, tmp_path, n=90):
     """A JSONL task whose targets are the clean model's own greedy next tokens (intact = 100 %)."""
     rng = np.random.default_rng(0)
@@ -120,3 +136,52 @@ def test_config_validation():
         RunConfig(p=3, k=4).validated()
     with pytest.raises(ConfigError, match="Unknown key\\(s\\) bogus"):
         RunConfig.from_dict({"bogus": 1})
+
+
+_CHILD = r"""
+import sys, torch
+sys.path.insert(0, {tests!r})
+from conftest import make_tiny
+from transformers import AutoTokenizer
+from celtk.models import ALIASES, dequantized_dir
+from celtk.pipeline import RunConfig, run_screen
+tok = AutoTokenizer.from_pretrained(dequantized_dir(ALIASES["smollm2-135m"].locate()))
+tok.pad_token = tok.pad_token or tok.eos_token
+model = make_tiny("llama", tok, seed=3)
+o = model.bridge.blocks[1].attn.o.original_component.weight
+with torch.no_grad():
+    o[:, 2 * model.d_head:3 * model.d_head] *= 25.0
+config = RunConfig(model="tiny-planted", task={task!r}, discovery=40, heldout=40, fewshot=0, batch_size=2, p=4, k=2)
+print("ready", flush=True)
+run_screen(config, {out!r}, model=model)
+"""
+
+
+@pytest.mark.parametrize("parts_before_kill", [0, 1, 2])
+def test_sigkill_then_resume_equals_uninterrupted(planted, tmp_path, parts_before_kill):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    model, task = planted
+    config = RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=2, p=4, k=2)
+    full = run_screen(config, tmp_path / "full", model=model)
+    out = tmp_path / "killed"
+    code = _CHILD.format(tests=str(Path(__file__).parent.parent), task=task, out=str(out))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    deadline = time.time() + 120
+    while time.time() < deadline and child.poll() is None:
+        parts = list((out / "screen_parts").glob("L*.json")) if (out / "screen_parts").exists() else []
+        if (out / "fingerprint.json").exists() and len(parts) >= parts_before_kill:
+            break
+        time.sleep(0.02)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    resumed = run_screen(config, out, model=model)
+    assert resumed["heads"] == full["heads"]
+    assert (out / "screen.json").read_text() == (tmp_path / "full" / "screen.json").read_text()
+    assert not list(out.rglob(".*.partial"))

@@ -1,0 +1,58 @@
+"""`celtk eval` end to end on a tiny model saved as an HF directory."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from celtk.ablation import export_ablated
+from celtk.cli import main
+from celtk.heads import HeadSet
+
+FIX = Path(__file__).parent.parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tiny_llama, tmp_path_factory):
+    return export_ablated(tiny_llama, HeadSet(), tmp_path_factory.mktemp("m") / "tiny")
+
+
+def test_eval_writes_documented_json(tiny_dir, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "ev"
+    result = runner.invoke(main, ["eval", "--model", str(tiny_dir), "--task", "arithmetic:2da", "--limit", "9",
+                                  "--fewshot", "2", "--ablate", "L1H0", "--batch-size", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "eval.json").read_text())
+    assert {"model", "task", "heads", "n", "accuracy", "examples", "config"} <= set(doc)
+    assert doc["heads"] == ["L1H0"] and doc["n"] == 9 and len(doc["examples"]) == 9
+    assert all({"id", "correct", "logprob"} <= set(e) for e in doc["examples"])
+    assert all(isinstance(e["logprob"], float) for e in doc["examples"])
+    assert doc["config"]["splits"]["shot_ids"] and doc["config"]["fewshot"] == 2
+
+
+def test_eval_choice_task_logprob_lists(tiny_dir, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["eval", "--model", str(tiny_dir), "--task", "boolq", "--data", str(FIX / "boolq"),
+                                  "--split", "heldout", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "b" / "eval.json").read_text())
+    assert doc["n"] == 6 and all(len(e["logprob"]) == 2 for e in doc["examples"])
+
+
+def test_eval_head_out_of_range_is_one_line(tiny_dir, tmp_path):
+    result = CliRunner().invoke(main, ["eval", "--model", str(tiny_dir), "--task", "arithmetic:2da", "--limit", "2",
+                                       "--ablate", "L7H0", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "layers are 0..2" in result.output and "Traceback" not in result.output
+
+
+def test_mbpp_generation_is_graded_when_opted_in(tiny_llama):
+    from celtk.evaluate import EvalConfig, evaluate
+    from celtk.tasks import get_task, make_splits
+
+    task = get_task("mbpp", data_path=str(FIX / "mbpp"))
+    splits = make_splits(task, 1, 2, fewshot=1)
+    result = evaluate(tiny_llama, task, splits.heldout, splits.shots, config=EvalConfig(batch_size=2, allow_code=True))
+    assert len(result.examples) == 2 and all("generation" in e.extra for e in result.examples)
+    assert not any(e.correct for e in result.examples)  # a random tiny model does not write passing code
