@@ -198,16 +198,20 @@ def score_hidden(model: Model, hidden: Tensor, batch: Batch, rows: Tensor | None
     return lp, bad == 0
 
 
-def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch]) -> tuple[np.ndarray, np.ndarray]:
-    """Run every batch through the model as it stands (hooks included)."""
+def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch],
+                   progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Run every batch through the model as it stands (hooks included): per-request summed
+    target log-probability and all-greedy flag."""
     lp = np.zeros(len(prepared.requests))
     greedy = np.zeros(len(prepared.requests), dtype=bool)
     with torch.no_grad():
-        for batch in batches:
+        for done, batch in enumerate(batches, start=1):
             hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
             blp, bgreedy = score_hidden(model, hidden, batch)
             lp[batch.request_ids] = blp.numpy()
             greedy[batch.request_ids] = bgreedy.numpy()
+            if progress:
+                progress(done, len(batches))
     return lp, greedy
 
 
@@ -246,17 +250,7 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
             return _evaluate_generation(model, task, examples, shots, config, progress)
         prepared = prepare(model, task, examples, shots, config.chat)
         batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
-        lp = np.zeros(len(prepared.requests))
-        greedy = np.zeros(len(prepared.requests), dtype=bool)
-        with torch.no_grad():
-            for done, batch in enumerate(batches, start=1):
-                hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
-                blp, bgreedy = score_hidden(model, hidden, batch)
-                lp[batch.request_ids] = blp.numpy()
-                greedy[batch.request_ids] = bgreedy.numpy()
-                if progress:
-                    progress(done, len(batches))
-        return aggregate(prepared, lp, greedy)
+        return aggregate(prepared, *score_requests(model, prepared, batches, progress))
 
 
 def generate_greedy(model: Model, prompts: Sequence[str], max_new_tokens: int, stop: Sequence[str] = (),

@@ -270,24 +270,41 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, model: Model | None = None
         session = _session_for(doc, model, p=p, k=k)
         if [e.id for e in session.splits.discovery] != doc["discovery_ids"]:
             raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
-        screener = session.screener("discovery")
         pool_heads = [next(iter(s.heads)) for s in rank(scores)[:p]]
         todo = subsets(pool_heads, k)
+        parts = out / "select_parts" / f"p{p}-k{k}"
+        known = _load_subset_parts(parts, intact)
         if progress:
-            progress("select", 0, len(todo))
-        done_count = [0]
+            progress("select", len(known), len(todo))
 
         def on_layer(layer, results):
-            done_count[0] += len(results)
+            rows = [{"heads": str(h), "correct": bits(r.correct)} for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
+            write_json(parts / f"L{layer}.json", {"layer": layer, "subsets": rows})
+            known.update({h: r.correct for h, r in results.items()})
             if progress:
-                progress("select", done_count[0], len(todo))
+                progress("select", len(known), len(todo))
 
-        _, results = screener.run(todo, on_layer=on_layer)
-        selection = select(scores, intact, lambda hs: results[hs].correct, p=p, k=k)
+        missing = [s for s in todo if s not in known]
+        if missing:
+            session.screener("discovery").run(missing, on_layer=on_layer)
+        results = known
+        selection = select(scores, intact, lambda hs: results[hs], p=p, k=k)
         document = _selection_document(doc, session, selection, intact)
         write_json(out / "selection.json", document)
         write_json(out / "diagnostics.json", selection.diagnostics)
         return document
+
+
+def _load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarray]:
+    """Subset outcomes finished by an earlier, interrupted ``select`` (one file per start layer)."""
+    known: dict[HeadSet, np.ndarray] = {}
+    for path in sorted(parts.glob("L*.json")) if parts.is_dir() else []:
+        for row in read_json(path)["subsets"]:
+            correct = np.array(unbits(row["correct"]))
+            if correct.shape != intact.shape:
+                raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; delete {parts}.")
+            known[HeadSet.parse(row["heads"])] = correct
+    return known
 
 
 def _selection_document(doc, session, selection, intact) -> dict[str, Any]:

@@ -100,6 +100,12 @@ def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
     screen = json.loads((tmp_path / "screen.json").read_text())
     assert len(screen["heads"]) == model.n_layers * model.n_heads and screen["discovery_ids"]
     assert selection["n_evaluated_subsets"] == 6  # C(4, 2)
+    # an interrupted select resumes from its per-layer parts and freezes the same selection
+    parts = sorted((tmp_path / "select_parts" / "p4-k2").glob("L*.json"))
+    assert parts
+    parts[-1].unlink()
+    (tmp_path / "selection.json").unlink()
+    assert run_select(tmp_path, p=4, k=2, model=model) == selection
 
 
 def test_resume_equals_uninterrupted_and_mismatch_refused(planted, tmp_path):
