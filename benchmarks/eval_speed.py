@@ -23,7 +23,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from celtk import get_task, load_model, make_splits
-    from celtk.evaluate import EvalConfig, evaluate, prepare
+    from celtk.evaluator import EvalConfig, evaluate, prepare
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic")

@@ -35,25 +35,27 @@ metric_list:
 
 
 def celtk_side(model, task, examples, shots, heads):
-    from celtk.evaluate import EvalConfig, evaluate, prepare
+    from celtk.evaluator import EvalConfig, evaluate, prepare
 
     result = evaluate(model, task, examples, shots, heads, EvalConfig(batch_size=32))
     prompts = prepare(model, task, examples, shots).prompts
     return prompts, result
 
 
-def lmeval_side(model_dir: Path, data: Path, name: str, out: Path) -> list[tuple[float, bool]]:
+def lmeval_side(model_dir: Path, data: Path, name: str, out: Path, reuse: bool) -> list[tuple[float, bool]]:
     include = out / f"tasks_{name}"
     include.mkdir(parents=True, exist_ok=True)
     (include / f"{name}.yaml").write_text(YAML.format(name=name, data=data))
     cmd = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={model_dir},dtype=float32",
            "--tasks", f"celtk_parity_{name}", "--include_path", str(include), "--log_samples",
            "--output_path", str(out / f"lmeval_{name}"), "--batch_size", "16", "--device", "cpu"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    files = glob.glob(str(out / f"lmeval_{name}" / "**" / f"samples_celtk_parity_{name}_*.jsonl"), recursive=True)
-    rows = [json.loads(line) for line in open(sorted(files)[-1])]
+    pattern = str(out / f"lmeval_{name}" / "**" / f"samples_celtk_parity_{name}_*.jsonl")
+    if not (reuse and glob.glob(pattern, recursive=True)):
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    rows = [json.loads(line) for line in open(sorted(glob.glob(pattern, recursive=True))[-1])]
     rows.sort(key=lambda r: r["doc_id"])
-    return [(float(r["filtered_resps"][0][0]), bool(r["filtered_resps"][0][1])) for r in rows]
+    # lm-eval logs (log-likelihood, is_greedy) as strings; its per-sample `acc` is the verdict
+    return [(float(r["filtered_resps"][0][0]), bool(r["acc"])) for r in rows]
 
 
 def main() -> None:
@@ -61,6 +63,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--heads", default="L14H3,L1H2")
     parser.add_argument("--out", default="runs/parity")
+    parser.add_argument("--reuse", action="store_true", help="reuse lm-eval sample logs already in --out")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +82,7 @@ def main() -> None:
         data = out / f"data_{name}.json"
         data.write_text("".join(json.dumps({"context": p, "completion": e.target}) + "\n"
                                 for p, e in zip(prompts, splits.discovery)))
-        theirs = lmeval_side(model_dir, data, name, out)
+        theirs = lmeval_side(model_dir, data, name, out, args.reuse)
         diffs = [abs(a.logprob - ll) for a, (ll, _) in zip(ours.examples, theirs)]
         agree = sum(a.correct == g for a, (_, g) in zip(ours.examples, theirs))
         report["runs"][name] = {"heads": heads.names(), "agreement": agree / len(theirs), "n": len(theirs),

@@ -17,13 +17,13 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ablate": "celtk.ablation", "export_ablated": "celtk.ablation",
     "CeltkError": "celtk.errors",
-    "EvalConfig": "celtk.evaluate", "EvalResult": "celtk.evaluate", "ExampleResult": "celtk.evaluate", "evaluate": "celtk.evaluate",
+    "EvalConfig": "celtk.evaluator", "EvalResult": "celtk.evaluator", "ExampleResult": "celtk.evaluator", "evaluate": "celtk.evaluator",
     "Head": "celtk.heads", "HeadSet": "celtk.heads",
     "Model": "celtk.models", "load_model": "celtk.models",
     "RunConfig": "celtk.pipeline", "merge_shards": "celtk.pipeline", "run_screen": "celtk.pipeline",
     "run_select": "celtk.pipeline", "run_test": "celtk.pipeline",
     "CachedScreener": "celtk.screen", "HeadScore": "celtk.screen",
-    "rank": "celtk.select", "ranking_key": "celtk.select", "select": "celtk.select",
+    "rank": "celtk.selection", "ranking_key": "celtk.selection", "select": "celtk.selection",
     "compare_paired": "celtk.stats", "mcnemar_exact": "celtk.stats",
     "get_task": "celtk.tasks", "make_splits": "celtk.tasks", "task_names": "celtk.tasks",
 }
@@ -40,11 +40,11 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:
     from celtk.ablation import ablate, export_ablated
     from celtk.errors import CeltkError
-    from celtk.evaluate import EvalConfig, EvalResult, ExampleResult, evaluate
+    from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, evaluate
     from celtk.heads import Head, HeadSet
     from celtk.models import Model, load_model
     from celtk.pipeline import RunConfig, merge_shards, run_screen, run_select, run_test
     from celtk.screen import CachedScreener, HeadScore
-    from celtk.select import rank, ranking_key, select
+    from celtk.selection import rank, ranking_key, select
     from celtk.stats import compare_paired, mcnemar_exact
     from celtk.tasks import get_task, make_splits, task_names

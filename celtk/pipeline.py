@@ -16,12 +16,12 @@ import numpy as np
 
 from celtk import __version__
 from celtk.errors import ConfigError, RunStoreError
-from celtk.evaluate import EvalResult, Prepared, prepare
+from celtk.evaluator import EvalResult, Prepared, prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model, load_model
 from celtk.runstore import bits, check_fingerprint, locked, read_json, unbits, write_csv, write_json
 from celtk.screen import CachedScreener, HeadScore
-from celtk.select import n_subsets, rank, select, subsets
+from celtk.selection import n_subsets, rank, select, subsets
 from celtk.stats import compare_paired
 from celtk.tasks import Task, get_task, make_splits
 from celtk.tasks._splits import Splits

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from celtk.ablation import ablate, ablate_rows
-from celtk.evaluate import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
+from celtk.evaluator import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
 from celtk.heads import Head, HeadSet
 from celtk.models import Model
 
@@ -168,7 +168,7 @@ class CachedScreener:
 
     Args:
         model: the model (hooks added here are removed before each call returns).
-        prepared: tokenised requests (:func:`celtk.evaluate.prepare`).
+        prepared: tokenised requests (:func:`celtk.evaluator.prepare`).
         batch_size: examples per batch.
         rows_per_pass: the largest number of rows (examples × ablations) in one forward.
         share_prefix: run a prefix shared by all requests once per ablation.

@@ -29,7 +29,7 @@ def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, batch_
              allow_code_execution, out) -> None:
     """Evaluate MODEL on TASK; write OUT/eval.json with per-example results."""
     from celtk.errors import ConfigError
-    from celtk.evaluate import EvalConfig, evaluate
+    from celtk.evaluator import EvalConfig, evaluate
     from celtk.heads import HeadSet
     from celtk.models import load_model
     from celtk.runstore import locked, write_json

@@ -48,7 +48,7 @@ def test_eval_head_out_of_range_is_one_line(tiny_dir, tmp_path):
 
 
 def test_mbpp_generation_is_graded_when_opted_in(tiny_llama):
-    from celtk.evaluate import EvalConfig, evaluate
+    from celtk.evaluator import EvalConfig, evaluate
     from celtk.tasks import get_task, make_splits
 
     task = get_task("mbpp", data_path=str(FIX / "mbpp"))

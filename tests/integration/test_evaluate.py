@@ -8,7 +8,7 @@ import torch
 
 from celtk.ablation import ablate
 from celtk.errors import SandboxRefusedError
-from celtk.evaluate import EvalConfig, evaluate, prepare
+from celtk.evaluator import EvalConfig, evaluate, prepare
 from celtk.heads import HeadSet
 from celtk.tasks import get_task, make_splits
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from celtk.errors import ConfigError, RunStoreError
-from celtk.evaluate import prepare
+from celtk.evaluator import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.pipeline import RunConfig, merge_shards, run_screen, run_select, run_test
 from celtk.screen import CachedScreener, screen_plain

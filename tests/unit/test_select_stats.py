@@ -6,7 +6,7 @@ import pytest
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.screen import HeadScore
-from celtk.select import candidate_pool, n_subsets, rank, select, subsets
+from celtk.selection import candidate_pool, n_subsets, rank, select, subsets
 from celtk.stats import compare_paired, mcnemar_exact, paired_bootstrap_ci, relative_error_reduction
 
 
