@@ -86,3 +86,17 @@ def test_mbpp_grading_runs_the_tests():
     assert task.grade_generation(ex, "def add(a, b):\n    return a + b\n[DONE]junk", allow_code=True)
     assert not task.grade_generation(ex, "def add(a, b):\n    return a - b\n", allow_code=True)
     assert not task.grade_generation(ex, "this is not python", allow_code=True)
+
+
+def test_chat_formatting_wraps_prompt_and_is_recorded(tiny_llama):
+    from celtk.evaluator import format_prompt
+
+    task = get_task("arithmetic:2da")
+    splits = make_splits(task, 2, 0, fewshot=1)
+    plain = format_prompt(tiny_llama, task, splits.discovery[0], splits.shots, chat=False)
+    chat = format_prompt(tiny_llama, task, splits.discovery[0], splits.shots, chat=True)
+    assert plain in chat and chat != plain and chat.startswith("<|im_start|>")
+    assert chat.rstrip().endswith("<|im_start|>assistant")
+    a = evaluate(tiny_llama, task, splits.discovery, splits.shots, config=EvalConfig(chat=True))
+    b = evaluate(tiny_llama, task, splits.discovery, splits.shots, config=EvalConfig(chat=False))
+    assert [e.logprob for e in a.examples] != [e.logprob for e in b.examples]
