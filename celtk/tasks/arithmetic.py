@@ -74,7 +74,7 @@ class Arithmetic(Task):
             source = "generator"
         else:
             evaluation = [e for sub in self.subtasks for e in self._hub_rows(sub)]
-            source = "file"
+            source = "hub" if self.data_path == "hub" else "file"
         seen = {e.content_hash for e in evaluation}
         shots = [e for sub in self.subtasks for e in generate(sub, 200, seed=1) if e.content_hash not in seen]
         shots = [Example(id=f"shot-{e.id}", context=e.context, target=e.target, meta=e.meta) for e in shots]
