@@ -28,7 +28,7 @@ from torch import Tensor
 
 from celtk.ablation import ablate, ablate_rows
 from celtk.evaluator import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
-from celtk.heads import Head, HeadSet
+from celtk.heads import HeadSet
 from celtk.models import Model
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it

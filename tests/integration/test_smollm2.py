@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from celtk.ablation import ablate, zero_output_columns
-from celtk.evaluator import EvalConfig, evaluate, generate_greedy, prepare
+from celtk.evaluator import EvalConfig, evaluate, prepare
 from celtk.heads import Head, HeadSet
 from celtk.screen import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits

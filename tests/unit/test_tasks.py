@@ -1,6 +1,5 @@
 """Every task on fixtures (hub schema), the offline generator, JSONL errors and split disjointness."""
 
-import json
 from pathlib import Path
 
 import pytest
