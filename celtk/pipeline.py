@@ -157,7 +157,8 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         intact, _ = screener.run(todo, on_layer=on_layer, on_intact=intact_holder.append)
         _check_intact(directory, intact)
         rows = [row for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:])) for row in read_json(p)["heads"]]
-        rows = [r for r in rows if r["head"] in {str(h) for h in heads}]
+        mine = {str(h) for h in heads}
+        rows = [r for r in rows if r["head"] in mine]
         result = _screen_document(session, intact, rows, shard)
         write_json(directory / "screen.json", result)
         _write_screen_csv(directory / "screen.csv", rows)
