@@ -369,10 +369,9 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
 
 def _check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout) -> None:
     from celtk.errors import SplitError
+    from celtk.tasks._splits import shared_examples
 
-    known = dict(zip(discovery_hashes, discovery_ids))
-    both = [(known[e.content_hash], e.id) for e in heldout if e.content_hash in known]
-    if both:
-        shown = ", ".join(f"{d} (discovery) = {h} (held-out)" for d, h in both[:10])
-        raise SplitError(f"The held-out set shares {len(both)} example(s) with the discovery set the selection was made on: "
+    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids)), heldout)
+    if count:
+        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made on: "
                          f"{shown}. Held-out examples must take no part in selection.")

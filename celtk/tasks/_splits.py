@@ -46,13 +46,18 @@ def _dedupe(examples: list[Example], banned: set[str]) -> list[Example]:
     return out
 
 
+def shared_examples(discovery: dict[str, str], heldout: list[Example]) -> tuple[int, str]:
+    """How many held-out examples repeat (by content) a discovery example, given as content
+    hash -> id, and a description of the first ten pairs."""
+    both = [(discovery[e.content_hash], e.id) for e in heldout if e.content_hash in discovery]
+    return len(both), ", ".join(f"{d} (discovery) = {h} (held-out)" for d, h in both[:10])
+
+
 def check_disjoint(discovery: list[Example], heldout: list[Example]) -> None:
     """Raise :class:`SplitError` naming the examples that appear (by content) in both sets."""
-    held = {e.content_hash: e.id for e in heldout}
-    both = [(e.id, held[e.content_hash]) for e in discovery if e.content_hash in held]
-    if both:
-        shown = ", ".join(f"{d} (discovery) = {h} (held-out)" for d, h in both[:10])
-        raise SplitError(f"Discovery and held-out sets share {len(both)} example(s): {shown}. They must be disjoint.")
+    count, shown = shared_examples({e.content_hash: e.id for e in discovery}, heldout)
+    if count:
+        raise SplitError(f"Discovery and held-out sets share {count} example(s): {shown}. They must be disjoint.")
 
 
 def _take(pool: list[Example], n: int | None, what: str, total_hint: str) -> list[Example]:

@@ -156,3 +156,12 @@ def test_overlap_by_content_is_removed_from_discovery_and_checked():
     assert [e.id for e in splits.discovery] == ["d2"]
     with pytest.raises(SplitError, match=r"d1 \(discovery\) = h1 \(held-out\)"):
         check_disjoint([Example("d1", "Q: same", " 1")], [Example("h1", "Q: same", " 1")])
+
+
+def test_test_stage_refuses_heldout_that_repeats_discovery():
+    from celtk.pipeline import _check_no_overlap
+
+    held = [Example("h1", "Q: same", " 1"), Example("h2", "Q: other", " 2")]
+    with pytest.raises(SplitError, match=r"shares 1 example\(s\) .*d7 \(discovery\) = h1 \(held-out\)"):
+        _check_no_overlap([Example("d7", "Q: same", " 1").content_hash], ["d7"], held)
+    _check_no_overlap([Example("d8", "Q: new", " 3").content_hash], ["d8"], held)
