@@ -4,11 +4,15 @@ Limits: CPU time, wall time, address space, number of processes, file size; a fr
 temporary working directory; no network (a new network namespace when the kernel lets
 us make one, and sockets disabled in the interpreter in any case); when started as root
 the child drops to the ``nobody`` user so it cannot write the user's files or signal
-the parent. The child's whole process group is killed afterwards.
+the parent, and runs in its own mount namespace where every world-writable directory
+(``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``) is a private, empty, size-limited
+tmpfs: the only place it can write is its own working directory, which vanishes with it.
+The child's whole process group is killed afterwards.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import shutil
@@ -68,17 +72,39 @@ def require_opt_in(flag: bool = False) -> None:
         )
 
 
-def _isolation_prefix(drop_to: tuple[int, int] | None) -> tuple[list[str], bool]:
-    """``unshare --net`` (a network namespace with no interfaces) then ``setpriv`` to drop to
-    ``nobody``, when both work here; returns the prefix and whether it drops privileges itself."""
-    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
-    if unshare is None or os.geteuid() != 0:
-        return [], False
-    if subprocess.run([unshare, "--net", "true"], capture_output=True).returncode != 0:
-        return [], False
-    if drop_to is None or setpriv is None:
-        return [unshare, "--net"], False
-    return [unshare, "--net", setpriv, f"--reuid={drop_to[0]}", f"--regid={drop_to[1]}", "--clear-groups"], True
+# World-writable directories: inside the mount namespace each becomes a private empty tmpfs.
+_SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+# Run as root inside the new namespaces: hide the shared writable directories, copy the
+# program into a fresh working directory on the private /tmp, then drop to `nobody`.
+_LAUNCH = r"""
+set -e
+program=$(cat "$1"); shift
+mount --make-rprivate /
+for d in %s; do
+  if [ -d "$d" ]; then mount -t tmpfs -o size=16m,mode=1777,nosuid,nodev tmpfs "$d"; fi
+done
+work=$(mktemp -d /tmp/celtk-sandbox-XXXXXX)
+printf '%%s\n' "$program" > "$work/program.py"
+chown -R "$1:$2" "$work"
+cd "$work"
+export HOME="$work" TMPDIR="$work"
+exec setpriv --reuid="$1" --regid="$2" --clear-groups "$3" -I -S "$work/program.py"
+""" % " ".join(_SHARED_WRITABLE)
+
+
+@functools.lru_cache(maxsize=None)
+def _isolation(drop_to: tuple[int, int] | None) -> str:
+    """Which isolation this machine allows: ``"namespaces"`` (network + mount namespace and
+    ``nobody``; needs root and util-linux), ``"nobody"`` (only the user drop), or ``"none"``."""
+    if drop_to is None:
+        return "none"
+    if os.geteuid() == 0 and all(shutil.which(tool) for tool in ("unshare", "setpriv", "mount", "sh")):
+        probe = subprocess.run(["unshare", "--net", "--mount", "sh", "-c", "mount --make-rprivate / && mount -t tmpfs tmpfs /tmp"],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return "namespaces"
+    return "nobody"
 
 
 def _preexec(limits: SandboxLimits, drop_to: tuple[int, int] | None):
@@ -115,19 +141,25 @@ def run_untrusted(program: str, limits: SandboxLimits = SandboxLimits(), allow: 
     require_opt_in(allow)
     workdir = tempfile.mkdtemp(prefix="celtk-sandbox-")
     drop_to = _nobody()
-    if drop_to is not None:
-        os.chown(workdir, *drop_to)
+    isolation = _isolation(drop_to)
     script = os.path.join(workdir, "program.py")
     with open(script, "w") as handle:
         handle.write(_PRELUDE + "\n" + program + "\n")
-    if drop_to is not None:
-        os.chown(script, *drop_to)
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    prefix, drops_itself = _isolation_prefix(drop_to)
-    command = [*prefix, sys.executable, "-I", "-S", script]
+    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": workdir, "TMPDIR": workdir,
+           "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    if isolation == "namespaces":
+        # the launcher reads the script before /tmp is hidden, then drops to `nobody` itself
+        command = ["unshare", "--net", "--mount", "sh", "-c", _LAUNCH, "sandbox", script,
+                   str(drop_to[0]), str(drop_to[1]), sys.executable]
+        preexec_drop = None
+    else:
+        if drop_to is not None:
+            os.chown(workdir, *drop_to)
+            os.chown(script, *drop_to)
+        command = [sys.executable, "-I", "-S", script]
+        preexec_drop = drop_to
     process = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, preexec_fn=_preexec(limits, None if drops_itself else drop_to),
-                               close_fds=True)
+                               stderr=subprocess.PIPE, preexec_fn=_preexec(limits, preexec_drop), close_fds=True)
     timed_out = False
     try:
         _, stderr = process.communicate(timeout=limits.wall_seconds)

@@ -42,8 +42,28 @@ def test_hostile_code_fails_safely(name, program):
     assert run_untrusted("assert True", FAST, allow=True).passed  # and evaluation continues
 
 
-def test_cannot_write_outside_sandbox(tmp_path):
-    target = Path.cwd() / f"escape-{uuid.uuid4().hex}.txt"  # the user's project directory
-    program = f"open({str(target)!r}, 'w').write('escaped')"
-    assert not run_untrusted(program, FAST, allow=True).passed
+@pytest.mark.parametrize("where", ["project", "tmp", "var_tmp", "dev_shm", "home"])
+def test_cannot_write_outside_sandbox(where):
+    base = {"project": Path.cwd(), "tmp": Path("/tmp"), "var_tmp": Path("/var/tmp"), "dev_shm": Path("/dev/shm"),
+            "home": Path.home()}[where]
+    if not base.is_dir():
+        pytest.skip(f"{base} does not exist here")
+    target = base / f"escape-{uuid.uuid4().hex}.txt"
+    program = f"open({str(target)!r}, 'w').write('escaped')\nimport os\nos.sync()"
+    result = run_untrusted(program, FAST, allow=True)
     assert not target.exists()
+    if where == "project":  # not writable by the sandbox user at all
+        assert not result.passed
+
+
+def test_cannot_read_the_users_temporary_files(tmp_path):
+    secret = tmp_path / "secret.txt"  # under the user's /tmp
+    secret.write_text("key")
+    os.chmod(secret, 0o644)
+    os.chmod(tmp_path, 0o755)
+    assert not run_untrusted(f"print(open({str(secret)!r}).read())", FAST, allow=True).passed
+
+
+def test_own_working_directory_is_writable():
+    program = "open('scratch.txt', 'w').write('ok')\nassert open('scratch.txt').read() == 'ok'"
+    assert run_untrusted(program, FAST, allow=True).passed
