@@ -18,6 +18,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from celtk.errors import ConfigError, TaskError
 from celtk.ablation import ablate
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -135,7 +136,7 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
         for cont in continuations:
             ctx, cont_ids = encode_pair(model.tokenizer, prompt, cont)
             if not cont_ids:
-                raise ValueError(f"example {example.id}: continuation {cont!r} encodes to no tokens")
+                raise TaskError(f"Example {example.id}: its target {cont!r} encodes to no tokens; every target needs at least one token.")
             requests.append(Request(i, tuple(ctx), tuple(cont_ids)))
     return Prepared(list(examples), requests, prompts, task.kind, bool(getattr(task, "normalize_by_length", False)))
 
@@ -143,7 +144,7 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
 def make_batches(requests: Sequence[Request], batch_size: int, pad_id: int) -> list[Batch]:
     """Group requests longest first into right-padded batches (the order does not change results)."""
     if batch_size < 1:
-        raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        raise ConfigError(f"Batch size must be at least 1, got {batch_size}.")
     order = sorted(range(len(requests)), key=lambda i: (-(len(requests[i].context) + len(requests[i].continuation)), i))
     batches = []
     for start in range(0, len(order), batch_size):

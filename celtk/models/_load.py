@@ -93,6 +93,23 @@ def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
     return source, "hub", {}
 
 
+def _check_weight_files(directory: str, kind: str) -> None:
+    """Read every safetensors header (cheap: no tensor data) so a truncated or corrupted
+    weight file is named, with the fix, before transformers fails somewhere deeper."""
+    from safetensors import safe_open
+
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt") as handle:
+                handle.keys()
+        except Exception as error:  # SafetensorError is not an OSError
+            if kind in ("alias", "gguf"):
+                fix = f"It is celtk's dequantized cache: delete {directory} and celtk rebuilds it on the next load."
+            else:
+                fix = "Copy or download the checkpoint again."
+            raise ModelSourceError(f"Weight file {path} is corrupted or truncated ({error}). {fix}") from None
+
+
 def load_model(
     source: str,
     *,
@@ -118,6 +135,8 @@ def load_model(
     torch_dtype = resolve_dtype(dtype)
     torch_device = resolve_device(device)
     target, kind, metadata = _resolve_source(source)
+    if kind != "hub":
+        _check_weight_files(target, kind)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:

@@ -163,31 +163,97 @@ run_screen(config, {out!r}, model=model)
 """
 
 
-@pytest.mark.parametrize("parts_before_kill", [0, 1, 2])
-def test_sigkill_then_resume_equals_uninterrupted(planted, tmp_path, parts_before_kill):
-    import os
-    import signal
+def _child(code):
     import subprocess
     import sys
+
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(planted, tmp_path_factory):
+    import time
+
+    model, task = planted
+    config = RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=2, p=4, k=2)
+    out = tmp_path_factory.mktemp("full")
+    start = time.perf_counter()
+    result = run_screen(config, out, model=model)
+    return config, result, (out / "screen.json").read_text(), time.perf_counter() - start
+
+
+_KILL_FRACTIONS = np.random.default_rng(20261202).uniform(0.0, 1.3, size=10)
+
+
+@pytest.mark.parametrize("fraction", _KILL_FRACTIONS, ids=[f"{f:.2f}" for f in _KILL_FRACTIONS])
+def test_sigkill_at_random_point_then_resume_equals_uninterrupted(planted, uninterrupted, tmp_path, fraction):
+    """SIGKILL the screen at a random moment (a fraction of an uninterrupted run's time, ten fixed
+    random draws); whatever it left is either absent or whole, and the resumed run equals the
+    uninterrupted one: no head lost or counted twice."""
+    import os
+    import signal
     import time
     from pathlib import Path
 
     model, task = planted
-    config = RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=2, p=4, k=2)
-    full = run_screen(config, tmp_path / "full", model=model)
+    config, full, full_text, seconds = uninterrupted
     out = tmp_path / "killed"
-    code = _CHILD.format(tests=str(Path(__file__).parent.parent), task=task, out=str(out))
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert child.stdout.readline().strip() == "ready"
-    deadline = time.time() + 120
-    while time.time() < deadline and child.poll() is None:
-        parts = list((out / "screen_parts").glob("L*.json")) if (out / "screen_parts").exists() else []
-        if (out / "fingerprint.json").exists() and len(parts) >= parts_before_kill:
-            break
-        time.sleep(0.02)
+    child = _child(_CHILD.format(tests=str(Path(__file__).parent.parent), task=task, out=str(out)))
+    time.sleep(fraction * seconds)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
+    for part in out.rglob("*.json"):  # every visible result file is complete JSON
+        json.loads(part.read_text())
     resumed = run_screen(config, out, model=model)
+    assert [h["head"] for h in resumed["heads"]] == [h["head"] for h in full["heads"]]  # none lost, none twice
     assert resumed["heads"] == full["heads"]
-    assert (out / "screen.json").read_text() == (tmp_path / "full" / "screen.json").read_text()
+    assert (out / "screen.json").read_text() == full_text
     assert not list(out.rglob(".*.partial"))
+
+
+def test_second_process_on_same_directory_is_refused(planted, uninterrupted, tmp_path):
+    import os
+    import signal
+
+    model, _ = planted
+    config = uninterrupted[0]
+    holder = _child(f"from celtk.runstore import locked\nimport time\nwith locked(__import__('pathlib').Path({str(tmp_path)!r})):\n"
+                    f"    print('ready', flush=True)\n    time.sleep(120)\n")
+    try:
+        with pytest.raises(RunStoreError, match=rf"in use by celtk pid {holder.pid}"):
+            run_screen(config, tmp_path, model=model)
+        assert not (tmp_path / "screen.json").exists()
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert run_screen(config, tmp_path, model=model)["heads"] == uninterrupted[1]["heads"]  # the lock died with it
+
+
+def test_same_command_twice_gives_byte_identical_results(planted, tmp_path):
+    """Two separate `celtk run` processes (separate hash seeds) write byte-identical JSON;
+    only the timing files may differ."""
+    import os
+    import subprocess
+    import sys
+
+    from celtk.ablation import export_ablated
+
+    model, task = planted
+    model_dir = export_ablated(model, HeadSet(()), tmp_path / "model")
+    outs = []
+    for i, hash_seed in enumerate(("1", "2")):
+        out = tmp_path / f"run{i}"
+        command = [sys.executable, "-m", "celtk.cli", "run", "--model", str(model_dir), "--task", task, "--discovery", "30",
+                   "--heldout", "30", "--fewshot", "0", "--batch-size", "8", "--p", "3", "--k", "2", "--out", str(out)]
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        assert done.returncode == 0, done.stderr[-2000:]
+        outs.append(out)
+    names = sorted(p.name for p in outs[0].glob("*.json"))
+    assert {"screen.json", "selection.json", "diagnostics.json", "test.json", "timing.json"} <= set(names)
+    assert names == sorted(p.name for p in outs[1].glob("*.json"))
+    for name in names:
+        if not name.endswith("timing.json"):  # timing.json (stages), run_timing.json (the CLI's wall time)
+            assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    assert (outs[0] / "screen.csv").read_bytes() == (outs[1] / "screen.csv").read_bytes()

@@ -37,3 +37,26 @@ def test_config_file_precedence_and_unknown_keys(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["screen", "--config", str(cfg), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "Unknown key(s) discovry" in result.output
+
+
+import pytest
+
+
+@pytest.mark.parametrize("args,message", [
+    (["eval", "--model", "smollm2-13m"], "Did you mean: 'smollm2-135m'"),
+    (["eval", "--dtype", "float8"], "dtype 'float8' is not supported"),
+    (["eval", "--device", "cuda:3"], "is not available"),
+    (["eval", "--task", "jsonl:/nonexistent/t.jsonl"], "does not exist"),
+    (["eval", "--discovery", "5"], "No such option '--discovery'"),
+    (["select", "{tmp}"], "screen.json does not exist; run the stage that writes it first"),
+    (["merge", "{tmp}"], "No shard directories"),
+    (["test", "{tmp}"], "selection.json does not exist"),
+])
+def test_cli_user_errors_have_no_traceback(tmp_path, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if args[0] == "eval":
+        args += ["--out", str(tmp_path / "o"), "--limit", "2"] + ([] if "--task" in args else ["--task", "arithmetic"])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code in (1, 2), result.output
+    assert message in result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)

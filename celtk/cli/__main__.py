@@ -1,0 +1,3 @@
+from celtk.cli import main
+
+main()

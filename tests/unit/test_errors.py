@@ -1,0 +1,377 @@
+"""Bad input: every case below raises one CeltkError subclass whose message names what was
+wrong and what would be right. The README's "Bad input" table lists the same case ids
+(checked below), with the message each now gives."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from celtk import errors as E
+
+
+def _jsonl(tmp: Path, text: str) -> str:
+    path = tmp / "task.jsonl"
+    path.write_text(text)
+    return f"jsonl:{path}"
+
+
+def _load_jsonl(tmp: Path, text: str):
+    from celtk.tasks import get_task, make_splits
+
+    return make_splits(get_task(_jsonl(tmp, text)), 1, 0)
+
+
+def _gen_lines(n: int, fewshot: int = 0) -> str:
+    rows = [{"prompt": f"{i} plus 1 is", "target": f" {i + 1}"} for i in range(n)]
+    rows += [{"prompt": f"{i} plus 2 is", "target": f" {i + 2}", "split": "fewshot"} for i in range(fewshot)]
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_llama, tmp_path_factory):
+    """A screened and selected tiny run, shared by the run-directory cases (copied per case)."""
+    from celtk.pipeline import RunConfig, run_screen, run_select
+
+    out = tmp_path_factory.mktemp("run")
+    task = _jsonl(tmp_path_factory.mktemp("data"), _gen_lines(40))
+    run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), out, model=tiny_llama)
+    run_select(out, p=3, k=2, model=tiny_llama)
+    return out
+
+
+def _copy(run_dir: Path, tmp: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(run_dir, tmp / "copy"))
+
+
+# ---- the cases: id -> (callable taking a context, expected class, message pattern) ----
+
+def c_unknown_model(ctx):
+    from celtk import load_model
+    load_model("smollm2-13m")
+
+
+def c_model_path_missing(ctx):
+    from celtk import load_model
+    load_model(str(ctx.tmp / "no-such-dir"))
+
+
+def c_gguf_missing(ctx):
+    from celtk import load_model
+    load_model(str(ctx.tmp / "model.gguf"))
+
+
+def c_dir_without_config(ctx):
+    from celtk import load_model
+    load_model(str(ctx.tmp))
+
+
+def c_corrupted_weights(ctx):
+    from celtk import export_ablated, load_model
+    out = export_ablated(ctx.tiny, "", ctx.tmp / "ckpt")
+    weights = next(Path(out).glob("*.safetensors"))
+    with open(weights, "r+b") as handle:
+        handle.truncate(weights.stat().st_size // 2)
+    load_model(str(out))
+
+
+def c_hub_unreachable(ctx):
+    from celtk import load_model
+    ctx.monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    load_model("celtk-test/no-such-model")
+
+
+def c_task_hub_unreachable(ctx):
+    from celtk.tasks import get_task, make_splits
+    ctx.monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ctx.monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    make_splits(get_task("boolq"), 10, 10)
+
+
+def c_device_unavailable(ctx):
+    from celtk.models import resolve_device
+    resolve_device("cuda:3")
+
+
+def c_device_malformed(ctx):
+    from celtk.models import resolve_device
+    resolve_device("gpu0")
+
+
+def c_dtype_unsupported(ctx):
+    from celtk.models import resolve_dtype
+    resolve_dtype("float8")
+
+
+def c_unknown_task(ctx):
+    from celtk.tasks import get_task
+    get_task("arithmatic")
+
+
+def c_unknown_subtask(ctx):
+    from celtk.tasks import get_task
+    get_task("arithmetic:2dx")
+
+
+def c_head_malformed(ctx):
+    from celtk.heads import HeadSet
+    HeadSet.parse("L3-H2")
+
+
+def c_head_out_of_range(ctx):
+    from celtk.heads import HeadSet
+    HeadSet.parse("L3H2,L40H2").validate(30, 9)
+
+
+def c_head_twice(ctx):
+    from celtk.heads import HeadSet
+    HeadSet.parse("L1H2,1.2")
+
+
+def c_ablate_out_of_range(ctx):
+    from celtk import ablate
+    with ablate(ctx.tiny, "L1H9"):
+        pass
+
+
+def c_k_exceeds_p(ctx):
+    from celtk.pipeline import RunConfig
+    RunConfig(p=3, k=4).validated()
+
+
+def c_p_exceeds_heads(ctx):
+    from celtk.pipeline import run_select
+    run_select(_copy(ctx.run_dir, ctx.tmp), p=999, k=2, model=ctx.tiny)
+
+
+def c_discovery_too_large(ctx):
+    from celtk.tasks import get_task, make_splits
+    make_splits(get_task("arithmetic:2da"), 5000, 0)
+
+
+def c_both_too_large(ctx):
+    from celtk.tasks import get_task, make_splits
+    make_splits(get_task(_jsonl(ctx.tmp, _gen_lines(30))), 20, 20)
+
+
+def c_negative_size(ctx):
+    from celtk.tasks import get_task, make_splits
+    make_splits(get_task("arithmetic:2da"), -1, 10)
+
+
+def c_sets_overlap(ctx):
+    from celtk.tasks import get_task, make_splits
+    from celtk.tasks._splits import check_disjoint
+    splits = make_splits(get_task("arithmetic:2da"), 20, 20)
+    check_disjoint(splits.discovery, splits.heldout[:5] + splits.discovery[3:5])
+
+
+def c_fewshot_pool_too_small(ctx):
+    from celtk.tasks import get_task, make_splits
+    make_splits(get_task(_jsonl(ctx.tmp, _gen_lines(10, fewshot=2))), 4, 4, fewshot=5)
+
+
+def c_empty_task(ctx):
+    _load_jsonl(ctx.tmp, "")
+
+
+def c_task_file_missing(ctx):
+    from celtk.tasks import get_task, make_splits
+    make_splits(get_task(f"jsonl:{ctx.tmp / 'none.jsonl'}"), 1, 0)
+
+
+def c_malformed_jsonl(ctx):
+    _load_jsonl(ctx.tmp, _gen_lines(3) + '{"prompt": "x", "target": \n')
+
+
+def c_missing_field(ctx):
+    _load_jsonl(ctx.tmp, _gen_lines(2) + '{"target": " 3"}\n')
+
+
+def c_label_not_integer(ctx):
+    _load_jsonl(ctx.tmp, '{"prompt": "Sky?", "choices": [" blue", " red"], "label": "0"}\n')
+
+
+def c_label_out_of_range(ctx):
+    _load_jsonl(ctx.tmp, '{"prompt": "Sky?", "choices": [" blue", " red"], "label": 2}\n')
+
+
+def c_mixed_kinds(ctx):
+    _load_jsonl(ctx.tmp, _gen_lines(2) + '{"prompt": "Sky?", "choices": [" blue", " red"], "label": 0}\n')
+
+
+def c_repeated_id(ctx):
+    _load_jsonl(ctx.tmp, '{"id": "a", "prompt": "1", "target": " 2"}\n{"id": "a", "prompt": "2", "target": " 3"}\n')
+
+
+def c_hub_data_path_missing(ctx):
+    from celtk.tasks import get_task, make_splits
+    make_splits(get_task("boolq", data_path=str(ctx.tmp / "boolq-copy")), 10, 10)
+
+
+def c_unknown_config_key(ctx):
+    from celtk.pipeline import RunConfig
+    RunConfig.from_dict({"discovry": 50})
+
+
+def c_shard_malformed(ctx):
+    from celtk.pipeline import parse_shard
+    parse_shard("2of4")
+
+
+def c_batch_size_zero(ctx):
+    from celtk.evaluator import make_batches
+    make_batches([], 0, pad_id=0)
+
+
+def c_corrupted_run_file(ctx):
+    from celtk.pipeline import run_select
+    out = _copy(ctx.run_dir, ctx.tmp)
+    (out / "screen.json").write_text((out / "screen.json").read_text()[:200])
+    run_select(out, p=3, k=2, model=ctx.tiny)
+
+
+def c_stage_out_of_order(ctx):
+    from celtk.pipeline import run_test
+    out = ctx.tmp / "fresh"
+    out.mkdir()
+    run_test(out, model=ctx.tiny)
+
+
+def c_selection_from_other_model(ctx):
+    from conftest import make_tiny
+
+    from celtk.pipeline import run_test
+    other = make_tiny("llama", ctx.tiny.tokenizer, seed=11)
+    run_test(_copy(ctx.run_dir, ctx.tmp), model=other)
+
+
+def c_run_dir_other_config(ctx):
+    from celtk.pipeline import RunConfig, run_screen
+    out = _copy(ctx.run_dir, ctx.tmp)
+    config = json.loads((out / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k != "celtk_version"} | {"seed": 5}
+    run_screen(RunConfig.from_dict(config), out, model=ctx.tiny)
+
+
+def c_merge_mismatched_shards(ctx):
+    from celtk.pipeline import merge_shards
+    for name in ("shard-0-of-2", "shard-1-of-3"):
+        (ctx.tmp / name).mkdir()
+    merge_shards(ctx.tmp)
+
+
+def c_merge_missing_shard(ctx):
+    from celtk.pipeline import merge_shards
+    (ctx.tmp / "shard-0-of-2").mkdir()
+    merge_shards(ctx.tmp)
+
+
+def c_directory_in_use(ctx):
+    from celtk.runstore import locked
+    with locked(ctx.tmp), locked(ctx.tmp):
+        pass
+
+
+def c_output_not_writable(ctx):
+    from celtk.runstore import write_json
+    (ctx.tmp / "a-file").write_text("x")
+    write_json(ctx.tmp / "a-file" / "out" / "screen.json", {})
+
+
+def c_disk_full(ctx):
+    from celtk.runstore import write_json
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    ctx.monkeypatch.setattr("celtk.runstore.os.fsync", full)
+    write_json(ctx.tmp / "screen.json", {"heads": []})
+
+
+def c_code_execution_not_opted_in(ctx):
+    from celtk.tasks._sandbox import run_untrusted
+    ctx.monkeypatch.delenv("CELTK_ALLOW_CODE_EXEC", raising=False)
+    run_untrusted("print(1)")
+
+
+CASES = {
+    "unknown-model": (c_unknown_model, E.ModelSourceError, r"Unknown model 'smollm2-13m'.*Did you mean: 'smollm2-135m'"),
+    "model-path-missing": (c_model_path_missing, E.ModelSourceError, r"neither an HF model directory nor a \.gguf file"),
+    "gguf-missing": (c_gguf_missing, E.ModelSourceError, r"GGUF file .* does not exist; give the path of a \.gguf file"),
+    "dir-without-config": (c_dir_without_config, E.ModelSourceError, r"has no config\.json; give an HF model directory"),
+    "corrupted-weights": (c_corrupted_weights, E.ModelSourceError, r"model\.safetensors is corrupted or truncated .*Copy or download"),
+    "hub-unreachable": (c_hub_unreachable, E.HubUnreachableError, r"hub is unreachable .*pass --model DIR"),
+    "task-hub-unreachable": (c_task_hub_unreachable, E.HubUnreachableError, r"Could not fetch aps/super_glue/boolq .*from the hub.*pass its directory with --data PATH"),
+    "device-unavailable": (c_device_unavailable, E.ConfigError, r"Device 'cuda:3' is not available.*Use --device cpu"),
+    "device-malformed": (c_device_malformed, E.ConfigError, r"'gpu0' is not a torch device; use 'cpu', 'cuda'"),
+    "dtype-unsupported": (c_dtype_unsupported, E.ConfigError, r"dtype 'float8' is not supported; use one of float32"),
+    "unknown-task": (c_unknown_task, E.TaskError, r"Unknown task 'arithmatic'\. Did you mean: 'arithmetic'"),
+    "unknown-subtask": (c_unknown_subtask, E.TaskError, r"Unknown arithmetic subtask '2dx'.*Did you mean"),
+    "head-malformed": (c_head_malformed, E.HeadError, r"Malformed head 'L3-H2': write a head as 'L\{layer\}H\{head\}'"),
+    "head-out-of-range": (c_head_out_of_range, E.HeadError, r"L40H2 is out of range .*layers are 0\.\.29, heads are 0\.\.8"),
+    "head-twice": (c_head_twice, E.HeadError, r"names L1H2 more than once; list each head once"),
+    "ablate-out-of-range": (c_ablate_out_of_range, E.HeadError, r"L1H9 is out of range .* heads are 0\.\.3"),
+    "k-exceeds-p": (c_k_exceeds_p, E.ConfigError, r"k = 4 exceeds p = 3.*use k ≤ p"),
+    "p-exceeds-heads": (c_p_exceeds_heads, E.ConfigError, r"p = 999 exceeds the 12 screened heads; use p ≤ 12"),
+    "discovery-too-large": (c_discovery_too_large, E.SplitError, r"Discovery \(5000\) \+ held-out \(0\) exceed the \d+ distinct examples .*ask for at most \d+"),
+    "discovery-plus-heldout-too-large": (c_both_too_large, E.SplitError, r"Discovery \(20\) \+ held-out \(20\) exceed the 30 distinct .*at most 30 together"),
+    "negative-size": (c_negative_size, E.SplitError, r"must be non-negative, got -1"),
+    "sets-overlap": (c_sets_overlap, E.SplitError, r"share 2 example\(s\).*must be disjoint"),
+    "fewshot-pool-too-small": (c_fewshot_pool_too_small, E.TaskError, r"--fewshot 5 needs 5 shots but the few-shot pool has only 2"),
+    "empty-task": (c_empty_task, E.TaskError, r"has no examples"),
+    "task-file-missing": (c_task_file_missing, E.TaskError, r"none\.jsonl' does not exist"),
+    "malformed-jsonl-line": (c_malformed_jsonl, E.DataFormatError, r"task\.jsonl:4: not valid JSON"),
+    "missing-field": (c_missing_field, E.DataFormatError, r"task\.jsonl:3: missing or non-string field 'prompt'"),
+    "label-not-integer": (c_label_not_integer, E.DataFormatError, r":1: 'label' must be an integer index into 'choices', got '0'"),
+    "label-out-of-range": (c_label_out_of_range, E.DataFormatError, r"label 2 is out of range; it must be 0\.\.1"),
+    "mixed-line-kinds": (c_mixed_kinds, E.DataFormatError, r"mixes generative .* use one kind per file"),
+    "repeated-id": (c_repeated_id, E.DataFormatError, r":2: id 'a' repeats an earlier line"),
+    "hub-data-path-missing": (c_hub_data_path_missing, E.TaskError, r"boolq-copy' does not exist; give a file or a directory"),
+    "unknown-config-key": (c_unknown_config_key, E.ConfigError, r"Unknown key\(s\) discovry .*valid keys: .*discovery"),
+    "shard-malformed": (c_shard_malformed, E.ConfigError, r"Malformed --shard '2of4'; write i/N"),
+    "batch-size-zero": (c_batch_size_zero, E.ConfigError, r"Batch size must be at least 1, got 0"),
+    "corrupted-run-file": (c_corrupted_run_file, E.RunStoreError, r"screen\.json is corrupted \(invalid JSON"),
+    "stage-out-of-order": (c_stage_out_of_order, E.RunStoreError, r"selection\.json does not exist; run the stage that writes it first"),
+    "selection-from-other-model": (c_selection_from_other_model, E.RunStoreError, r"now has weight hash .* but the run used"),
+    "run-dir-other-config": (c_run_dir_other_config, E.RunStoreError, r"different configuration .*seed: stored 0, now 5"),
+    "merge-mismatched-shards": (c_merge_mismatched_shards, E.RunStoreError, r"disagree on N: \[2, 3\]"),
+    "merge-missing-shard": (c_merge_missing_shard, E.RunStoreError, r"shard\(s\) 1/2 missing"),
+    "directory-in-use": (c_directory_in_use, E.RunStoreError, r"in use by celtk pid \d+; wait for it to finish or use another --out"),
+    "output-not-writable": (c_output_not_writable, E.RunStoreError, r"Choose a writable output directory"),
+    "disk-full": (c_disk_full, E.RunStoreError, r"the disk is full\. Nothing was half-written; free space .* rerun the same command to resume"),
+    "code-execution-not-opted-in": (c_code_execution_not_opted_in, E.SandboxRefusedError, r"--allow-code-execution or set CELTK_ALLOW_CODE_EXEC=1"),
+}
+
+
+class _Ctx:
+    def __init__(self, tmp, monkeypatch, tiny, run_dir):
+        self.tmp, self.monkeypatch, self.tiny, self.run_dir = tmp, monkeypatch, tiny, run_dir
+
+
+_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "selection-from-other-model", "run-dir-other-config"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_gives_one_clear_error(case, tmp_path, monkeypatch, tiny_llama, request):
+    make, expected, pattern = CASES[case]
+    run_dir = request.getfixturevalue("run_dir") if case in _NEEDS_RUN else None
+    with pytest.raises(expected, match=pattern) as caught:
+        make(_Ctx(tmp_path, monkeypatch, tiny_llama, run_dir))
+    assert isinstance(caught.value, E.CeltkError)
+    assert caught.value.__cause__ is None or case in {"corrupted-weights"}  # no chained library traceback to read
+    if case == "disk-full":
+        assert not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
+def test_readme_lists_every_case():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [case for case in CASES if f"`{case}`" not in readme]
+    assert not missing, f"README's bad-input table lacks {missing}"
+    assert len(CASES) >= 25
