@@ -21,7 +21,7 @@ from celtk.heads import HeadSet, all_heads
 from celtk.models import Model, load_model
 from celtk.runstore import bits, check_fingerprint, locked, read_json, unbits, write_csv, write_json
 from celtk.screen import CachedScreener, HeadScore
-from celtk.selection import n_subsets, rank, select, subsets
+from celtk.selection import n_subsets
 from celtk.stats import compare_paired
 from celtk.tasks import Task, get_task, make_splits
 from celtk.tasks._splits import Splits
@@ -258,48 +258,78 @@ def _session_for(doc: dict[str, Any], model: Model | None, **overrides: Any) -> 
     return session
 
 
-def run_select(out: Path, *, p: int = 10, k: int = 3, model: Model | None = None,
-               progress: Progress | None = None) -> dict[str, Any]:
-    """Stage 2: pool the top-p heads, evaluate every subset of size 2..k, freeze the best."""
+class SetMemo:
+    """Per-example outcomes of head sets on the discovery set, kept on disk so any search
+    (Algorithm 1, greedy, beam, stability resamples) resumes after an interruption and never
+    scores a set twice. Files are ``DIR/{batch tag}-L{start layer}.json``, written atomically
+    as each start layer finishes."""
+
+    def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], CachedScreener],
+                 progress: Progress | None = None, stage: str = "select") -> None:
+        self.directory, self.intact, self._screener = directory, intact, screener
+        self._instance: CachedScreener | None = None
+        self.progress, self.stage = progress, stage
+        self.known: dict[HeadSet, np.ndarray] = _load_subset_parts(directory, intact)
+        self.n_scored_now = 0
+
+    def __call__(self, sets: list[HeadSet]) -> dict[HeadSet, np.ndarray]:
+        missing = [s for s in dict.fromkeys(sets) if s not in self.known]
+        if missing:
+            import hashlib
+
+            tag = hashlib.sha1(",".join(str(s) for s in sorted(missing, key=HeadSet.sort_key)).encode()).hexdigest()[:12]
+            done = 0
+
+            def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
+                nonlocal done
+                rows = [{"heads": str(h), "correct": bits(r.correct)}
+                        for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
+                write_json(self.directory / f"{tag}-L{layer}.json", {"layer": layer, "subsets": rows})
+                self.known.update({h: r.correct for h, r in results.items()})
+                done += len(results)
+                if self.progress:
+                    self.progress(self.stage, done, len(missing))
+
+            if self.progress:
+                self.progress(self.stage, 0, len(missing))
+            if self._instance is None:
+                self._instance = self._screener()
+            self._instance.run(missing, on_layer=on_layer)
+            self.n_scored_now += len(missing)
+        return {s: self.known[s] for s in sets}
+
+
+def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
+               model: Model | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """Stage 2. ``algorithm1`` (default): pool the top-p heads, evaluate every subset of size
+    2..k, freeze the best. ``greedy`` / ``beam`` (width ``width``): search over all heads.
+    Writes ``selection.json`` and ``diagnostics.json``."""
+    from celtk.strategies import get_strategy
+
     out = Path(out)
+    search = get_strategy(strategy)
     with locked(out):
         doc, intact, scores = load_screen(out)
-        if k > p:
+        if k > p and strategy == "algorithm1":
             raise ConfigError(f"k = {k} exceeds p = {p}; subsets are drawn from the pool of p heads, so use k ≤ p.")
         if p > len(scores):
             raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
         session = _session_for(doc, model, p=p, k=k)
         if [e.id for e in session.splits.discovery] != doc["discovery_ids"]:
             raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
-        pool_heads = [next(iter(s.heads)) for s in rank(scores)[:p]]
-        todo = subsets(pool_heads, k)
-        parts = out / "select_parts" / f"p{p}-k{k}"
-        known = _load_subset_parts(parts, intact)
-        if progress:
-            progress("select", len(known), len(todo))
-
-        def on_layer(layer, results):
-            rows = [{"heads": str(h), "correct": bits(r.correct)} for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
-            write_json(parts / f"L{layer}.json", {"layer": layer, "subsets": rows})
-            known.update({h: r.correct for h, r in results.items()})
-            if progress:
-                progress("select", len(known), len(todo))
-
-        missing = [s for s in todo if s not in known]
-        if missing:
-            session.screener("discovery").run(missing, on_layer=on_layer)
-        results = known
-        selection = select(scores, intact, lambda hs: results[hs], p=p, k=k)
-        document = _selection_document(doc, session, selection, intact)
+        memo = SetMemo(out / "select_parts" / "sets", intact, lambda: session.screener("discovery"), progress)
+        result = search(scores, intact, memo, k=k, p=p, width=width)
+        document = _selection_document(doc, session, result, intact)
         write_json(out / "selection.json", document)
-        write_json(out / "diagnostics.json", selection.diagnostics)
+        diagnostics = result.diagnostics or {"strategy": result.strategy, "rounds": result.rounds}
+        write_json(out / "diagnostics.json", diagnostics)
         return document
 
 
 def _load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarray]:
-    """Subset outcomes finished by an earlier, interrupted ``select`` (one file per start layer)."""
+    """Set outcomes finished by an earlier, interrupted search (one file per batch and start layer)."""
     known: dict[HeadSet, np.ndarray] = {}
-    for path in sorted(parts.glob("L*.json")) if parts.is_dir() else []:
+    for path in sorted(parts.glob("*.json")) if parts.is_dir() else []:
         for row in read_json(path)["subsets"]:
             correct = np.array(unbits(row["correct"]))
             if correct.shape != intact.shape:
@@ -308,12 +338,12 @@ def _load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndar
     return known
 
 
-def _selection_document(doc, session, selection, intact) -> dict[str, Any]:
+def _selection_document(doc, session, result, intact) -> dict[str, Any]:
     n = len(intact)
     ranking = [{"heads": s.heads.names(), "accuracy": s.accuracy, "gain": s.gain / n, "gain_count": s.gain,
-                "damage": s.damage, "fixes": s.fixes} for s in selection.ranked]
-    best = selection.best
-    return {
+                "damage": s.damage, "fixes": s.fixes} for s in result.scored]
+    best = result.best
+    document = {
         "heads": best.heads.names(),
         "discovery_accuracy": best.accuracy,
         "discovery_gain": best.gain / n,
@@ -325,13 +355,103 @@ def _selection_document(doc, session, selection, intact) -> dict[str, Any]:
         "discovery_hashes": doc["discovery_hashes"],
         "discovery_hash": doc["splits"]["discovery_hash"],
         "shots": doc["splits"]["shot_ids"],
-        "p": selection.p,
-        "k": selection.k,
-        "n_evaluated_subsets": n_subsets(selection.p, selection.k),
-        "pool": [str(s.heads) for s in selection.pool],
+        "strategy": result.strategy,
+        "strategy_options": result.options,
+        "k": result.k,
+        "n_evaluations": result.n_evaluations,
+        "rounds": result.rounds,
         "ranking": ranking,
-        "flagged_interactions": selection.diagnostics["flagged"],
     }
+    if result.strategy == "algorithm1":
+        document |= {"p": result.options["p"], "n_evaluated_subsets": n_subsets(result.options["p"], result.k),
+                     "pool": result.rounds[0], "flagged_interactions": result.diagnostics["flagged"]}
+    return document
+
+
+def _open_for_search(out: Path, model: Model | None) -> tuple[dict[str, Any], np.ndarray, list[HeadScore], Session]:
+    doc, intact, scores = load_screen(out)
+    session = _session_for(doc, model)
+    if [e.id for e in session.splits.discovery] != doc["discovery_ids"]:
+        raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
+    return doc, intact, scores, session
+
+
+def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: int = 200, rate: float = 0.05,
+                  seed: int = 0, model: Model | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """Rank heads with an alternative screener (``gradient`` or ``lasso``) and compare its top-p
+    pool with the exhaustive screen's; writes ``altscreen-{method}.json``."""
+    from celtk.screeners import compare_rankings, gradient_scores, lasso_scores
+
+    out = Path(out)
+    if method not in ("gradient", "lasso"):
+        raise ConfigError(f"Unknown screener {method!r}; use 'gradient' or 'lasso'.")
+    with locked(out):
+        doc, intact, scores, session = _open_for_search(out, model)
+        if p > len(scores):
+            raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
+        if method == "gradient":
+            result = gradient_scores(session.model, session.prepared("discovery"), batch_size=session.config.batch_size)
+        else:
+            memo = SetMemo(out / "select_parts" / "sets", intact, lambda: session.screener("discovery"), progress, "lasso")
+            result = lasso_scores(memo, [next(iter(s.heads.heads)) for s in scores], n_masks=masks, rate=rate, seed=seed)
+        comparison = compare_rankings(scores, result, p)
+        document = {"method": method, "comparison": comparison, "details": result.details,
+                    "scores": {str(h): result.scores[h] for h in result.ranked()},
+                    "exhaustive_evaluations": len(scores)}
+        timing = {"seconds": round(result.seconds, 1)}
+        document["comparison"].pop("seconds")
+        write_json(out / f"altscreen-{method}.json", document)
+        write_json(out / f"altscreen-{method}-timing.json", timing)
+        return document | {"timing": timing}
+
+
+def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
+                  strategy: str = "algorithm1", p: int = 10, k: int = 3, width: int = 3, model: Model | None = None,
+                  n_boot: int = 2000, progress: Progress | None = None) -> dict[str, Any]:
+    """Rerun selection on resamples of the discovery set; score every distinct selection on the
+    held-out set; writes ``stability.json``."""
+    from celtk.stability import stability
+
+    out = Path(out)
+    with locked(out):
+        doc, intact, scores, session = _open_for_search(out, model)
+        if p > len(scores):
+            raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
+        memo = SetMemo(out / "select_parts" / "sets", intact, lambda: session.screener("discovery"), progress, "stability")
+        result = stability(scores, intact, memo, n_resamples=resamples, method=method, fraction=fraction, seed=seed,
+                           strategy=strategy, p=p, k=k, width=width)
+        _check_no_overlap(doc["discovery_hashes"], doc["discovery_ids"], session.splits.heldout)
+        distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
+        if progress:
+            progress("held-out", 0, len(distinct))
+        held_intact, held = session.screener("heldout").run(distinct)
+        if progress:
+            progress("held-out", len(distinct), len(distinct))
+        full = memo(distinct)
+        rows = []
+        for heads in distinct:
+            cmp = compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot, seed=session.config.seed)
+            rows.append({"heads": heads.names(), "frequency": result.subset_frequency.get(str(heads), 0.0),
+                         "is_reference": heads == result.reference,
+                         "discovery_gain": float(full[heads].mean() - intact.mean()),
+                         "heldout_gain": cmp.gain, "heldout_gain_ci": list(cmp.gain_ci), "heldout_mcnemar_p": cmp.mcnemar_p})
+        rows.sort(key=lambda r: (-r["frequency"], r["heads"]))
+        gains = np.array([next(r["heldout_gain"] for r in rows if r["heads"] == s.names()) for s in result.selections])
+        document = {
+            "strategy": strategy, "p": p, "k": k, "resampling": method, "n_resamples": resamples,
+            "fraction": fraction if method == "subsample" else None, "seed": seed,
+            "reference_selection": result.reference.names(), "reference_frequency": result.reference_frequency,
+            "head_frequency": result.head_frequency, "mean_pairwise_jaccard": result.mean_jaccard,
+            "n_distinct_selections": len(set(result.selections)),
+            "heldout_gain_over_resamples": {"mean": float(gains.mean()), "min": float(gains.min()),
+                                            "q05": float(np.quantile(gains, 0.05)), "median": float(np.median(gains)),
+                                            "q95": float(np.quantile(gains, 0.95)), "max": float(gains.max())},
+            "heldout_intact_accuracy": held_intact.accuracy, "n_heldout": len(held_intact.examples),
+            "selections": rows, "per_resample": [s.names() for s in result.selections],
+            "n_discovery_evaluations": result.n_evaluations,
+        }
+        write_json(out / "stability.json", document)
+        return document
 
 
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
@@ -354,7 +474,8 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
             progress("test", 2, 2)
         cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
         document = {
-            "heads": sel["heads"], "model": sel["model"]["name"], "task": sel["task"]["task"], "n": cmp.n,
+            "heads": sel["heads"], "strategy": sel.get("strategy", "algorithm1"), "model": sel["model"]["name"],
+            "task": sel["task"]["task"], "n": cmp.n,
             "intact_accuracy": cmp.intact_accuracy, "ablated_accuracy": cmp.ablated_accuracy, "gain": cmp.gain,
             "relative_error_reduction": cmp.relative_error_reduction, "fixes": cmp.fixes, "damage": cmp.damage,
             "mcnemar_p": cmp.mcnemar_p, "gain_ci": list(cmp.gain_ci), "ci_level": cmp.ci_level, "n_boot": n_boot,

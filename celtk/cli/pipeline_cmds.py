@@ -46,10 +46,14 @@ def _print_screen(doc: dict, top: int = 10) -> None:
 
 
 def _print_selection(doc: dict) -> None:
-    console().print(f"Selected [bold]{','.join(doc['heads'])}[/] from pool {', '.join(doc['pool'])} "
-                    f"({doc['n_evaluated_subsets']} subsets evaluated): discovery accuracy "
-                    f"{doc['intact_discovery_accuracy']:.1%} → {doc['discovery_accuracy']:.1%}. "
-                    f"{len(doc['flagged_interactions'])} subset(s) flagged as non-additive.")
+    change = f"discovery accuracy {doc['intact_discovery_accuracy']:.1%} → {doc['discovery_accuracy']:.1%}"
+    if doc.get("strategy", "algorithm1") == "algorithm1":
+        console().print(f"Selected [bold]{','.join(doc['heads'])}[/] from pool {', '.join(doc['pool'])} "
+                        f"({doc['n_evaluated_subsets']} subsets evaluated): {change}. "
+                        f"{len(doc['flagged_interactions'])} subset(s) flagged as non-additive.")
+    else:
+        console().print(f"Selected [bold]{','.join(doc['heads'])}[/] by {doc['strategy']} search "
+                        f"({doc['n_evaluations']} interventions evaluated, the screen included): {change}.")
 
 
 def _print_test(doc: dict) -> None:
@@ -92,12 +96,15 @@ def merge_cmd(out) -> None:
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 @click.option("--p", "p", type=int, default=10, show_default=True, help="Candidate pool size.")
 @click.option("--k", "k", type=int, default=3, show_default=True, help="Largest subset size.")
-def select_cmd(out, p, k) -> None:
-    """Stage 2: evaluate subsets of the top-p heads, freeze the best in OUT/selection.json."""
+@click.option("--strategy", type=click.Choice(["algorithm1", "greedy", "beam"]), default="algorithm1", show_default=True,
+              help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads.")
+@click.option("--width", type=int, default=3, show_default=True, help="Beam width (beam only).")
+def select_cmd(out, p, k, strategy, width) -> None:
+    """Stage 2: search for the best head set, freeze it in OUT/selection.json."""
     from celtk.pipeline import run_select
 
     with progress_bar() as progress:
-        doc = run_select(Path(out), p=p, k=k, progress=progress)
+        doc = run_select(Path(out), p=p, k=k, strategy=strategy, width=width, progress=progress)
     _print_selection(doc)
 
 

@@ -101,7 +101,7 @@ def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
     assert len(screen["heads"]) == model.n_layers * model.n_heads and screen["discovery_ids"]
     assert selection["n_evaluated_subsets"] == 6  # C(4, 2)
     # an interrupted select resumes from its per-layer parts and freezes the same selection
-    parts = sorted((tmp_path / "select_parts" / "p4-k2").glob("L*.json"))
+    parts = sorted((tmp_path / "select_parts" / "sets").glob("*.json"))
     assert parts
     parts[-1].unlink()
     (tmp_path / "selection.json").unlink()

@@ -1,0 +1,222 @@
+"""Alternative screeners: cheaper ways to rank heads for the candidate pool, compared with the
+exhaustive single-head screen (which stays the default).
+
+* :func:`gradient_scores` — head importance from the gradient of the task loss with respect to
+  a per-head output gate (Michel et al. 2019): one forward and one backward pass per batch.
+  We keep the sign: removing head ``h`` moves its gate from 1 to 0, changing the loss by about
+  ``-∂L/∂g_h``, so a positive ``∂L/∂g_h`` predicts that removal helps. (Michel et al. rank by
+  ``|∂L/∂g_h|``, which finds important heads but cannot tell helpful from harmful.)
+* :func:`lasso_scores` — random multi-head knockouts (Bair et al. 2026): score the task under
+  many random masks, regress accuracy on the mask with an L1 penalty chosen by K-fold
+  cross-validation; a positive coefficient marks a head whose removal helps.
+* :func:`compare_rankings` — overlap and rank correlation of a screener's top-p pool with the
+  exhaustive screen's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from celtk.ablation import _hooks
+from celtk.errors import ConfigError
+from celtk.evaluator import Prepared, decoder_hidden, make_batches, unembed
+from celtk.heads import Head, HeadSet
+from celtk.models import Model
+from celtk.screen import HeadScore
+from celtk.selection import rank
+
+
+@dataclass(frozen=True)
+class ScreenerResult:
+    """Per-head scores (higher = removal predicted to help more) and the screener's cost."""
+
+    method: str
+    scores: dict[Head, float]
+    n_evaluations: int  # forward passes over the discovery set (masks), or forward+backward sweeps
+    seconds: float
+    details: dict = field(default_factory=dict)
+
+    def ranked(self) -> list[Head]:
+        return sorted(self.scores, key=lambda h: (-self.scores[h], h))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient of the task loss with respect to per-head gates
+
+
+def task_loss_terms(model: Model, prepared: Prepared, hidden_fn: Callable, batch_size: int) -> torch.Tensor:
+    """Summed per-request target log-probabilities, differentiable (used by the gradient screener)."""
+    requests = prepared.requests
+    lp = torch.zeros(len(requests), dtype=torch.float64)
+    for batch in make_batches(requests, batch_size, model.tokenizer.pad_token_id):
+        hidden = hidden_fn(batch)
+        picked = hidden[batch.rows, batch.positions]
+        logprobs = torch.log_softmax(unembed(model, picked), dim=-1)
+        target_lp = logprobs.gather(1, batch.targets[:, None].to(logprobs.device))[:, 0].double().cpu()
+        per_request = torch.zeros(len(batch.request_ids), dtype=torch.float64).index_add(0, batch.owner, target_lp)
+        lp = lp.index_add(0, torch.tensor(batch.request_ids), per_request)
+    return lp
+
+
+def _example_loss(prepared: Prepared, lp: torch.Tensor) -> torch.Tensor:
+    """Mean task loss: −log p(target) for generative targets; for multiple choice, the cross-entropy
+    of the correct choice among the choices (log-likelihoods per character when the task scores
+    acc_norm)."""
+    by_example: dict[int, list[int]] = {}
+    for r, req in enumerate(prepared.requests):
+        by_example.setdefault(req.example, []).append(r)
+    losses = []
+    for i, example in enumerate(prepared.examples):
+        rids = by_example[i]
+        if prepared.kind == "target":
+            losses.append(-lp[rids[0]])
+            continue
+        lls = lp[rids]
+        if prepared.normalize:
+            lls = lls / torch.tensor([len(c) for c in example.choices or ()], dtype=lls.dtype)
+        losses.append(-(lls[example.label] - torch.logsumexp(lls, dim=0)))
+    return torch.stack(losses).mean()
+
+
+def gate_loss(model: Model, prepared: Prepared, gates: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
+    """The mean task loss with each head's ``hook_z`` output multiplied by ``gates[layer, head]``."""
+    def gate_hook(layer: int):
+        def hook(z, hook):
+            return z * gates[layer].to(z.dtype)[None, None, :, None]
+        return hook
+
+    with _hooks(model, {layer: gate_hook(layer) for layer in range(model.n_layers)}):
+        lp = task_loss_terms(model, prepared, lambda b: decoder_hidden(model, b.input_ids, b.attention_mask), batch_size)
+    return _example_loss(prepared, lp)
+
+
+def gradient_scores(model: Model, prepared: Prepared, batch_size: int = 16) -> ScreenerResult:
+    """Signed gate gradient ``∂L/∂g_h`` at ``g = 1`` for every head, in one backward pass."""
+    if prepared.kind == "generate":
+        raise ConfigError("The gradient screener needs fixed targets or choices; generation tasks have none.")
+    start = time.perf_counter()
+    gates = torch.ones(model.n_layers, model.n_heads, dtype=torch.float32, device=model.device, requires_grad=True)
+    with torch.enable_grad():
+        loss = gate_loss(model, prepared, gates, batch_size)
+        (grad,) = torch.autograd.grad(loss, gates)
+    grad = grad.detach().cpu().double().numpy()
+    scores = {Head(l, h): float(grad[l, h]) for l in range(model.n_layers) for h in range(model.n_heads)}
+    return ScreenerResult("gradient", scores, 1, time.perf_counter() - start,
+                          {"loss": float(loss.detach()), "sign": "positive = removal predicted to lower the task loss"})
+
+
+# ---------------------------------------------------------------------------------------------
+# LASSO over random knockout masks
+
+
+def lasso_fit(x: np.ndarray, y: np.ndarray, alpha: float, n_iter: int = 2000, tol: float = 1e-9) -> tuple[float, np.ndarray]:
+    """Coordinate descent for ``min (1/2n)‖y − b − Xβ‖² + α‖β‖₁``; returns ``(b, β)``."""
+    n, d = x.shape
+    x_mean, y_mean = x.mean(0), y.mean()
+    xc, yc = x - x_mean, y - y_mean
+    norms = (xc ** 2).sum(0) / n
+    beta = np.zeros(d)
+    residual = yc.copy()
+    for _ in range(n_iter):
+        largest = 0.0
+        for j in range(d):
+            if norms[j] == 0:
+                continue
+            old = beta[j]
+            rho = xc[:, j] @ residual / n + norms[j] * old
+            new = np.sign(rho) * max(abs(rho) - alpha, 0.0) / norms[j]
+            if new != old:
+                residual -= xc[:, j] * (new - old)
+                beta[j] = new
+                largest = max(largest, abs(new - old))
+        if largest < tol:
+            break
+    return float(y_mean - x_mean @ beta), beta
+
+
+def lasso_cv(x: np.ndarray, y: np.ndarray, n_folds: int = 5, n_alphas: int = 25, seed: int = 0) -> tuple[float, np.ndarray, dict]:
+    """Choose α by K-fold cross-validated squared error on a log grid; refit on all rows."""
+    n = len(y)
+    xc, yc = x - x.mean(0), y - y.mean()
+    alpha_max = float(np.abs(xc.T @ yc).max() / n) or 1e-12
+    alphas = alpha_max * np.logspace(0, -3, n_alphas)
+    folds = np.random.default_rng(seed).permutation(n) % n_folds
+    errors = np.zeros(n_alphas)
+    for fold in range(n_folds):
+        train, test = folds != fold, folds == fold
+        for i, alpha in enumerate(alphas):
+            b, beta = lasso_fit(x[train], y[train], alpha, n_iter=500)
+            errors[i] += ((y[test] - b - x[test] @ beta) ** 2).sum()
+    best = int(np.argmin(errors))
+    b, beta = lasso_fit(x, y, alphas[best])
+    return float(alphas[best]), beta, {"alphas": alphas.tolist(), "cv_mse": (errors / n).tolist(), "intercept": b}
+
+
+def random_masks(heads: Sequence[Head], n_masks: int, rate: float, seed: int) -> list[HeadSet]:
+    """``n_masks`` distinct random knockouts, each head in each with probability ``rate`` (never empty)."""
+    if not 0 < rate < 1:
+        raise ConfigError(f"Knockout rate must be between 0 and 1, got {rate}.")
+    rng = np.random.default_rng(seed)
+    masks: dict[HeadSet, None] = {}
+    attempts = 0
+    while len(masks) < n_masks and attempts < 100 * n_masks:
+        attempts += 1
+        chosen = [h for h, keep in zip(heads, rng.random(len(heads)) < rate) if keep]
+        if chosen:
+            masks.setdefault(HeadSet(tuple(chosen)), None)
+    return list(masks)
+
+
+def lasso_scores(evaluate: Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]], heads: Sequence[Head],
+                 n_masks: int = 200, rate: float = 0.05, seed: int = 0, n_folds: int = 5) -> ScreenerResult:
+    """Score ``n_masks`` random knockouts with ``evaluate`` (per-example correctness), regress accuracy
+    on the masks; the coefficients (accuracy change per removed head) are the scores."""
+    start = time.perf_counter()
+    heads = sorted(heads)
+    masks = random_masks(heads, n_masks, rate, seed)
+    outcomes = evaluate(masks)
+    index = {h: i for i, h in enumerate(heads)}
+    x = np.zeros((len(masks), len(heads)))
+    for row, mask in enumerate(masks):
+        x[row, [index[h] for h in mask.heads]] = 1.0
+    y = np.array([outcomes[m].mean() for m in masks])
+    alpha, beta, details = lasso_cv(x, y, n_folds=n_folds, seed=seed)
+    scores = {h: float(beta[index[h]]) for h in heads}
+    return ScreenerResult("lasso", scores, len(masks), time.perf_counter() - start,
+                          {"alpha": alpha, "n_masks": len(masks), "rate": rate, "mean_mask_accuracy": float(y.mean()),
+                           "n_nonzero": int((beta != 0).sum()), **details})
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def compare_rankings(exhaustive: Sequence[HeadScore], result: ScreenerResult, p: int = 10) -> dict:
+    """How a screener's top-p pool relates to the exhaustive screen's: overlap (and the overlap
+    two random pools would have), Jaccard, Spearman correlation over all heads, and where the
+    exhaustive pool's heads fall in the screener's ranking."""
+    from scipy.stats import spearmanr
+
+    ranked = [next(iter(s.heads.heads)) for s in rank(exhaustive)]
+    theirs = result.ranked()
+    mine, other = set(ranked[:p]), set(theirs[:p])
+    n = len(ranked)
+    exhaustive_gain = {next(iter(s.heads.heads)): s.gain for s in exhaustive}
+    heads = sorted(exhaustive_gain)
+    rho = spearmanr([exhaustive_gain[h] for h in heads], [result.scores[h] for h in heads]).statistic
+    position = {h: i for i, h in enumerate(theirs)}
+    return {
+        "method": result.method, "p": p, "overlap": len(mine & other), "chance_overlap": p * p / n,
+        "jaccard": len(mine & other) / len(mine | other), "spearman": float(rho) if rho == rho else None,
+        "exhaustive_pool": [str(h) for h in ranked[:p]], "screener_pool": [str(h) for h in theirs[:p]],
+        "screener_rank_of_exhaustive_pool": {str(h): position[h] + 1 for h in ranked[:p]},
+        "n_evaluations": result.n_evaluations, "seconds": result.seconds,
+    }
+
+
+__all__ = ["ScreenerResult", "compare_rankings", "gate_loss", "gradient_scores", "lasso_cv", "lasso_fit",
+           "lasso_scores", "random_masks"]

@@ -1,0 +1,84 @@
+"""Selection stability: rerun a search strategy on resamples of the discovery set and report
+how often each head and each subset is chosen and how similar the selections are.
+
+Every resample reuses per-example outcomes: single heads come from the screen, and a subset
+scored once on the whole discovery set is re-scored on any resample by indexing, so B
+resamples cost only the subsets no earlier resample needed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from celtk.errors import ConfigError
+from celtk.heads import HeadSet
+from celtk.screen import HeadScore
+from celtk.strategies import SearchResult, get_strategy
+
+
+@dataclass(frozen=True)
+class StabilityResult:
+    selections: list[HeadSet]  # one per resample
+    reference: HeadSet  # the selection on the whole discovery set
+    head_frequency: dict[str, float]
+    subset_frequency: dict[str, float]
+    mean_jaccard: float
+    reference_frequency: float
+    n_resamples: int
+    method: str
+    n_evaluations: int  # distinct interventions scored on the discovery set, the screen's included
+
+
+def resample_indices(n: int, n_resamples: int, method: str, fraction: float, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if method == "bootstrap":
+        return [rng.integers(0, n, size=n) for _ in range(n_resamples)]
+    if method == "subsample":
+        if not 0 < fraction < 1:
+            raise ConfigError(f"Subsample fraction must be between 0 and 1, got {fraction}.")
+        size = max(1, int(round(fraction * n)))
+        return [np.sort(rng.choice(n, size=size, replace=False)) for _ in range(n_resamples)]
+    raise ConfigError(f"Unknown resampling method {method!r}; use 'bootstrap' or 'subsample'.")
+
+
+def jaccard(a: HeadSet, b: HeadSet) -> float:
+    union = set(a.heads) | set(b.heads)
+    return len(set(a.heads) & set(b.heads)) / len(union) if union else 1.0
+
+
+def stability(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]],
+              *, n_resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
+              strategy: str = "algorithm1", **options: object) -> StabilityResult:
+    """Run ``strategy`` on ``n_resamples`` resamples of the discovery examples (and once on all)."""
+    if n_resamples < 2:
+        raise ConfigError(f"Stability needs at least 2 resamples, got {n_resamples}.")
+    search = get_strategy(strategy)
+    scored: set[HeadSet] = {s.heads for s in single}
+
+    def run(idx: np.ndarray | None) -> SearchResult:
+        take = (lambda a: a) if idx is None else (lambda a: a[idx])
+        rescored = [HeadScore.compare(s.heads, take(s.correct), take(intact)) for s in single]
+
+        def evaluate_resampled(sets: list[HeadSet]) -> dict[HeadSet, np.ndarray]:
+            scored.update(sets)
+            return {s: take(v) for s, v in evaluate(sets).items()}
+
+        return search(rescored, take(intact), evaluate_resampled, **options)
+
+    reference = run(None).best.heads
+    selections = [run(idx).best.heads for idx in resample_indices(len(intact), n_resamples, method, fraction, seed)]
+    heads = Counter(str(h) for s in selections for h in s.heads)
+    subsets = Counter(str(s) for s in selections)
+    pairs = [jaccard(a, b) for a, b in combinations(selections, 2)]
+    return StabilityResult(
+        selections=selections, reference=reference,
+        head_frequency={h: c / n_resamples for h, c in heads.most_common()},
+        subset_frequency={s: c / n_resamples for s, c in subsets.most_common()},
+        mean_jaccard=float(np.mean(pairs)), reference_frequency=subsets[str(reference)] / n_resamples,
+        n_resamples=n_resamples, method=method, n_evaluations=len(scored),
+    )
