@@ -30,12 +30,12 @@ def smol_tokenizer():
     return tok
 
 
-def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3):
+def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3, n_heads: int = 4):
     """A tiny random HF causal LM of the given architecture, built with ``from_config``."""
     import transformers as tf
 
-    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=n_layers,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+    common = dict(vocab_size=vocab_size, hidden_size=64 if n_heads == 4 else 8 * n_heads, intermediate_size=128, num_hidden_layers=n_layers,
+                  num_attention_heads=n_heads, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
                   initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0,
                   bos_token_id=None, eos_token_id=None)
     if arch == "llama":
@@ -57,10 +57,10 @@ def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3):
     return model.eval()
 
 
-def make_tiny(arch: str, tokenizer, seed: int = 0, n_layers: int = 3):
+def make_tiny(arch: str, tokenizer, seed: int = 0, n_layers: int = 3, n_heads: int = 4):
     from celtk.models import wrap_hf_model
 
-    return wrap_hf_model(tiny_hf_model(arch, len(tokenizer), seed, n_layers), tokenizer, name=f"tiny-{arch}")
+    return wrap_hf_model(tiny_hf_model(arch, len(tokenizer), seed, n_layers, n_heads), tokenizer, name=f"tiny-{arch}")
 
 
 @pytest.fixture(scope="session", params=TINY_ARCHS)

@@ -1,0 +1,191 @@
+"""Compare CEL heads with what circuit work names: head attribute scores (previous-token,
+duplicate-token, induction), task-critical vs enhancing heads from a screen, circuit files and
+their overlap with a selection or a screen ranking (with the overlap chance would give).
+
+Circuit file (JSON)::
+
+    {"name": "...", "model": "gpt2 (GPT-2 small)", "n_layers": 12, "n_heads": 12,
+     "source": "paper / URL", "heads": [{"head": "L9H9", "role": "name mover"}, ...]}
+
+Packaged circuits: :func:`packaged_circuits` (``ioi-gpt2-small``: Wang et al. 2022).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from celtk.errors import DataFormatError, HeadError, suggest
+from celtk.heads import Head
+
+_PACKAGED = {"ioi-gpt2-small": "ioi_gpt2_small.json"}
+
+
+@dataclass(frozen=True)
+class Circuit:
+    name: str
+    model: str
+    n_layers: int
+    n_heads: int
+    source: str
+    roles: dict[Head, str]
+
+    @property
+    def heads(self) -> list[Head]:
+        return sorted(self.roles)
+
+    def by_role(self) -> dict[str, list[Head]]:
+        out: dict[str, list[Head]] = {}
+        for head, role in sorted(self.roles.items()):
+            out.setdefault(role, []).append(head)
+        return out
+
+
+def packaged_circuits() -> list[str]:
+    return sorted(_PACKAGED)
+
+
+def load_circuit(source: str | Path) -> Circuit:
+    """Read a circuit file (a path, or a packaged name such as ``ioi-gpt2-small``)."""
+    if str(source) in _PACKAGED:
+        text = resources.files("celtk.circuits").joinpath(_PACKAGED[str(source)]).read_text()
+        where = f"packaged circuit {source}"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise DataFormatError(f"Circuit file {str(source)!r} does not exist; give a JSON circuit file or a packaged "
+                                  f"circuit.{suggest(str(source), _PACKAGED)}")
+        text, where = path.read_text(), str(path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataFormatError(f"{where}: not valid JSON ({error.msg} at line {error.lineno}).") from None
+    missing = [k for k in ("name", "n_layers", "n_heads", "heads") if k not in doc]
+    if missing:
+        raise DataFormatError(f"{where}: missing field(s) {', '.join(missing)}; a circuit file needs name, model, n_layers, "
+                              "n_heads, source and heads (a list of {\"head\": \"L9H9\", \"role\": \"...\"}).")
+    roles: dict[Head, str] = {}
+    for i, row in enumerate(doc["heads"]):
+        if not isinstance(row, dict) or "head" not in row:
+            raise DataFormatError(f"{where}: heads[{i}] must be an object with 'head' (and 'role').")
+        head = Head.parse(str(row["head"])).validate(doc["n_layers"], doc["n_heads"])
+        if head in roles:
+            raise DataFormatError(f"{where}: head {head} is listed twice.")
+        roles[head] = str(row.get("role", "unspecified"))
+    return Circuit(doc["name"], doc.get("model", "?"), int(doc["n_layers"]), int(doc["n_heads"]),
+                   doc.get("source", ""), roles)
+
+
+def hypergeom_tail(overlap: int, population: int, drawn: int, marked: int) -> float:
+    """P(X ≥ overlap) for X ~ Hypergeometric(population, marked, drawn): drawing ``drawn`` heads at
+    random, how often would at least ``overlap`` of them be circuit heads."""
+    from scipy.stats import hypergeom
+
+    return float(hypergeom.sf(overlap - 1, population, marked, drawn))
+
+
+def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selection: list[str],
+                         ranking: list[str], top: int = 10) -> dict[str, Any]:
+    """Overlap of a CEL selection and of the screen's top-``top`` heads with the circuit, each beside
+    the overlap expected by chance (hypergeometric), and the circuit heads' ranks in the screen."""
+    if (circuit.n_layers, circuit.n_heads) != (n_layers, n_heads):
+        raise HeadError(f"Circuit {circuit.name!r} is for a {circuit.n_layers} × {circuit.n_heads} model "
+                        f"({circuit.model}); this run's model is {n_layers} × {n_heads}. Compare with a circuit "
+                        "found on a model of the same shape.")
+    population = n_layers * n_heads
+    marked = set(circuit.roles)
+
+    def overlap(heads: list[Head]) -> dict[str, Any]:
+        shared = [h for h in heads if h in marked]
+        return {"n": len(heads), "overlap": len(shared), "expected_by_chance": len(heads) * len(marked) / population,
+                "p_at_least": hypergeom_tail(len(shared), population, len(heads), len(marked)),
+                "shared": [{"head": str(h), "role": circuit.roles[h]} for h in shared]}
+
+    sel = [Head.parse(h) for h in selection]
+    ranked = [Head.parse(h) for h in ranking]
+    position = {h: i + 1 for i, h in enumerate(ranked)}
+    circuit_ranks = {str(h): position.get(h) for h in circuit.heads}
+    known = [r for r in circuit_ranks.values() if r is not None]
+    return {
+        "circuit": circuit.name, "circuit_model": circuit.model, "source": circuit.source,
+        "n_circuit_heads": len(marked), "population": population,
+        "selection": overlap(sel), f"screen_top{top}": overlap(ranked[:top]),
+        "circuit_head_ranks": circuit_ranks,
+        "mean_rank_of_circuit_heads": float(np.mean(known)) if known else None,
+        "mean_rank_by_chance": (len(ranked) + 1) / 2,
+        "by_role": {role: {"heads": [str(h) for h in heads], "ranks": [position.get(h) for h in heads]}
+                    for role, heads in circuit.by_role().items()},
+    }
+
+
+def critical_and_enhancing(rows: list[dict[str, Any]], n: int = 10) -> dict[str, Any]:
+    """From screen rows (``head``, ``gain_count``, ``damage``, ``fixes``): the ``n`` heads whose
+    removal hurts most (task-critical, Bair et al. 2026) and the ``n`` whose removal helps most
+    (enhancing), their layer histograms, and their overlap."""
+    ordered = sorted(rows, key=lambda r: (r["gain_count"], -r["damage"], r["head"]))
+    critical = [r for r in ordered if r["gain_count"] < 0][:n]
+    enhancing = [r for r in reversed(ordered) if r["gain_count"] > 0][:n]
+
+    def layers(group):
+        return dict(sorted(Counter(Head.parse(r["head"]).layer for r in group).items()))
+
+    c, e = {r["head"] for r in critical}, {r["head"] for r in enhancing}
+    # heads both critical for some examples and enhancing for others: many fixes and many damages
+    mixed = sorted((r for r in rows if r["fixes"] > 0 and r["damage"] > 0),
+                   key=lambda r: -(min(r["fixes"], r["damage"])))[:n]
+    return {
+        "critical": [{"head": r["head"], "gain_count": r["gain_count"], "damage": r["damage"]} for r in critical],
+        "enhancing": [{"head": r["head"], "gain_count": r["gain_count"], "fixes": r["fixes"]} for r in enhancing],
+        "critical_layers": layers(critical), "enhancing_layers": layers(enhancing),
+        "overlap": sorted(c & e), "both_fix_and_damage": [r["head"] for r in mixed],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Head attribute scores on the model being studied
+
+
+def _repeated_random_tokens(vocab: int, length: int, batch: int, seed: int, avoid: set[int]) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    usable = np.array([t for t in range(min(vocab, 20_000)) if t not in avoid])
+    first = np.stack([rng.choice(usable, size=length, replace=False) for _ in range(batch)])
+    return np.concatenate([first, first], axis=1)
+
+
+def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
+    """Previous-token, duplicate-token and induction scores of every head, ``[layer, head]``, on
+    random token sequences repeated once (the usual probe, as TransformerLens's head detector):
+
+    * previous-token: mean attention from position i to i−1;
+    * duplicate-token: from a token in the second copy to the same token in the first;
+    * induction: from a token in the second copy to the token after its first occurrence.
+
+    Tokens are drawn without repetition inside a copy, so each score is an average attention
+    weight in [0, 1]."""
+    import torch
+
+    special = set(model.tokenizer.all_special_ids)
+    tokens = _repeated_random_tokens(model.d_vocab, length, batch, seed, special)
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.n_layers)]
+    wanted = set(names)
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(torch.tensor(tokens, device=model.device), names_filter=lambda n: n in wanted)
+    patterns = np.stack([cache[name].float().cpu().numpy() for name in names])  # [layer, batch, head, q, k]
+    return scores_from_patterns(patterns, length)
+
+
+def scores_from_patterns(patterns: np.ndarray, length: int) -> dict[str, np.ndarray]:
+    """The three scores from attention patterns ``[layer, batch, head, q, k]`` on sequences made of
+    one random copy of ``length`` tokens followed by the same copy."""
+    n = 2 * length
+    q_all, q_second = np.arange(1, n), np.arange(length, n)
+    prev = patterns[..., q_all, q_all - 1].mean(axis=(1, 3))
+    dup = patterns[..., q_second, q_second - length].mean(axis=(1, 3))
+    ind = patterns[..., q_second, q_second - length + 1].mean(axis=(1, 3))
+    return {"previous_token": prev, "duplicate_token": dup, "induction": ind}

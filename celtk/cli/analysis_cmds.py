@@ -1,0 +1,85 @@
+"""`celtk attributes`, `celtk compare`, `celtk report`: explain and present a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from celtk.cli._common import console, quiet_libraries
+
+
+@click.command("attributes")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--length", type=int, default=40, show_default=True, help="Random tokens per copy (sequence = 2 copies).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def attributes_cmd(out, length, seed) -> None:
+    """Previous-token, duplicate-token and induction scores of every head (OUT/head_attributes.json)."""
+    from rich.table import Table
+
+    from celtk.analysis import run_attributes
+
+    quiet_libraries()
+    doc = run_attributes(Path(out), length=length, seed=seed)
+    table = Table(title="Attribute scores of the selected heads (mean attention weight)")
+    table.add_column("head")
+    for name in doc["scores"]:
+        table.add_column(name.replace("_", " "), justify="right")
+    for head, scores in doc["selected"].items():
+        table.add_row(head, *(f"{v:.3f}" for v in scores.values()))
+    console().print(table)
+    for name, grid in doc["scores"].items():
+        flat = sorted(((v, f"L{l}H{h}") for l, row in enumerate(grid) for h, v in enumerate(row)), reverse=True)[:5]
+        console().print(f"top {name.replace('_', ' ')} heads: " + ", ".join(f"{h} ({v:.2f})" for v, h in flat))
+
+
+@click.command("compare")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--circuit", required=True, help="Circuit JSON file, or a packaged circuit (see `celtk circuits`).")
+@click.option("--top", type=int, default=10, show_default=True, help="Screen top-N compared, and critical/enhancing list length.")
+def compare_cmd(out, circuit, top) -> None:
+    """Overlap of the run's heads with a circuit, beside chance (OUT/compare-CIRCUIT.json)."""
+    from rich.table import Table
+
+    from celtk.analysis import run_compare
+
+    doc = run_compare(Path(out), circuit, top=top)
+    table = Table(title=f"{doc['circuit']} ({doc['n_circuit_heads']} of {doc['population']} heads) vs this run")
+    for col in ("heads compared", "n", "overlap", "expected by chance", "P(≥ overlap)", "shared"):
+        table.add_column(col, justify="right")
+    for key in ("selection", f"screen_top{top}"):
+        o = doc[key]
+        table.add_row(key.replace("_", " "), str(o["n"]), str(o["overlap"]), f"{o['expected_by_chance']:.2f}",
+                      f"{o['p_at_least']:.2g}", ", ".join(f"{s['head']} ({s['role']})" for s in o["shared"]) or "—")
+    console().print(table)
+    console().print(f"Mean screen rank of circuit heads: {doc['mean_rank_of_circuit_heads']:.0f} "
+                    f"(chance {doc['mean_rank_by_chance']:.0f}; 1 = removal helps most).")
+    ce = doc["critical_vs_enhancing"]
+    console().print(f"Task-critical heads (removal hurts most): {', '.join(r['head'] for r in ce['critical']) or '—'}\n"
+                    f"Enhancing heads (removal helps most): {', '.join(r['head'] for r in ce['enhancing']) or '—'}\n"
+                    f"Critical layers {ce['critical_layers']}; enhancing layers {ce['enhancing_layers']}; "
+                    f"overlap {ce['overlap'] or 'none'}.")
+
+
+@click.command("circuits")
+def circuits_cmd() -> None:
+    """List the packaged circuit files."""
+    from celtk.circuits import load_circuit, packaged_circuits
+
+    for name in packaged_circuits():
+        c = load_circuit(name)
+        console().print(f"[bold]{name}[/]: {c.name}, {len(c.roles)} heads on {c.model} ({c.n_layers} × {c.n_heads}). {c.source}")
+
+
+@click.command("report")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--to", "target", type=click.Path(file_okay=False), default=None, help="Report directory (default OUT/report).")
+def report_cmd(out, target) -> None:
+    """Write a self-contained HTML page and PNG figures from a run directory."""
+    from celtk.report import write_report
+
+    page = write_report(Path(out), Path(target) if target else None)
+    console().print(f"Report: {page} (figures beside it as PNG).")
+
+
+COMMANDS = [attributes_cmd, compare_cmd, circuits_cmd, report_cmd]

@@ -1,0 +1,194 @@
+"""Open heads up in a notebook: what a head set does to examples, and what one head does on one
+prompt. Everything returns data (dataclasses, numpy arrays); nothing prints.
+
+    >>> model = celtk.load_model("smollm2-135m")                       # doctest: +SKIP
+    >>> task = celtk.get_task("arithmetic:2da")
+    >>> splits = celtk.make_splits(task, 0, 50, seed=1, fewshot=3)
+    >>> eff = celtk.probe.effect(model, task, splits.heldout, splits.shots, "L1H2,L14H8")
+    >>> eff.fixes[:3], eff.summary.gain
+    >>> att = celtk.probe.attention(model, splits.heldout[0].prompt, "L14H8")
+    >>> celtk.probe.direct_logit_attribution(model, prompt, " 143", "L14H8")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from celtk.ablation import ablate
+from celtk.errors import TaskError
+from celtk.evaluator import EvalConfig, evaluate
+from celtk.heads import Head, HeadSet
+from celtk.models import Model
+from celtk.stats import PairedComparison, compare_paired
+from celtk.tasks import Example, Task
+
+
+@dataclass(frozen=True)
+class ExampleEffect:
+    id: str
+    intact_correct: bool
+    ablated_correct: bool
+    intact_logprob: float  # summed target log-probability (or the correct choice's log-likelihood)
+    ablated_logprob: float
+
+    @property
+    def delta_logprob(self) -> float:
+        return self.ablated_logprob - self.intact_logprob
+
+
+@dataclass(frozen=True)
+class Effect:
+    heads: HeadSet
+    examples: list[ExampleEffect]
+    summary: PairedComparison
+
+    @property
+    def fixes(self) -> list[str]:
+        """Examples wrong intact and right with the heads removed."""
+        return [e.id for e in self.examples if e.ablated_correct and not e.intact_correct]
+
+    @property
+    def breaks(self) -> list[str]:
+        """Examples right intact and wrong with the heads removed."""
+        return [e.id for e in self.examples if e.intact_correct and not e.ablated_correct]
+
+    def to_rows(self) -> list[dict]:
+        return [{**e.__dict__, "delta_logprob": e.delta_logprob} for e in self.examples]
+
+
+def _correct_logprob(result, examples: Sequence[Example]) -> list[float]:
+    out = []
+    for r, ex in zip(result.examples, examples):
+        out.append(float(r.logprob[ex.label]) if isinstance(r.logprob, list) else float(r.logprob))
+    return out
+
+
+def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
+           heads: HeadSet | str = "", batch_size: int = 16, n_boot: int = 2000, seed: int = 0) -> Effect:
+    """Per-example correctness and target log-probability, intact vs with ``heads`` removed, the
+    examples fixed and broken, and the paired comparison (gain, McNemar p, bootstrap CI)."""
+    heads = HeadSet.parse(heads) if isinstance(heads, str) else heads
+    if task.kind == "generate":
+        raise TaskError("probe.effect scores fixed targets or choices; use celtk.evaluate for generation tasks.")
+    config = EvalConfig(batch_size=batch_size)
+    intact = evaluate(model, task, examples, shots, config=config)
+    ablated = evaluate(model, task, examples, shots, heads=heads, config=config)
+    rows = [ExampleEffect(i.id, i.correct, a.correct, li, la) for i, a, li, la in
+            zip(intact.examples, ablated.examples, _correct_logprob(intact, examples), _correct_logprob(ablated, examples))]
+    return Effect(heads, rows, compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=seed))
+
+
+def _encode(model: Model, prompt: str) -> torch.Tensor:
+    return model.tokenizer(prompt, return_tensors="pt").input_ids.to(model.device)
+
+
+def tokens(model: Model, prompt: str) -> list[str]:
+    return [model.tokenizer.decode([t]) for t in _encode(model, prompt)[0].tolist()]
+
+
+@dataclass(frozen=True)
+class AttentionPattern:
+    head: Head
+    tokens: list[str]
+    pattern: np.ndarray  # [query, key], rows sum to 1, causal
+
+    def top_keys(self, query: int = -1, n: int = 5) -> list[tuple[int, str, float]]:
+        row = self.pattern[query]
+        order = np.argsort(-row)[:n]
+        return [(int(k), self.tokens[k], float(row[k])) for k in order]
+
+
+def attention(model: Model, prompt: str, head: Head | str) -> AttentionPattern:
+    """The head's attention pattern on ``prompt`` (query × key), with the tokens."""
+    head = Head.parse(head) if isinstance(head, str) else head
+    head.validate(model.n_layers, model.n_heads)
+    name = f"blocks.{head.layer}.attn.hook_pattern"
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(_encode(model, prompt), names_filter=lambda n: n == name)
+    return AttentionPattern(head, tokens(model, prompt), cache[name][0, head.head].float().cpu().numpy())
+
+
+def _final_norm_factor(model: Model, resid: torch.Tensor) -> torch.Tensor:
+    """The final norm at these residuals as an elementwise factor (exact for RMSNorm with the
+    scale frozen at its value here, the usual convention for direct logit attribution)."""
+    norm = model.hf_model.model.norm
+    return norm(resid) / resid
+
+
+def _ids(model: Model, prompt: str | list[int]) -> torch.Tensor:
+    if isinstance(prompt, str):
+        return _encode(model, prompt)
+    return torch.tensor([prompt], device=model.device)
+
+
+def head_outputs(model: Model, prompt: str | list[int], position: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each head's write into the residual stream at ``position``: ``[layer, head, d_model]``,
+    plus the final residual there and the attention outputs ``[layer, d_model]`` (for checks).
+    ``prompt`` is text or token ids."""
+    names = [f"blocks.{l}.attn.hook_z" for l in range(model.n_layers)]
+    names += [f"blocks.{l}.attn.o.hook_out" for l in range(model.n_layers)] + ["ln_final.hook_in"]
+    wanted = set(names)
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(_ids(model, prompt), names_filter=lambda n: n in wanted)
+        d = model.d_head
+        outs, attn = [], []
+        for layer in range(model.n_layers):
+            z = cache[f"blocks.{layer}.attn.hook_z"][0, position]  # [head, d_head]
+            w_o = model.bridge.blocks[layer].attn.o.original_component.weight  # [d_model, n_heads * d_head]
+            outs.append(torch.stack([w_o[:, h * d:(h + 1) * d] @ z[h] for h in range(model.n_heads)]))
+            attn.append(cache[f"blocks.{layer}.attn.o.hook_out"][0, position])
+        return torch.stack(outs), cache["ln_final.hook_in"][0, position], torch.stack(attn)
+
+
+def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads: Sequence[Head | str] | None = None,
+                             token: int = 0) -> dict[str, float]:
+    """Each head's direct contribution to the logit of the answer's ``token``-th token, at the
+    position that predicts it (the prompt plus the answer's earlier tokens, split as lm-eval
+    splits context and continuation): the head's output through the final norm (its scale frozen)
+    and the unembedding. ``target`` may also be a token id (then the prompt's next token).
+    Returns ``{head: contribution}`` for ``heads`` (all by default), largest first."""
+    from celtk.evaluator import encode_pair
+
+    if isinstance(target, int):
+        ids, target_id = _encode(model, prompt)[0].tolist(), target
+    else:
+        context, continuation = encode_pair(model.tokenizer, prompt, target)
+        if not 0 <= token < len(continuation):
+            raise TaskError(f"The answer {target!r} has {len(continuation)} token(s); token={token} is out of range.")
+        ids, target_id = context + continuation[:token], continuation[token]
+    outs, resid, _ = head_outputs(model, ids, -1)
+    with torch.no_grad():
+        factor = _final_norm_factor(model, resid)
+        direction = factor * model.hf_model.lm_head.weight[target_id]
+        contributions = (outs @ direction).double().cpu().numpy()
+    chosen = [Head.parse(h) if isinstance(h, str) else h for h in heads] if heads else \
+        [Head(l, h) for l in range(model.n_layers) for h in range(model.n_heads)]
+    scores = {str(h): float(contributions[h.layer, h.head]) for h in chosen}
+    return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+
+
+@dataclass(frozen=True)
+class TokenChange:
+    token: str
+    token_id: int
+    p_intact: float
+    p_ablated: float
+
+    @property
+    def delta(self) -> float:
+        return self.p_ablated - self.p_intact
+
+
+def next_token_changes(model: Model, prompt: str, heads: HeadSet | str, n: int = 10) -> list[TokenChange]:
+    """The ``n`` next tokens whose probability changes most when ``heads`` are removed."""
+    ids = _encode(model, prompt)
+    with torch.no_grad():
+        p_intact = torch.softmax(model.bridge(ids)[0, -1].float(), -1)
+        with ablate(model, heads):
+            p_ablated = torch.softmax(model.bridge(ids)[0, -1].float(), -1)
+    top = torch.argsort((p_ablated - p_intact).abs(), descending=True)[:n].tolist()
+    return [TokenChange(model.tokenizer.decode([t]), t, float(p_intact[t]), float(p_ablated[t])) for t in top]

@@ -1,0 +1,169 @@
+"""A self-contained HTML page and PNG figures from a run directory (no model needed):
+layers × heads heatmaps of single-head gain and damage, the pool's pairwise interaction
+matrix, the held-out table with CI and p, and — where the files exist — the attribute scores
+of the selected heads, the stability report and alternative screeners' comparisons.
+
+Figures are written as PNG files beside ``index.html`` and embedded in it (base64), so the
+page can be mailed or archived alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from celtk.errors import RunStoreError
+from celtk.heads import Head
+from celtk.runstore import atomic_write_text, read_json
+
+
+def _grid(rows: list[dict[str, Any]], n_layers: int, n_heads: int, key: str) -> np.ndarray:
+    grid = np.full((n_layers, n_heads), np.nan)
+    for row in rows:
+        head = Head.parse(row["head"])
+        grid[head.layer, head.head] = row[key]
+    return grid
+
+
+def _heatmap(path: Path, grid: np.ndarray, title: str, cmap: str, label: str, mark: list[Head], center: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * grid.shape[1] + 2), max(3.0, 0.22 * grid.shape[0] + 1.5)))
+    bound = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
+    bound = bound or 1.0
+    image = ax.imshow(grid, aspect="auto", cmap=cmap, vmin=-bound if center else 0, vmax=bound, origin="upper")
+    for head in mark:
+        ax.add_patch(matplotlib.patches.Rectangle((head.head - 0.5, head.layer - 0.5), 1, 1, fill=False, lw=2, ec="black"))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(grid.shape[1]))
+    step = max(1, grid.shape[0] // 15)
+    ax.set_yticks(range(0, grid.shape[0], step))
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label=label)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _matrix(path: Path, matrix: list[list[Any]], labels: list[str], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = np.array([[np.nan if v is None else v for v in row] for row in matrix], dtype=float)
+    bound = np.nanmax(np.abs(values)) if np.isfinite(values).any() else 1.0
+    fig, ax = plt.subplots(figsize=(0.55 * len(labels) + 2.5, 0.5 * len(labels) + 1.8))
+    image = ax.imshow(values, cmap="RdBu", vmin=-(bound or 1), vmax=bound or 1)
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            if np.isfinite(values[i, j]):
+                ax.text(j, i, f"{values[i, j]:.0f}", ha="center", va="center", fontsize=7)
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="gain(pair) − gain(a) − gain(b), examples")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(path: Path, caption: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(caption)}" data-file="{path.name}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f3f3f3}figure{display:inline-block;margin:1em 1em 1em 0;vertical-align:top}img{max-width:100%}
+figcaption{font-size:.9em;color:#555}code{background:#f5f5f5;padding:0 3px}"""
+
+_LOADED_CHECK = """<script>window.addEventListener('load',()=>{const imgs=[...document.images];
+document.body.dataset.imagesLoaded=imgs.filter(i=>i.complete&&i.naturalWidth>0).length;
+document.body.dataset.imagesTotal=imgs.length;});</script>"""
+
+
+def write_report(out: Path, target: Path | None = None) -> Path:
+    """Write ``target`` (default ``OUT/report``) with ``index.html`` and the PNG figures; returns the page."""
+    out = Path(out)
+    if not (out / "screen.json").exists():
+        raise RunStoreError(f"{out} has no screen.json; `celtk report` needs at least a finished screen.")
+    target = Path(target) if target else out / "report"
+    target.mkdir(parents=True, exist_ok=True)
+    screen = read_json(out / "screen.json")
+    n_layers, n_heads = screen["model"]["n_layers"], screen["model"]["n_heads"]
+    optional = {name: read_json(out / f"{name}.json") for name in ("selection", "diagnostics", "test", "head_attributes", "stability")
+                if (out / f"{name}.json").exists()}
+    selected = [Head.parse(h) for h in optional.get("selection", {}).get("heads", [])]
+    parts = [f"<h1>celtk report: {html.escape(out.name)}</h1>",
+             f"<p>Model <code>{html.escape(screen['model']['name'])}</code> ({n_layers} layers × {n_heads} heads, weights "
+             f"{screen['model']['weight_hash']}), task <code>{html.escape(screen['task']['task'])}</code>, "
+             f"{screen['n']} discovery examples, intact accuracy {screen['intact_accuracy']:.1%}.</p>"]
+
+    test = optional.get("test")
+    if test:
+        lo, hi = test["gain_ci"]
+        parts.append("<h2>Held-out test</h2>" + _table(
+            ["heads", "n", "intact", "ablated", "gain (pts)", f"{test['ci_level']:.0%} CI (pts)", "rel. error reduction",
+             "McNemar p", "fixes / damage"],
+            [[",".join(test["heads"]), test["n"], f"{test['intact_accuracy']:.1%}", f"{test['ablated_accuracy']:.1%}",
+              f"{100 * test['gain']:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{100 * test['relative_error_reduction']:.1f}%",
+              f"{test['mcnemar_p']:.2g}", f"{test['fixes']} / {test['damage']}"]]))
+
+    figures = []
+    rows = screen["heads"]
+    gain = _grid(rows, n_layers, n_heads, "gain") * 100
+    damage = _grid(rows, n_layers, n_heads, "damage")
+    _heatmap(target / "gain.png", gain, "Single-head gain (accuracy points; boxes: selected)", "RdBu", "gain (points)", selected, True)
+    figures.append(_figure(target / "gain.png", "Gain of removing each head alone on the discovery set"))
+    _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong", selected, False)
+    figures.append(_figure(target / "damage.png", "Damage of removing each head alone"))
+    diagnostics = optional.get("diagnostics")
+    if diagnostics and "pairwise_interaction" in diagnostics:
+        _matrix(target / "interactions.png", diagnostics["pairwise_interaction"], diagnostics["pool"],
+                "Pairwise interactions in the candidate pool")
+        figures.append(_figure(target / "interactions.png", "Pairwise interaction matrix of the pool (examples)"))
+    parts.append("<h2>Figures</h2>" + "".join(figures))
+
+    selection = optional.get("selection")
+    if selection:
+        parts.append("<h2>Selection</h2>" + f"<p>Strategy <code>{selection.get('strategy', 'algorithm1')}</code>, "
+                     f"{selection.get('n_evaluations', '?')} interventions evaluated; discovery accuracy "
+                     f"{selection['intact_discovery_accuracy']:.1%} → {selection['discovery_accuracy']:.1%}.</p>"
+                     + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
+                              [[",".join(r["heads"]), f"{r['accuracy']:.1%}", f"{100 * r['gain']:+.1f}", r["fixes"], r["damage"]]
+                               for r in selection["ranking"][:10]]))
+    attributes = optional.get("head_attributes")
+    if attributes and selected:
+        names = list(attributes["scores"])
+        parts.append("<h2>Attribute scores of the selected heads</h2>" + _table(
+            ["head", *names], [[str(h), *(f"{attributes['scores'][n][h.layer][h.head]:.3f}" for n in names)] for h in selected]))
+    elif selected:
+        parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
+    stability = optional.get("stability")
+    if stability:
+        parts.append("<h2>Stability</h2>" + f"<p>{stability['n_resamples']} {stability['resampling']} resamples; "
+                     f"mean pairwise Jaccard {stability['mean_pairwise_jaccard']:.2f}.</p>" + _table(
+                         ["heads", "frequency", "held-out gain (pts)", "95% CI"],
+                         [[",".join(r["heads"]), f"{r['frequency']:.0%}", f"{100 * r['heldout_gain']:+.1f}",
+                           f"[{100 * r['heldout_gain_ci'][0]:+.1f}, {100 * r['heldout_gain_ci'][1]:+.1f}]"]
+                          for r in stability["selections"][:10]]))
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>celtk report: {html.escape(out.name)}</title>"
+            f"<style>{_STYLE}</style></head><body>{''.join(parts)}{_LOADED_CHECK}</body></html>")
+    atomic_write_text(target / "index.html", page)
+    return target / "index.html"

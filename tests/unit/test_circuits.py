@@ -1,0 +1,91 @@
+"""Circuit files, overlap statistics, head attribute scoring and critical/enhancing lists, on
+constructed inputs with known answers."""
+
+import json
+from math import comb
+
+import numpy as np
+import pytest
+
+from celtk.circuits import (compare_with_circuit, critical_and_enhancing, hypergeom_tail, load_circuit,
+                            packaged_circuits, scores_from_patterns)
+from celtk.errors import DataFormatError, HeadError
+from celtk.heads import Head
+
+
+def test_packaged_ioi_circuit():
+    assert "ioi-gpt2-small" in packaged_circuits()
+    ioi = load_circuit("ioi-gpt2-small")
+    assert (ioi.n_layers, ioi.n_heads, len(ioi.roles)) == (12, 12, 26)
+    roles = ioi.by_role()
+    assert roles["name mover"] == [Head(9, 6), Head(9, 9), Head(10, 0)]
+    assert set(roles) == {"name mover", "backup name mover", "negative name mover", "S-inhibition", "induction",
+                          "duplicate token", "previous token"}
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({"name": "x", "n_layers": 2, "n_heads": 2}, "missing field\\(s\\) heads"),
+    ({"name": "x", "n_layers": 2, "n_heads": 2, "heads": [{"head": "L2H0"}]}, "L2H0 is out of range"),
+    ({"name": "x", "n_layers": 2, "n_heads": 2, "heads": [{"head": "L1H0"}, {"head": "1.0"}]}, "listed twice"),
+    ({"name": "x", "n_layers": 2, "n_heads": 2, "heads": ["L1H0"]}, "must be an object"),
+])
+def test_bad_circuit_files(tmp_path, doc, message):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises((DataFormatError, HeadError), match=message):
+        load_circuit(path)
+
+
+def test_missing_circuit_suggests_packaged():
+    with pytest.raises(DataFormatError, match="Did you mean: 'ioi-gpt2-small'"):
+        load_circuit("ioi-gpt2")
+
+
+def test_hypergeometric_tail_matches_counting():
+    population, marked, drawn = 20, 5, 4
+    for k in range(5):
+        exact = sum(comb(marked, j) * comb(population - marked, drawn - j) for j in range(k, drawn + 1)) / comb(population, drawn)
+        assert hypergeom_tail(k, population, drawn, marked) == pytest.approx(exact)
+
+
+def test_compare_counts_overlap_and_ranks():
+    ioi = load_circuit("ioi-gpt2-small")
+    ranking = ["L9H9", "L0H0", "L10H7", "L1H1"] + [f"L{l}H{h}" for l in range(12) for h in range(12)
+                                                    if f"L{l}H{h}" not in ("L9H9", "L0H0", "L10H7", "L1H1")]
+    report = compare_with_circuit(ioi, 12, 12, ["L9H9", "L3H3"], ranking, top=4)
+    assert report["selection"]["overlap"] == 1 and report["selection"]["shared"] == [{"head": "L9H9", "role": "name mover"}]
+    assert report["selection"]["expected_by_chance"] == pytest.approx(2 * 26 / 144)
+    assert report["screen_top4"]["overlap"] == 2
+    assert report["circuit_head_ranks"]["L9H9"] == 1 and report["circuit_head_ranks"]["L10H7"] == 3
+    assert report["mean_rank_by_chance"] == 72.5
+    with pytest.raises(HeadError, match="12 × 12 model .* this run's model is 30 × 9"):
+        compare_with_circuit(ioi, 30, 9, [], ranking)
+
+
+def test_scores_from_exact_patterns():
+    length, n = 5, 10
+    prev = np.zeros((n, n))
+    prev[0, 0] = 1
+    prev[np.arange(1, n), np.arange(n - 1)] = 1
+    induction = np.eye(n)
+    induction[np.arange(length, n), np.arange(length, n) - length + 1] = 1
+    induction[np.arange(length, n), np.arange(length, n)] = 0
+    dup = np.eye(n)
+    dup[np.arange(length, n), np.arange(length, n) - length] = 1
+    dup[np.arange(length, n), np.arange(length, n)] = 0
+    patterns = np.stack([prev, induction, dup])[None, None]  # [layer=1, batch=1, head=3, q, k]
+    scores = scores_from_patterns(patterns, length)
+    assert scores["previous_token"][0].tolist() == [1.0, 0.0, 0.0]
+    assert scores["induction"][0, 1] == 1.0 and scores["induction"][0, 0] == 0.0
+    assert scores["duplicate_token"][0].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_critical_and_enhancing():
+    rows = [{"head": "L0H0", "gain_count": -9, "damage": 9, "fixes": 0}, {"head": "L0H1", "gain_count": 4, "damage": 1, "fixes": 5},
+            {"head": "L1H0", "gain_count": -2, "damage": 3, "fixes": 1}, {"head": "L1H1", "gain_count": 0, "damage": 0, "fixes": 0},
+            {"head": "L2H0", "gain_count": 7, "damage": 0, "fixes": 7}]
+    out = critical_and_enhancing(rows, n=2)
+    assert [r["head"] for r in out["critical"]] == ["L0H0", "L1H0"]
+    assert [r["head"] for r in out["enhancing"]] == ["L2H0", "L0H1"]
+    assert out["critical_layers"] == {0: 1, 1: 1} and out["enhancing_layers"] == {0: 1, 2: 1}
+    assert out["overlap"] == [] and out["both_fix_and_damage"][0] in ("L0H1", "L1H0")
