@@ -41,7 +41,7 @@ class RunConfig:
     seed: int = 0
     fewshot: int = 3
     chat: bool = False
-    batch_size: int = 32
+    batch_size: int | str = 32  # or "auto": fit the device's free memory
     device: str = "cpu"
     dtype: str = "float32"
     p: int = 10
@@ -57,7 +57,9 @@ class RunConfig:
         return replace(cls(), **values).validated()
 
     def validated(self) -> RunConfig:
-        for name in ("discovery", "heldout", "batch_size", "p", "k"):
+        if self.batch_size != "auto" and not isinstance(self.batch_size, int):
+            raise ConfigError(f"batch_size must be a positive integer or 'auto', got {self.batch_size!r}.")
+        for name in ("discovery", "heldout", "p", "k") + (() if self.batch_size == "auto" else ("batch_size",)):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.")
         if self.fewshot < 0:
@@ -91,7 +93,14 @@ class Session:
         if self.task.kind == "generate":
             raise ConfigError(f"Task {self.task.full_name} is graded by generation; the screener scores fixed targets "
                               "and choices only. Use `celtk eval` for generation tasks.")
-        return CachedScreener(self.model, self.prepared(which), batch_size=self.config.batch_size,
+        prepared = self.prepared(which)
+        if self.config.batch_size == "auto":
+            from celtk.screen import auto_batch
+
+            batch, rows = auto_batch(self.model, prepared)
+            return CachedScreener(self.model, prepared, batch_size=batch, rows_per_pass=rows,
+                                  share_prefix=self.config.share_prefix)
+        return CachedScreener(self.model, prepared, batch_size=self.config.batch_size,
                               share_prefix=self.config.share_prefix)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -390,7 +399,8 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
         if p > len(scores):
             raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
         if method == "gradient":
-            result = gradient_scores(session.model, session.prepared("discovery"), batch_size=session.config.batch_size)
+            size = session.config.batch_size if isinstance(session.config.batch_size, int) else 8
+            result = gradient_scores(session.model, session.prepared("discovery"), batch_size=size)
         else:
             memo = SetMemo(out / "select_parts" / "sets", intact, lambda: session.screener("discovery"), progress, "lasso")
             result = lasso_scores(memo, [next(iter(s.heads.heads)) for s in scores], n_masks=masks, rate=rate, seed=seed)

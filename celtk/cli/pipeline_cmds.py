@@ -20,13 +20,28 @@ def _run_options(fn):
         click.option("--seed", type=int, default=None, help="Split and shot seed (default 0)."),
         click.option("--fewshot", type=int, default=None, help="Shots per prompt (default 3)."),
         click.option("--chat/--no-chat", default=None, help="Chat template (default off)."),
-        click.option("--batch-size", type=int, default=None, help="Examples per batch (default 32)."),
+        click.option("--batch-size", type=_BATCH, default=None, help="Examples per batch, or 'auto' to fit the device's free memory (default 32)."),
         click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default cpu)."),
         click.option("--dtype", default=None, help="float32 (default), bfloat16, float16."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+class _BatchSize(click.ParamType):
+    name = "INTEGER|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a whole number nor 'auto'.", param, ctx)
+
+
+_BATCH = _BatchSize()
 
 
 def _flags(**kw):

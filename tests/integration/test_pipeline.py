@@ -257,3 +257,50 @@ def test_same_command_twice_gives_byte_identical_results(planted, tmp_path):
         if not name.endswith("timing.json"):  # timing.json (stages), run_timing.json (the CLI's wall time)
             assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     assert (outs[0] / "screen.csv").read_bytes() == (outs[1] / "screen.csv").read_bytes()
+
+
+def test_auto_batch_fits_memory_and_changes_no_result(tiny_llama):
+    from celtk.screen import auto_batch
+
+    task = get_task("arithmetic")
+    splits = make_splits(task, 12, 0, fewshot=2, seed=4)
+    prepared = prepare(tiny_llama, task, splits.discovery, splits.shots)
+    sizes = [auto_batch(tiny_llama, prepared, free_bytes=b)[1] for b in (1 << 16, 1 << 22, 1 << 26, 1 << 40)]
+    assert sizes == sorted(sizes) and sizes[0] == 1 and sizes[-1] == 512
+    sets = [HeadSet((h,)) for h in all_heads(tiny_llama.n_layers, tiny_llama.n_heads)]
+    _, reference = CachedScreener(tiny_llama, prepared, batch_size=4).run(sets)
+    for free in (1 << 22, 1 << 26):
+        batch, rows = auto_batch(tiny_llama, prepared, free_bytes=free)
+        _, results = CachedScreener(tiny_llama, prepared, batch_size=batch, rows_per_pass=rows).run(sets)
+        for s in sets:
+            assert np.array_equal(results[s].correct, reference[s].correct)
+            np.testing.assert_allclose([e.logprob for e in results[s].examples],
+                                       [e.logprob for e in reference[s].examples], atol=1e-5)
+    with pytest.raises(ConfigError, match="positive integer or 'auto'"):
+        RunConfig(batch_size="big").validated()
+    assert RunConfig(batch_size="auto").validated().batch_size == "auto"
+
+
+_SHARD_CHILD = _CHILD.replace("print(\"ready\", flush=True)\nrun_screen(config, {out!r}, model=model)",
+                              "print(\"ready\", flush=True)\nrun_screen(config, {out!r}, shard=({i}, {n}), model=model)")
+
+
+def test_shards_in_parallel_processes_merge_to_one_run(planted, uninterrupted, tmp_path):
+    """The one-node multi-GPU layout on CPU: N processes, one shard each, at the same time; then merge."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model, task = planted
+    config, full, full_text, _ = uninterrupted
+    out = tmp_path / "parallel"
+    n = 3
+    code = [_SHARD_CHILD.format(tests=str(Path(__file__).parent.parent), task=task, out=str(out), i=i, n=n) for i in range(n)]
+    assert "shard=(0, 3)" in code[0]
+    children = [subprocess.Popen([sys.executable, "-c", c], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for c in code]
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-2000:]
+    merged = merge_shards(out)
+    assert merged["heads"] == full["heads"]
