@@ -1,0 +1,28 @@
+"""The FLOP count behind the efficiency figures and GPU-hour estimates."""
+
+import pytest
+
+from celtk.flops import Shape, gpu_hours, layer_flops, screen_flops
+
+TINY = Shape(n_layers=2, n_heads=2, n_kv_heads=1, d_head=3, d_model=4, d_ff=5, d_vocab=7)
+
+
+def test_layer_flops_by_hand():
+    # 2 new tokens after 3 past: q = 6, kv = 3; projections 2*2*4*(6+6) + 2*2*6*4; keys seen 2*3 + 3 = 9
+    expected = 2 * 2 * 4 * 12 + 2 * 2 * 6 * 4 + 2 * 2 * 9 * 6 + 2 * 2 * 3 * 4 * 5
+    assert layer_flops(TINY, 2, 3) == expected
+
+
+def test_cached_equals_plain_without_prefix_from_layer_zero_and_saves_otherwise():
+    suffixes = [5, 7, 6]
+    same = screen_flops(TINY, 0, suffixes, 3, [0, 0, 0])
+    assert same["cached"] == pytest.approx(same["plain"])
+    later = screen_flops(TINY, 0, suffixes, 3, [1, 1, 1])
+    shared = screen_flops(TINY, 10, suffixes, 3, [0, 0, 0])
+    assert later["cached"] < later["plain"] and shared["cached"] < shared["plain"]
+
+
+def test_gpu_hours_scale_with_examples():
+    a = gpu_hours(TINY, 100, 20, 10)
+    b = gpu_hours(TINY, 200, 20, 10)
+    assert b["cached"] == pytest.approx(2 * a["cached"], rel=0.05) and a["cached"] < a["plain"]
