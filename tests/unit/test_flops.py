@@ -26,3 +26,19 @@ def test_gpu_hours_scale_with_examples():
     a = gpu_hours(TINY, 100, 20, 10)
     b = gpu_hours(TINY, 200, 20, 10)
     assert b["cached"] == pytest.approx(2 * a["cached"], rel=0.05) and a["cached"] < a["plain"]
+
+
+def test_slurm_examples_parse_and_estimate_runs(capsys):
+    import runpy
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[2] / "examples" / "slurm"
+    for script in sorted(here.glob("*.s*")):
+        if script.suffix in (".sh", ".sbatch"):
+            assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
+    sys.argv = ["estimate_gpu_hours.py"]
+    runpy.run_path(str(here / "estimate_gpu_hours.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "Qwen2.5-3B-Instruct" in out and len(out.strip().splitlines()) == 10
