@@ -79,7 +79,7 @@ def report_cmd(out, target) -> None:
     from celtk.report import write_report
 
     page = write_report(Path(out), Path(target) if target else None)
-    console().print(f"Report: {page} (figures beside it as PNG).")
+    console().print(f"Report: {page} (figures beside it as PNG).", soft_wrap=True)
 
 
 COMMANDS = [attributes_cmd, compare_cmd, circuits_cmd, report_cmd]

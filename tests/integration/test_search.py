@@ -138,3 +138,35 @@ def test_stability_on_planted_head(planted_run):
     assert json.loads((out / "stability.json").read_text()) == doc
     sub = run_stability(out, resamples=4, method="subsample", fraction=0.5, p=4, k=2, model=model, n_boot=200)
     assert sub["resampling"] == "subsample" and sub["head_frequency"]["L1H2"] == 1.0
+
+
+def test_cli_verbs_beyond_the_paper(planted, tmp_path):
+    """The CLI's select --strategy, altscreen, stability, attributes, compare-refusal and report
+    on a model saved to a directory, in process (their tables print without error)."""
+    from click.testing import CliRunner
+
+    from celtk.ablation import export_ablated
+    from celtk.cli import main
+
+    model, task = planted
+    model_dir = export_ablated(model, HeadSet(()), tmp_path / "model")
+    out = str(tmp_path / "run")
+    runner = CliRunner()
+
+    def ok(*args):
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    ok("run", "--model", str(model_dir), "--task", task, "--discovery", "24", "--heldout", "24", "--fewshot", "0",
+       "--batch-size", "8", "--p", "3", "--k", "2", "--out", out)
+    assert "greedy search" in ok("select", out, "--strategy", "greedy", "--k", "2")
+    assert "beam search" in ok("select", out, "--strategy", "beam", "--width", "2", "--k", "2")
+    assert "gradient screener" in ok("altscreen", out, "--method", "gradient", "--p", "3")
+    assert "lasso screener" in ok("altscreen", out, "--method", "lasso", "--p", "3", "--masks", "20", "--rate", "0.2")
+    assert "distinct selections" in ok("stability", out, "--resamples", "3", "--p", "3", "--k", "2")
+    assert "Attribute scores" in ok("attributes", out, "--length", "10")
+    refused = runner.invoke(main, ["compare", out, "--circuit", "ioi-gpt2-small"])
+    assert refused.exit_code == 1 and "3 × 4" in refused.output
+    assert str(tmp_path / "run" / "report" / "index.html") in ok("report", out)
+    assert json.loads((tmp_path / "run" / "selection.json").read_text())["strategy"] == "beam"
