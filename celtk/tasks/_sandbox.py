@@ -6,7 +6,8 @@ us make one, and sockets disabled in the interpreter in any case); when started 
 the child drops to the ``nobody`` user so it cannot write the user's files or signal
 the parent, and runs in its own mount namespace where every world-writable directory
 (``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``) is a private, empty, size-limited
-tmpfs: the only place it can write is its own working directory, which vanishes with it.
+tmpfs (except one that holds the Python interpreter itself): the only place it can write is
+its own working directory, which vanishes with it.
 The child's whole process group is killed afterwards.
 """
 
@@ -79,18 +80,31 @@ _SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # program into a fresh working directory on the private /tmp, then drop to `nobody`.
 _LAUNCH = r"""
 set -e
-program=$(cat "$1"); shift
+program=$(cat "$1"); uid=$2; gid=$3; python=$4; shift 4
 mount --make-rprivate /
-for d in %s; do
+for d in "$@"; do
   if [ -d "$d" ]; then mount -t tmpfs -o size=16m,mode=1777,nosuid,nodev tmpfs "$d"; fi
 done
 work=$(mktemp -d /tmp/celtk-sandbox-XXXXXX)
-printf '%%s\n' "$program" > "$work/program.py"
-chown -R "$1:$2" "$work"
+printf '%s\n' "$program" > "$work/program.py"
+chown -R "$uid:$gid" "$work"
 cd "$work"
 export HOME="$work" TMPDIR="$work"
-exec setpriv --reuid="$1" --regid="$2" --clear-groups "$3" -I -S "$work/program.py"
-""" % " ".join(_SHARED_WRITABLE)
+exec setpriv --reuid="$uid" --regid="$gid" --clear-groups "$python" -I -S "$work/program.py"
+"""
+
+
+def _interpreter() -> str:
+    """The real interpreter binary (a virtual environment's ``python`` is a link to it): the
+    sandboxed program needs only the standard library, and the venv may sit under a hidden /tmp."""
+    return os.path.realpath(sys.executable)
+
+
+def _hidden_dirs() -> list[str]:
+    """The world-writable directories to hide, except one that holds the interpreter or its
+    standard library (hiding it would leave nothing to run)."""
+    needed = [_interpreter(), os.path.realpath(sys.base_prefix)]
+    return [d for d in _SHARED_WRITABLE if not any(p == d or p.startswith(d + "/") for p in needed)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,7 +164,7 @@ def run_untrusted(program: str, limits: SandboxLimits = SandboxLimits(), allow: 
     if isolation == "namespaces":
         # the launcher reads the script before /tmp is hidden, then drops to `nobody` itself
         command = ["unshare", "--net", "--mount", "sh", "-c", _LAUNCH, "sandbox", script,
-                   str(drop_to[0]), str(drop_to[1]), sys.executable]
+                   str(drop_to[0]), str(drop_to[1]), _interpreter(), *_hidden_dirs()]
         preexec_drop = None
     else:
         if drop_to is not None:

@@ -67,3 +67,19 @@ def test_cannot_read_the_users_temporary_files(tmp_path):
 def test_own_working_directory_is_writable():
     program = "open('scratch.txt', 'w').write('ok')\nassert open('scratch.txt').read() == 'ok'"
     assert run_untrusted(program, FAST, allow=True).passed
+
+
+def test_works_when_the_environment_lives_under_tmp(tmp_path):
+    """CI may clone (and build .venv) under /tmp, which the sandbox hides: it must still run."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    repo = Path(__file__).resolve().parents[2]
+    code = ("from celtk.tasks._sandbox import run_untrusted, SandboxLimits\n"
+            "r = run_untrusted('assert 1 + 1 == 2', SandboxLimits(cpu_seconds=2, wall_seconds=8.0), allow=True)\n"
+            "print(r.passed, r.stderr_tail)")
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.pathsep.join(p for p in sys.path if 'site-packages' in p)}"}
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.startswith("True"), out.stdout + out.stderr[-1000:]
