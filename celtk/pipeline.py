@@ -94,14 +94,12 @@ class Session:
             raise ConfigError(f"Task {self.task.full_name} is graded by generation; the screener scores fixed targets "
                               "and choices only. Use `celtk eval` for generation tasks.")
         prepared = self.prepared(which)
+        sizes = {"batch_size": self.config.batch_size}
         if self.config.batch_size == "auto":
             from celtk.screen import auto_batch
 
-            batch, rows = auto_batch(self.model, prepared)
-            return CachedScreener(self.model, prepared, batch_size=batch, rows_per_pass=rows,
-                                  share_prefix=self.config.share_prefix)
-        return CachedScreener(self.model, prepared, batch_size=self.config.batch_size,
-                              share_prefix=self.config.share_prefix)
+            sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
+        return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)
 
     def fingerprint(self) -> dict[str, Any]:
         """What results depend on (not batch size or device, which must not change them)."""
@@ -275,11 +273,10 @@ class SetMemo:
 
     def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], CachedScreener],
                  progress: Progress | None = None, stage: str = "select") -> None:
-        self.directory, self.intact, self._screener = directory, intact, screener
+        self.directory, self._screener = directory, screener
         self._instance: CachedScreener | None = None
         self.progress, self.stage = progress, stage
         self.known: dict[HeadSet, np.ndarray] = _load_subset_parts(directory, intact)
-        self.n_scored_now = 0
 
     def __call__(self, sets: list[HeadSet]) -> dict[HeadSet, np.ndarray]:
         missing = [s for s in dict.fromkeys(sets) if s not in self.known]
@@ -304,7 +301,6 @@ class SetMemo:
             if self._instance is None:
                 self._instance = self._screener()
             self._instance.run(missing, on_layer=on_layer)
-            self.n_scored_now += len(missing)
         return {s: self.known[s] for s in sets}
 
 
@@ -318,14 +314,9 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     out = Path(out)
     search = get_strategy(strategy)
     with locked(out):
-        doc, intact, scores = load_screen(out)
         if k > p and strategy == "algorithm1":
             raise ConfigError(f"k = {k} exceeds p = {p}; subsets are drawn from the pool of p heads, so use k ≤ p.")
-        if p > len(scores):
-            raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
-        session = _session_for(doc, model, p=p, k=k)
-        if [e.id for e in session.splits.discovery] != doc["discovery_ids"]:
-            raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
+        doc, intact, scores, session = _open_for_search(out, model, p, k=k)
         memo = SetMemo(out / "select_parts" / "sets", intact, lambda: session.screener("discovery"), progress)
         result = search(scores, intact, memo, k=k, p=p, width=width)
         document = _selection_document(doc, session, result, intact)
@@ -377,9 +368,14 @@ def _selection_document(doc, session, result, intact) -> dict[str, Any]:
     return document
 
 
-def _open_for_search(out: Path, model: Model | None) -> tuple[dict[str, Any], np.ndarray, list[HeadScore], Session]:
+def _open_for_search(out: Path, model: Model | None, p: int,
+                     **overrides: Any) -> tuple[dict[str, Any], np.ndarray, list[HeadScore], Session]:
+    """A screened run, ready for a search over pools of ``p`` heads: its screen and a session on
+    the same model and discovery set."""
     doc, intact, scores = load_screen(out)
-    session = _session_for(doc, model)
+    if p > len(scores):
+        raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
+    session = _session_for(doc, model, **({"p": p} | overrides))
     if [e.id for e in session.splits.discovery] != doc["discovery_ids"]:
         raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
     return doc, intact, scores, session
@@ -395,9 +391,7 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
     if method not in ("gradient", "lasso"):
         raise ConfigError(f"Unknown screener {method!r}; use 'gradient' or 'lasso'.")
     with locked(out):
-        doc, intact, scores, session = _open_for_search(out, model)
-        if p > len(scores):
-            raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
+        doc, intact, scores, session = _open_for_search(out, model, p)
         if method == "gradient":
             size = session.config.batch_size if isinstance(session.config.batch_size, int) else 8
             result = gradient_scores(session.model, session.prepared("discovery"), batch_size=size)
@@ -424,9 +418,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
 
     out = Path(out)
     with locked(out):
-        doc, intact, scores, session = _open_for_search(out, model)
-        if p > len(scores):
-            raise ConfigError(f"p = {p} exceeds the {len(scores)} screened heads; use p ≤ {len(scores)}.")
+        doc, intact, scores, session = _open_for_search(out, model, p)
         memo = SetMemo(out / "select_parts" / "sets", intact, lambda: session.screener("discovery"), progress, "stability")
         result = stability(scores, intact, memo, n_resamples=resamples, method=method, fraction=fraction, seed=seed,
                            strategy=strategy, p=p, k=k, width=width)

@@ -24,7 +24,7 @@ import torch
 
 from celtk.ablation import _hooks
 from celtk.errors import ConfigError
-from celtk.evaluator import Prepared, decoder_hidden, make_batches, unembed
+from celtk.evaluator import Prepared, decoder_hidden, make_batches, score_hidden
 from celtk.heads import Head, HeadSet
 from celtk.models import Model
 from celtk.screen import HeadScore
@@ -54,11 +54,7 @@ def task_loss_terms(model: Model, prepared: Prepared, hidden_fn: Callable, batch
     requests = prepared.requests
     lp = torch.zeros(len(requests), dtype=torch.float64)
     for batch in make_batches(requests, batch_size, model.tokenizer.pad_token_id):
-        hidden = hidden_fn(batch)
-        picked = hidden[batch.rows, batch.positions]
-        logprobs = torch.log_softmax(unembed(model, picked), dim=-1)
-        target_lp = logprobs.gather(1, batch.targets[:, None].to(logprobs.device))[:, 0].double().cpu()
-        per_request = torch.zeros(len(batch.request_ids), dtype=torch.float64).index_add(0, batch.owner, target_lp)
+        per_request, _ = score_hidden(model, hidden_fn(batch), batch)  # differentiable in the hidden states
         lp = lp.index_add(0, torch.tensor(batch.request_ids), per_request)
     return lp
 

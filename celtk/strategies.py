@@ -76,7 +76,7 @@ def beam(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *,
         candidates = sorted({HeadSet(s.heads.heads + (h,)) for s in frontier for h in heads if h not in s.heads.heads},
                             key=HeadSet.sort_key)
         todo = [c for c in candidates if c not in scored]
-        if not todo and not candidates:
+        if not candidates:
             break
         results = evaluate(todo) if todo else {}
         n_evaluations += len(todo)
