@@ -5,20 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy import stats
 
-from celtk.theory._model import Setting
+from celtk.theory._checks import symmetry
+from celtk.theory._model import Setting, coefficients
 from celtk.theory._train import delete_head, event_e, init, train, winners
-
-
-def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return float(centre - half), float(centre + half)
 
 
 @dataclass(frozen=True)
@@ -30,51 +20,50 @@ class SettingReport:
     converged_fraction: float
     diverged_fraction: float
     median_steps: float
-    w_max_error: float  # over converged seeds, max |w - w*|
+    w_max_error: float | None  # over converged seeds, max |w - w*| (None: none converged)
     winner_counts: list[list[int]]  # per feature, per head
-    uniform_p: list[float]  # chi-square goodness of fit, per feature
-    independence_p: dict[str, float]  # chi-square contingency, per feature pair
+    uniform_p: list[float] | None  # chi-square goodness of fit, per feature (None: too few seeds)
+    independence_p: dict[str, float] | None  # chi-square contingency, per feature pair
     pr_e: dict  # estimate, ci, n_seeds, predicted
     deletion: dict  # on E: mean changes and predictions
     no_clear_winner_fraction: float
 
 
+def _deletion_summary(d, t2: float) -> dict:
+    n = len(d.delta_a)
+    doc = {"n": n, "t2": t2, "delta_a_predicted": -t2, "delta_b_predicted": 3 * t2, "delta_joint_predicted": t2 / 2}
+    if n == 0:  # no seed on E: every mean is undefined
+        return {**doc, "undefined": "no seed on event E"}
+    return {**doc, "before_a_mean": float(d.before_a.mean()), "before_b_mean": float(d.before_b.mean()),
+            "after_a_mean": float(d.after_a.mean()), "after_b_mean": float(d.after_b.mean()),
+            "delta_a_mean": float(d.delta_a.mean()), "delta_b_mean": float(d.delta_b.mean()),
+            "delta_joint_mean": float(d.delta_joint.mean()),
+            "delta_a_max_abs_residual": float(np.abs(d.delta_a + t2).max()),
+            "delta_b_max_abs_residual": float(np.abs(d.delta_b - 3 * t2).max())}
+
+
 def run_setting(setting: Setting, n_seeds: int, alpha: float, lr: float, seed: int = 0,
-                max_steps: int = 200_000) -> tuple[SettingReport, object]:
-    result = train(init(n_seeds, setting, alpha, seed), setting, lr, max_steps=max_steps, record_every=0)
+                max_steps: int = 200_000, checkpoints: tuple[int, ...] = ()) -> tuple[SettingReport, tuple]:
+    """Train ``n_seeds`` seeds; winners, Pr(E) and deletion on E at convergence.
+
+    Returns the report and (train result, converged c [S, H, F], winners [S, F], E [S], Deletion).
+    """
+    result = train(init(n_seeds, setting, alpha, seed), setting, lr, max_steps=max_steps, checkpoints=checkpoints)
     ok = result.converged
     c = result.c[ok]
     win, share = winners(c)
-    counts = [[int((win[:, j] == h).sum()) for h in range(setting.n_heads)] for j in range(3)]
-    uniform_p = [float(stats.chisquare(cnt).pvalue) for cnt in counts]
-    pairs = {}
-    for a, b in ((0, 1), (0, 2), (1, 2)):
-        table = np.array([[int(((win[:, a] == i) & (win[:, b] == j)).sum()) for j in range(setting.n_heads)]
-                          for i in range(setting.n_heads)])
-        pairs[f"{'UVW'[a]}-{'UVW'[b]}"] = float(stats.chi2_contingency(table).pvalue)
+    sym = symmetry(c, setting)
     e = event_e(win)
-    k = setting.n_heads
-    predicted_e = ((k - 1) / k) ** 2
-    lo, hi = wilson(int(e.sum()), len(e))
     d = delete_head(c[e], win[e, 0], setting)
-    t2 = setting.t ** 2
     report = SettingReport(
         setting=asdict(setting), alpha=alpha, lr=lr, n_seeds=n_seeds,
         converged_fraction=float(ok.mean()), diverged_fraction=float(result.diverged.mean()),
         median_steps=float(np.median(result.steps)),
-        w_max_error=float(np.abs(c.sum(axis=-2) - setting.optimum).max()) if ok.any() else float("nan"),
-        winner_counts=counts, uniform_p=uniform_p, independence_p=pairs,
-        pr_e={"estimate": float(e.mean()), "ci": [lo, hi], "n_seeds": int(len(e)), "predicted": predicted_e,
-              "ci_contains_predicted": bool(lo <= predicted_e <= hi)},
-        deletion={"n": int(e.sum()), "t2": t2,
-                  "before_a_mean": float(d.before_a.mean()), "before_b_mean": float(d.before_b.mean()),
-                  "after_a_mean": float(d.after_a.mean()), "after_b_mean": float(d.after_b.mean()),
-                  "delta_a_mean": float(d.delta_a.mean()), "delta_a_predicted": -t2,
-                  "delta_b_mean": float(d.delta_b.mean()), "delta_b_predicted": 3 * t2,
-                  "delta_joint_mean": float(d.delta_joint.mean()), "delta_joint_predicted": t2 / 2,
-                  "delta_a_max_abs_residual": float(np.abs(d.delta_a + t2).max()),
-                  "delta_b_max_abs_residual": float(np.abs(d.delta_b - 3 * t2).max())},
-        no_clear_winner_fraction=float((share < 0.95).mean()),
+        w_max_error=float(np.abs(c.sum(axis=-2) - setting.optimum).max()) if ok.any() else None,
+        winner_counts=sym["winner_counts"], uniform_p=sym["uniform_p"], independence_p=sym["independence_p"],
+        pr_e={**sym["pr_e"], "n_seeds": int(len(e))},
+        deletion=_deletion_summary(d, setting.t ** 2),
+        no_clear_winner_fraction=float((share < 0.95).mean()) if ok.any() else 0.0,
     )
     return report, (result, c, win, e, d)
 
@@ -85,45 +74,73 @@ class AlphaSweep:
     lr: float
     n_seeds: int
     loser_median: list[float]  # median |c| of non-winning head-feature pairs, per alpha
-    slope: float
+    slope: float  # log-log slope of loser_median against α (4 = O(α⁴))
     slope_ci: list[float]
-    residual_a: list[float]  # mean |ΔR_A + t²| on E, per alpha
-    residual_b: list[float]  # mean |ΔR_B − 3t²| on E
+    residual_a: list[float | None]  # mean |ΔR_A + t²| on E, per alpha (None: no seed on E)
+    residual_b: list[float | None]  # mean |ΔR_B − 3t²| on E
     no_clear_winner: list[float]
     converged: list[float]
+    init_slope: float  # the same slope for the losers' initial |c|: 4 by construction (θ₀ = α·Z, c ≈ α⁴·oqvk)
+    growth_median: list[float]  # median over seeds of the seed's median loser |c_final| / |c_initial|, per alpha
+    growth_quartiles: list[list[float]]  # 25 %, 75 %, 90 % of that ratio over every loser pair, per alpha
+    growth_slope: float  # log-log slope of growth_median against α: 0 = an α-independent factor
+    growth_slope_ci: list[float]
     loser_samples: list[list[float]] = field(repr=False, default_factory=list)
 
 
-def _loser_magnitudes(c: np.ndarray, win: np.ndarray) -> np.ndarray:
-    mag = np.abs(c)  # [S, H, F]
-    mask = np.ones_like(mag, dtype=bool)
+def _loser_mask(c: np.ndarray, win: np.ndarray) -> np.ndarray:
+    mask = np.ones(c.shape, dtype=bool)  # [S, H, F]
     s_idx, f_idx = np.meshgrid(np.arange(len(c)), np.arange(3), indexing="ij")
     mask[s_idx, win, f_idx] = False
-    return np.nanmedian(np.where(mask, mag, np.nan), axis=(1, 2))  # per seed: median loser magnitude
+    return mask
+
+
+def _per_seed_median(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.nanmedian(np.where(mask, values, np.nan), axis=(1, 2))
+
+
+def _slope_with_ci(x: np.ndarray, per_seed: list[np.ndarray], rng, n_boot: int) -> tuple[float, list[float]]:
+    """Least-squares slope of log(median per α) on x, and a percentile CI resampling seeds."""
+    slope = float(np.polyfit(x, np.log([np.median(s) for s in per_seed]), 1)[0])
+    boots = [np.polyfit(x, np.log([np.median(rng.choice(s, len(s))) for s in per_seed]), 1)[0] for _ in range(n_boot)]
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    return slope, [float(lo), float(hi)]
 
 
 def alpha_sweep(setting: Setting, alphas: list[float], lr: float, n_seeds: int, seed: int = 0,
                 n_boot: int = 1000) -> AlphaSweep:
-    per_seed, res_a, res_b, unclear, conv = [], [], [], [], []
+    """Train at each α from θ₀ = α·Z (the same Z), and follow the losing head–feature pairs.
+
+    The final losers' slope against α is 4 partly by construction (they start ∝ α⁴), so the sweep
+    also reports each loser's growth |c_final| / |c_initial|: "stays at initial scale" predicts a
+    ratio near 1, "grows by an α-independent factor" a ratio that does not change with α.
+    """
+    per_seed, initial, growth, quartiles, res_a, res_b, unclear, conv = [], [], [], [], [], [], [], []
     t2 = setting.t ** 2
     for alpha in alphas:
-        r = train(init(n_seeds, setting, alpha, seed), setting, lr)
-        c = r.c[r.converged]
+        theta0 = init(n_seeds, setting, alpha, seed)
+        r = train(theta0, setting, lr)
+        c, c0 = r.c[r.converged], coefficients(theta0)[r.converged]
         win, share = winners(c)
-        per_seed.append(_loser_magnitudes(c, win))
+        mask = _loser_mask(c, win)
+        per_seed.append(_per_seed_median(np.abs(c), mask))
+        initial.append(_per_seed_median(np.abs(c0), mask))
+        ratio = np.abs(c) / np.abs(c0)
+        growth.append(_per_seed_median(ratio, mask))
+        quartiles.append([float(q) for q in np.quantile(ratio[mask], [0.25, 0.75, 0.9])])
         e = event_e(win)
         d = delete_head(c[e], win[e, 0], setting)
-        res_a.append(float(np.abs(d.delta_a + t2).mean()))
-        res_b.append(float(np.abs(d.delta_b - 3 * t2).mean()))
+        res_a.append(float(np.abs(d.delta_a + t2).mean()) if e.any() else None)
+        res_b.append(float(np.abs(d.delta_b - 3 * t2).mean()) if e.any() else None)
         unclear.append(float((share < 0.95).mean()))
         conv.append(float(r.converged.mean()))
     x = np.log(alphas)
-    medians = [float(np.median(s)) for s in per_seed]
-    slope = float(np.polyfit(x, np.log(medians), 1)[0])
     rng = np.random.default_rng(seed)
-    boots = [np.polyfit(x, np.log([np.median(rng.choice(s, len(s))) for s in per_seed]), 1)[0] for _ in range(n_boot)]
-    lo, hi = np.quantile(boots, [0.025, 0.975])
-    return AlphaSweep(list(alphas), lr, n_seeds, medians, slope, [float(lo), float(hi)], res_a, res_b, unclear, conv,
+    slope, slope_ci = _slope_with_ci(x, per_seed, rng, n_boot)
+    growth_slope, growth_ci = _slope_with_ci(x, growth, rng, n_boot)
+    init_slope = float(np.polyfit(x, np.log([np.median(s) for s in initial]), 1)[0])
+    return AlphaSweep(list(alphas), lr, n_seeds, [float(np.median(s)) for s in per_seed], slope, slope_ci, res_a, res_b,
+                      unclear, conv, init_slope, [float(np.median(g)) for g in growth], quartiles, growth_slope, growth_ci,
                       [list(map(float, s)) for s in per_seed])
 
 

@@ -17,6 +17,7 @@ class TrainResult:
     diverged: np.ndarray  # bool [S]
     steps: np.ndarray  # steps taken per seed
     trajectory: np.ndarray | None  # [T, S_keep, H, F] coefficients, when recorded
+    snapshots: dict[int, np.ndarray] | None = None  # step -> c [S, H, F] of every seed, at the requested checkpoints
 
     @property
     def c(self) -> np.ndarray:
@@ -34,9 +35,13 @@ def init(n_seeds: int, setting: Setting, alpha: float, seed: int = 0) -> np.ndar
 
 
 def train(theta0: np.ndarray, setting: Setting, lr: float, max_steps: int = 200_000, tol: float = 1e-9,
-          record_every: int = 0, record_seeds: int = 4) -> TrainResult:
+          record_every: int = 0, record_seeds: int = 4, checkpoints: tuple[int, ...] = ()) -> TrainResult:
     """Gradient descent until every seed has converged (‖w − w*‖∞ < tol·10³ and ‖∇‖∞ < tol)
-    or diverged (non-finite or |θ| > 1e6), or ``max_steps``."""
+    or diverged (non-finite or |θ| > 1e6), or ``max_steps``.
+
+    ``checkpoints``: steps at which every seed's coefficients are kept (a seed that has stopped
+    keeps its final coefficients; a checkpoint past the last step gets the final ones).
+    """
     theta = theta0.copy()
     n = theta.shape[0]
     active = np.ones(n, dtype=bool)
@@ -44,16 +49,19 @@ def train(theta0: np.ndarray, setting: Setting, lr: float, max_steps: int = 200_
     diverged = np.zeros(n, dtype=bool)
     steps = np.zeros(n, dtype=np.int64)
     frames = []
+    snapshots = {} if checkpoints else None
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is detected below, not warned about
         return _descend(theta, setting, lr, max_steps, tol, record_every, record_seeds, active, converged, diverged,
-                        steps, frames)
+                        steps, frames, snapshots, set(checkpoints))
 
 
 def _descend(theta, setting, lr, max_steps, tol, record_every, record_seeds, active, converged, diverged, steps,
-             frames) -> TrainResult:
+             frames, snapshots, checkpoints) -> TrainResult:
     for step in range(max_steps):
         if record_every and step % record_every == 0:
             frames.append(coefficients(theta[:record_seeds]))
+        if step in checkpoints:
+            snapshots[step] = coefficients(theta)
         idx = np.flatnonzero(active)
         if idx.size == 0:
             break
@@ -71,7 +79,9 @@ def _descend(theta, setting, lr, max_steps, tol, record_every, record_seeds, act
             active[idx[bad | done]] = False
     if record_every:
         frames.append(coefficients(theta[:record_seeds]))
-    return TrainResult(theta, converged, diverged, steps, np.array(frames) if frames else None)
+    for step in checkpoints - set(snapshots or ()):
+        snapshots[step] = coefficients(theta)  # past the last step: every seed has stopped
+    return TrainResult(theta, converged, diverged, steps, np.array(frames) if frames else None, snapshots)
 
 
 def winners(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
