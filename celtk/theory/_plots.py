@@ -77,3 +77,22 @@ def loser_scaling(alphas, medians, slope, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     return path
+
+
+def deletion_along_training(rows: list[dict], t2: float, path: Path) -> Path:
+    """Mean ΔR_A and ΔR_B on E at each checkpoint, against the predictions −t² and +3t²."""
+    fig = _figure((5, 3.6))
+    ax = fig.subplots()
+    kept = [r for r in rows if r["delta_a_mean"] is not None]
+    steps = [max(r["step"], 1) for r in kept]  # step 0 drawn at 1 on the log axis
+    ax.semilogx(steps, [r["delta_a_mean"] for r in kept], "o-", color="tab:blue", label="ΔR_A")
+    ax.semilogx(steps, [r["delta_b_mean"] for r in kept], "o-", color="tab:red", label="ΔR_B")
+    ax.axhline(-t2, color="tab:blue", ls="--", lw=1, label="−t²")
+    ax.axhline(3 * t2, color="tab:red", ls="--", lw=1, label="+3t²")
+    ax.set_xlabel("checkpoint step (0 drawn at 1)")
+    ax.set_ylabel("mean risk change on E")
+    ax.set_title("Deleting U's winner at each checkpoint")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -62,6 +62,7 @@ def run_theory(config: TheoryConfig = TheoryConfig(), out: Path | None = None) -
                 _plots.winner_distribution(report.winner_counts, out / f"{tag}_winners.png"),
                 _plots.deletion_risks(deletion, setting.t ** 2, out / f"{tag}_deletion.png"),
                 _plots.loser_scaling(sweep.alphas, sweep.loser_median, sweep.slope, out / f"{tag}_loser_scaling.png"),
+                _plots.deletion_along_training(trajectory["rows"], setting.t ** 2, out / f"{tag}_deletion_trajectory.png"),
             )]
         doc["settings"].append(entry)
     first = doc["settings"][0]

@@ -13,6 +13,7 @@ from celtk.theory import (
     winners,
 )
 from celtk.theory._checks import MIN_SEEDS
+from celtk.theory._plots import deletion_along_training
 
 CHECKPOINTS = (0, 250, 500, 1000, 1500, 2000, 3000, 5000, 20_000)
 
@@ -157,6 +158,13 @@ def test_delete_head_removes_only_that_head():
     d = delete_head(c, np.array([0]), s)
     assert d.before_a[0] == pytest.approx(0.25) and d.after_a[0] == pytest.approx(0.0)
     assert d.before_b[0] == pytest.approx(0.25) and d.after_b[0] == pytest.approx(1.0)
+
+
+def test_deletion_trajectory_figure(tmp_path):
+    rows = [{"step": 0, "delta_a_mean": 0.0, "delta_b_mean": 0.0}, {"step": 10, "delta_a_mean": None, "delta_b_mean": None},
+            {"step": 100, "delta_a_mean": -0.25, "delta_b_mean": 0.75}]
+    path = deletion_along_training(rows, 0.25, tmp_path / "d.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_losers_grow_by_an_alpha_independent_factor():
