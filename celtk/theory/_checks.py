@@ -14,8 +14,8 @@ import numpy as np
 from scipy import stats
 
 from celtk.stats import holm
-from celtk.theory._model import Setting, coefficients
-from celtk.theory._train import delete_head, event_e, init, train, winners
+from celtk.theory._model import Setting
+from celtk.theory._train import delete_head, event_e, winners
 
 MIN_SEEDS = 20  # fewer qualifying seeds than this and a check reports "insufficient", never a pass
 SHARE = 0.95  # a winner carries at least this share of Σ_h |c_hj|
