@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 
 from celtk.errors import SandboxRefusedError
@@ -230,9 +231,20 @@ def _nobody() -> int | None:
     return 65534 if os.geteuid() == 0 else None
 
 
+def _exited(pid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``pid`` to exit without reaping it, so that its pid (the process
+    group's id) cannot be reused by an unrelated process before we have signalled the group."""
+    deadline = time.monotonic() + seconds
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _end(process: subprocess.Popen, mode: str, cgroup: ProgramCgroup | None) -> bool:
     """End the program and everything it started: kill the namespace's PID 1 (the kernel then kills the
-    rest, and ``unshare`` exits once they are gone), then the process group, then the cgroup.
+    rest, and ``unshare`` exits once they are gone), then the process group, then what the cgroup holds.
     Returns whether the cgroup refused the program memory."""
     if mode != "weak":
         try:
@@ -241,11 +253,8 @@ def _end(process: subprocess.Popen, mode: str, cgroup: ProgramCgroup | None) -> 
                     os.kill(int(pid), signal.SIGKILL)
         except (OSError, ValueError):
             pass
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
+        _exited(process.pid, 10.0)
+    try:  # `process` is not reaped yet, so its group id is still ours
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
@@ -266,10 +275,7 @@ def _execute(mode: str, program: str, limits: SandboxLimits) -> SandboxResult:
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # files: a flood is bounded by RLIMIT_FSIZE
     try:
         process = _spawn(mode, token, program, limits, workdir, cgroup, out, err)
-        try:
-            process.wait(timeout=limits.wall_seconds)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = not _exited(process.pid, limits.wall_seconds)
     finally:
         if process is not None:
             exceeded = _end(process, mode, cgroup)
