@@ -293,14 +293,20 @@ def _execute(mode: str, program: str, limits: SandboxLimits) -> SandboxResult:
 
 
 @functools.lru_cache(maxsize=None)
-def isolation() -> str:
-    """The strongest isolation this machine allows, proved by running a program in it:
-    ``"root-namespaces"``, ``"user-namespaces"`` or ``"weak"`` (see the module docstring)."""
-    if not all(shutil.which(tool) for tool in ("unshare", "setpriv", "mount", "sh", "mktemp")):
-        return "weak"
+def _probe() -> tuple[str, str]:
+    """(mode, why the namespace modes failed, if they did), found by running a program once."""
+    missing = [tool for tool in ("unshare", "setpriv", "mount", "sh", "mktemp") if not shutil.which(tool)]
+    if missing:
+        return "weak", f"missing {', '.join(missing)}"
     mode = "root-namespaces" if os.geteuid() == 0 else "user-namespaces"
     probe = _execute(mode, "assert True", SandboxLimits(cpu_seconds=5, wall_seconds=30.0))
-    return mode if probe.passed else "weak"
+    return (mode, "") if probe.passed else ("weak", f"{mode} failed: {probe.stderr_tail.strip()[-200:]}")
+
+
+def isolation() -> str:
+    """The strongest isolation this machine allows: ``"root-namespaces"``, ``"user-namespaces"`` or
+    ``"weak"`` (see the module docstring)."""
+    return _probe()[0]
 
 
 def weak_sandbox_allowed(flag: bool = False) -> bool:
@@ -319,8 +325,8 @@ def run_untrusted(program: str, limits: SandboxLimits = SandboxLimits(), allow: 
     mode = isolation()
     if mode == "weak" and not weak_sandbox_allowed(allow_weak):
         raise SandboxRefusedError(
-            "This machine allows no namespace isolation for model-written code (no unshare(1), or user namespaces "
-            "are disabled and celtk is not root), so programs would run only with resource limits and, as root, as "
-            f"`nobody`. Run as root, enable user namespaces, or accept the weaker sandbox with {WEAK_OPT_IN_ENV}=1."
+            f"This machine allows no namespace isolation for model-written code ({_probe()[1] or 'probe failed'}), so "
+            "programs would run only with resource limits and, as root, as `nobody`. Run as root with util-linux, "
+            f"enable unprivileged user namespaces, or accept the weaker sandbox with {WEAK_OPT_IN_ENV}=1."
         )
     return _execute(mode, program, limits)
