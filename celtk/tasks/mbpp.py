@@ -1,8 +1,10 @@
 """MBPP (Austin et al. 2021) with lm-evaluation-harness's 3-shot ``[BEGIN]``/``[DONE]`` prompt.
 
-Greedy generation until ``[DONE]``; pass@1 by running the example's tests on the code in
-the sandbox (:mod:`celtk.tasks._sandbox`). Held-out = test (500); discovery from train
-(374); shots are the first three of the ``prompt`` split, as lm-eval's ``first_n`` sampler.
+Greedy generation until ``[DONE]``; pass@1 by running, in the sandbox
+(:mod:`celtk.tasks._sandbox`), the program lm-eval's ``code_eval`` runs: the generation, a
+newline, the three ``test_list`` assertions (no ``test_setup_code``, no challenge tests). It
+passes only if every statement ran without raising. Held-out = test (500); discovery from train
+(374); shots are task_ids 2, 3 and 4 of the ``prompt`` split, lm-eval's fixed ``first_n`` list.
 Running model-written code is opt-in.
 """
 
@@ -13,6 +15,9 @@ from celtk.tasks._base import Example, Pools, Task
 from celtk.tasks._hub import load_rows
 from celtk.tasks._registry import register
 from celtk.tasks._sandbox import run_untrusted
+
+# lm-eval's mbpp task lists these prompt-split rows as its three shots (utils.list_fewshot_samples)
+LM_EVAL_SHOT_IDS = (2, 3, 4)
 
 
 def _example(split: str, i: int, row: dict) -> Example:
@@ -38,7 +43,10 @@ class MBPP(Task):
         def rows(split: str) -> list[Example]:
             return [_example(split, i, r) for i, r in enumerate(load_rows("google-research-datasets/mbpp", "full", split, self.data_path))]
 
-        return Pools(discovery=rows("train"), heldout=rows("test"), fewshot=rows("prompt"), source="file" if self.data_path else "hub")
+        prompt = rows("prompt")
+        first = {f"prompt-{i}": i for i in LM_EVAL_SHOT_IDS}
+        shots = sorted((e for e in prompt if e.id in first), key=lambda e: first[e.id]) + [e for e in prompt if e.id not in first]
+        return Pools(discovery=rows("train"), heldout=rows("test"), fewshot=shots, source="file" if self.data_path else "hub")
 
     def stop_strings(self) -> list[str]:
         return ["[DONE]"]
@@ -47,6 +55,9 @@ class MBPP(Task):
         return 256
 
     def grade_generation(self, example: Example, text: str, allow_code: bool) -> bool:
-        code = text.split("[DONE]")[0]
-        program = "\n".join([example.meta["setup"], code, *example.meta["tests"]])
-        return run_untrusted(program, allow=allow_code).passed
+        return run_untrusted(program_for(example, text), allow=allow_code).passed
+
+
+def program_for(example: Example, text: str) -> str:
+    """What lm-eval's ``code_eval`` executes: the generation cut at ``[DONE]``, then the tests."""
+    return text.split("[DONE]")[0] + "\n" + "\n".join(example.meta["tests"][:3])
