@@ -29,8 +29,17 @@ import torch
 from torch import Tensor
 
 from celtk.ablation import ablate, ablate_rows
-from celtk.evaluator import (EvalResult, ExampleResult, Prepared, Request, StopRule, decode_step, generation_result,
-                             new_cache, prompt_ids, unembed)
+from celtk.evaluator import (
+    EvalResult,
+    Prepared,
+    Request,
+    StopRule,
+    decode_step,
+    generation_result,
+    new_cache,
+    prompt_ids,
+    unembed,
+)
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.screen import MIN_SHARED_PREFIX, decoder_layers, shared_prefix_length
@@ -126,7 +135,7 @@ def row_masks(model: Model, row_sets: Sequence[HeadSet]) -> ExitStack:
 def left_padded(kv: Tensor, lengths: Sequence[int], prefix: int) -> Tensor:
     """Keys or values ``[rows, heads, prefix + S, d]`` of right-padded prompts, moved so that each row's
     padding comes first (HF's left-padded layout, in which decoding appends at the end)."""
-    rows, _, width, _ = kv.shape
+    width = kv.shape[2]
     shift = torch.tensor([width - prefix - n for n in lengths])[:, None]
     index = (torch.arange(width)[None, :] - shift) % width
     return kv.gather(2, index[:, None, :, None].expand_as(kv).to(kv.device))

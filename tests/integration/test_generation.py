@@ -16,7 +16,7 @@ from celtk.screen_generate import GenerationScreener
 from celtk.tasks import get_task
 from celtk.tasks.jsonl import jsonl_spec
 
-WORDS = "apple river stone cloud music table green seven light paper horse dream".split()
+WORDS = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
 STOP = "e"  # common in random tokens, so rows stop after different numbers of tokens
 MAX_NEW = 6
 
@@ -79,3 +79,61 @@ def test_generation_screener_equals_plain_path_for_every_head(arch, smol_tokeniz
             assert np.array_equal(screened[s].correct, plain[s].correct), (share, s)
             assert [e.extra["new_tokens"] for e in screened[s].examples] == [e.extra["new_tokens"] for e in plain[s].examples]
     assert any(_generations(plain[s]) != _generations(intact_plain) for s in sets)  # ablations change what is written
+
+
+def _screen_and_plain(model, task, examples, sets, **kwargs):
+    screener = GenerationScreener(model, prepare(model, task, examples), task, **kwargs)
+    intact, screened = screener.run(sets)
+    plain = {s: _plain(model, task, examples, (), s) for s in sets}
+    return intact, screened, plain, screener
+
+
+@pytest.mark.parametrize("stop", [(), ("\x00never",)])
+def test_generation_without_a_reachable_stop_is_bounded_by_max_new_tokens(smol_tokenizer, tmp_path, stop):
+    """A tiny model has no EOS and never writes the stop: every row runs to exactly the token limit."""
+    model = _tiny("llama", smol_tokenizer)
+    assert model.hf_model.generation_config.eos_token_id is None
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"prompt": " ".join(WORDS[:n]), "target": "zz"}) + "\n" for n in (1, 5, 12)))
+    task = get_task(jsonl_spec(str(path), "generate", stop=stop, max_new_tokens=5))
+    examples = task.load_pools().discovery
+    sets = [HeadSet.parse("L0H1"), HeadSet.parse("L1H2")]
+    intact, screened, plain, screener = _screen_and_plain(model, task, examples, sets, batch_size=2)
+    for result in [intact, *screened.values(), *plain.values()]:
+        assert [e.extra["new_tokens"] for e in result.examples] == [5, 5, 5]
+        assert not result.correct.any() and all(e.extra["generation"] for e in result.examples)
+    assert screener.new_tokens == 5 * 3 * 3
+    for s in sets:
+        assert _generations(screened[s]) == _generations(plain[s])
+
+
+def test_eos_ends_a_row_early_in_both_paths(smol_tokenizer, tmp_path):
+    model = _tiny("qwen2", smol_tokenizer)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"prompt": " ".join(WORDS[:n]), "target": "zz"}) + "\n" for n in (2, 9)))
+    task = get_task(jsonl_spec(str(path), "generate", stop=(), max_new_tokens=6))
+    examples = task.load_pools().discovery
+    first = generate_greedy(model, [examples[1].context], 1)[0]
+    model.hf_model.generation_config.eos_token_id = smol_tokenizer(first).input_ids[0]  # row 1's first token ends it
+    try:
+        intact, screened, plain, _ = _screen_and_plain(model, task, examples, [HeadSet.parse("L1H0")], batch_size=2)
+        assert intact.examples[1].extra["new_tokens"] == 1 and intact.examples[0].extra["new_tokens"] > 1
+        assert _plain(model, task, examples, (), None).examples[1].extra["new_tokens"] == 1
+        s = HeadSet.parse("L1H0")
+        assert [e.extra for e in screened[s].examples] == [e.extra for e in plain[s].examples]
+    finally:
+        model.hf_model.generation_config.eos_token_id = None
+
+
+def test_string_graded_task_needs_no_code_opt_in_and_screener_refuses_scored_tasks(tiny_llama, monkeypatch, tmp_path):
+    from celtk.errors import ConfigError
+
+    monkeypatch.delenv("CELTK_ALLOW_CODE_EXEC", raising=False)
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"prompt": "1+1=", "target": "2"}) + "\n")
+    task = get_task(jsonl_spec(str(path), "generate", max_new_tokens=2))
+    result = evaluate(tiny_llama, task, task.load_pools().discovery)  # no SandboxRefusedError: nothing is executed
+    assert "generation" in result.examples[0].extra
+    scored = get_task(f"jsonl:{path}")
+    with pytest.raises(ConfigError, match="needs a generation-graded task"):
+        GenerationScreener(tiny_llama, prepare(tiny_llama, scored, scored.load_pools().discovery), scored)
