@@ -193,18 +193,22 @@ class GenerationScreener:
             intact = EvalResult([f.result() for f in graded[HeadSet()] if f is not None])
             if on_intact:
                 on_intact(intact)
-            for layer in sorted(by_start):
-                futures = {s: [None] * len(self.ids) for s in by_start[layer]}
-                per = max(1, self.rows_per_pass // self.batch_size)
-                for start in range(0, len(by_start[layer]), per):
-                    chunk = by_start[layer][start:start + per]
-                    prefix_kv = self._ablated_prefix(prefix, layer, chunk)
-                    for batch in batches:
-                        self._decode_ablated(pool, prefix, prefix_kv, batch, layer, chunk, futures)
-                done = {s: EvalResult([f.result() for f in fs]) for s, fs in futures.items()}  # type: ignore[union-attr]
-                results.update(done)
-                if on_layer:
-                    on_layer(layer, done)
+            order = [heads for layer in sorted(by_start) for heads in by_start[layer]]
+            futures: dict[HeadSet, list[Future | None]] = {s: [None] * len(self.ids) for s in order}
+            per = max(1, self.rows_per_pass // self.batch_size)
+            for start in range(0, len(order), per):  # a chunk may span start layers: rows decode together
+                chunk = order[start:start + per]
+                groups = {layer: [s for s in chunk if s.heads[0].layer == layer] for layer in dict.fromkeys(s.heads[0].layer for s in chunk)}
+                prefix_kv = {layer: self._ablated_prefix(prefix, layer, group) for layer, group in groups.items()}
+                for batch in batches:
+                    parts = [self._prompt_rows(prefix, prefix_kv[layer], batch, layer, group) for layer, group in groups.items()]
+                    self._decode_rows(pool, batch, parts, futures)
+                finished = [layer for layer in groups if all(s in set(order[:start + per]) for s in by_start[layer])]
+                for layer in finished:
+                    done = {s: EvalResult([f.result() for f in futures[s] if f is not None]) for s in by_start[layer]}
+                    results.update(done)
+                    if on_layer:
+                        on_layer(layer, done)
         if HeadSet() in set(sets):
             results[HeadSet()] = intact
         return intact, results
@@ -265,8 +269,10 @@ class GenerationScreener:
             run_layers(self.model, layer, prefix.resid[layer].expand(g, -1, -1), prefix.layer_kwargs, 1, g, record)
         return record
 
-    def _decode_ablated(self, pool: ThreadPoolExecutor, prefix: _Pass | None, prefix_kv: _KV | None, batch: _Batch,
-                        layer: int, sets: list[HeadSet], futures: dict[HeadSet, list]) -> None:
+    def _prompt_rows(self, prefix: _Pass | None, prefix_kv: _KV | None, batch: _Batch, layer: int,
+                     sets: list[HeadSet]) -> tuple[dict[int, tuple[Tensor, Tensor]], Tensor, list[HeadSet]]:
+        """Rows ``b·g + j`` (example ``b`` under ``sets[j]``, all starting at ``layer``): the prompt's
+        keys/values per layer (intact below ``layer``) and each row's first generated token."""
         b, g = len(batch.lengths), len(sets)
         before = {} if prefix_kv is None else {i: (k.repeat(b, 1, 1, 1), v.repeat(b, 1, 1, 1)) for i, (k, v) in prefix_kv.new.items()}
         record, row_sets = _KV(before), [sets[r % g] for r in range(b * g)]
@@ -281,8 +287,19 @@ class GenerationScreener:
                 kv[i] = self._full_kv(prefix, i, (k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)), None)
             else:
                 kv[i] = self._full_kv(prefix, i, record.new[i], before.get(i))
-        examples = [batch.examples[r // g] for r in range(b * g)]
-        self._decode(pool, kv, first, [n for n in batch.lengths for _ in range(g)], row_sets, examples,
+        return kv, first, row_sets
+
+    def _decode_rows(self, pool: ThreadPoolExecutor, batch: _Batch,
+                     parts: list[tuple[dict[int, tuple[Tensor, Tensor]], Tensor, list[HeadSet]]],
+                     futures: dict[HeadSet, list[Future | None]]) -> None:
+        """Decode the rows of every start layer's part of a chunk as one batch."""
+        kv = {i: (torch.cat([p[0][i][0] for p in parts]), torch.cat([p[0][i][1] for p in parts])) for i in parts[0][0]}
+        first = torch.cat([p[1] for p in parts])
+        row_sets = [s for p in parts for s in p[2]]
+        b = len(batch.lengths)
+        where = [r // (len(p[2]) // b) for p in parts for r in range(len(p[2]))]  # row b·g + j → example b
+        examples, lengths = [batch.examples[w] for w in where], [batch.lengths[w] for w in where]
+        self._decode(pool, kv, first, lengths, row_sets, examples,
                      lambda r, fut: futures[row_sets[r]].__setitem__(examples[r], fut))
 
     def _decode(self, pool: ThreadPoolExecutor, kv: dict[int, tuple[Tensor, Tensor]], first: Tensor, lengths: list[int],

@@ -68,10 +68,13 @@ def test_generation_screener_equals_plain_path_for_every_head(arch, smol_tokeniz
     assert len(lengths) > 2  # rows stop at different points
     for share in (False, True):
         prepared = prepare(model, task, examples, shots)
-        screener = GenerationScreener(model, prepared, task, batch_size=len(examples), rows_per_pass=3 * len(examples),
+        # four sets per chunk: one chunk holds sets starting in layers 0 and 1, decoded as one batch
+        screener = GenerationScreener(model, prepared, task, batch_size=len(examples), rows_per_pass=4 * len(examples),
                                       share_prefix=share)
         assert (screener.prefix_len > 0) == share
-        intact, screened = screener.run(sets)
+        calls: list[tuple[int, set]] = []
+        intact, screened = screener.run(sets, on_layer=lambda layer, done: calls.append((layer, set(done))))
+        assert [layer for layer, _ in calls] == [0, 1] and set().union(*(d for _, d in calls)) == set(sets)
         assert _generations(intact) == _generations(intact_plain)
         assert np.array_equal(intact.correct, intact_plain.correct)
         for s in sets:
