@@ -19,7 +19,7 @@ graded in a thread pool beside decoding (sandboxed code runs in child processes)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -187,31 +187,38 @@ class GenerationScreener:
         with torch.no_grad(), ablate(self.model, HeadSet()), ThreadPoolExecutor(self.workers) as pool:
             prefix = self._read_prefix()
             batches = [self._read_batch(prefix, group) for group in self._groups()]
-            graded: dict[HeadSet, list[Future | None]] = {HeadSet(): [None] * len(self.ids)}
+            graded: list[Future | None] = [None] * len(self.ids)
             for batch in batches:
-                self._decode_intact(pool, prefix, batch, graded[HeadSet()])
-            intact = EvalResult([f.result() for f in graded[HeadSet()] if f is not None])
+                self._decode_intact(pool, prefix, batch, graded)
+            intact = EvalResult([f.result() for f in graded if f is not None])
             if on_intact:
                 on_intact(intact)
-            order = [heads for layer in sorted(by_start) for heads in by_start[layer]]
-            futures: dict[HeadSet, list[Future | None]] = {s: [None] * len(self.ids) for s in order}
-            per = max(1, self.rows_per_pass // self.batch_size)
-            for start in range(0, len(order), per):  # a chunk may span start layers: rows decode together
-                chunk = order[start:start + per]
-                groups = {layer: [s for s in chunk if s.heads[0].layer == layer] for layer in dict.fromkeys(s.heads[0].layer for s in chunk)}
-                prefix_kv = {layer: self._ablated_prefix(prefix, layer, group) for layer, group in groups.items()}
-                for batch in batches:
-                    parts = [self._prompt_rows(prefix, prefix_kv[layer], batch, layer, group) for layer, group in groups.items()]
-                    self._decode_rows(pool, batch, parts, futures)
-                finished = [layer for layer in groups if all(s in set(order[:start + per]) for s in by_start[layer])]
-                for layer in finished:
-                    done = {s: EvalResult([f.result() for f in futures[s] if f is not None]) for s in by_start[layer]}
-                    results.update(done)
-                    if on_layer:
-                        on_layer(layer, done)
+            for layer, done in self._ablated(pool, prefix, batches, by_start):
+                results.update(done)
+                if on_layer:
+                    on_layer(layer, done)
         if HeadSet() in set(sets):
             results[HeadSet()] = intact
         return intact, results
+
+    def _ablated(self, pool: ThreadPoolExecutor, prefix: _Pass | None, batches: list[_Batch],
+                 by_start: dict[int, list[HeadSet]]) -> Iterator[tuple[int, dict[HeadSet, EvalResult]]]:
+        """Decode chunks of ``rows_per_pass // batch_size`` sets in start-layer order; yield each layer's
+        results once its last set is graded. A chunk may span start layers: its rows decode together."""
+        order = [heads for layer in sorted(by_start) for heads in by_start[layer]]
+        futures: dict[HeadSet, list[Future | None]] = {s: [None] * len(self.ids) for s in order}
+        per = max(1, self.rows_per_pass // self.batch_size)
+        for start in range(0, len(order), per):
+            groups: dict[int, list[HeadSet]] = {}
+            for heads in order[start:start + per]:
+                groups.setdefault(heads.heads[0].layer, []).append(heads)
+            prefix_kv = {layer: self._ablated_prefix(prefix, layer, group) for layer, group in groups.items()}
+            for batch in batches:
+                parts = [self._prompt_rows(prefix, prefix_kv[layer], batch, layer, group) for layer, group in groups.items()]
+                self._decode_rows(pool, batch, parts, futures)
+            for layer in groups:
+                if by_start[layer][-1] in order[:start + per]:
+                    yield layer, {s: EvalResult([f.result() for f in futures[s] if f is not None]) for s in by_start[layer]}
 
     # -- intact reads --------------------------------------------------------------
     def _groups(self) -> list[list[int]]:
