@@ -5,16 +5,62 @@ appended with no delimiter; correct iff every target token is the greedy choice)
 Multiple-choice lines ``{"id", "prompt", "choices": [...], "label": i}`` are scored by
 log-likelihood (acc). ``id`` defaults to the line number. All lines share one kind.
 Lines with ``"split": "fewshot"`` form the few-shot pool.
+
+Generative lines can instead be graded on what the model writes:
+``jsonl:PATH?grading=generate`` decodes greedily until a stop string (default: a newline;
+``stop`` may repeat, ``stop=`` means none) or ``max_new_tokens`` (default 32), and an example
+is correct iff the generation, stripped of surrounding whitespace, equals the stripped target.
+Option values are URL-encoded (:func:`jsonl_spec` writes the spelling).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode
 
 from celtk.errors import DataFormatError, TaskError
 from celtk.tasks._base import Example, Pools, Task
 from celtk.tasks._registry import register
+
+GRADINGS = ("teacher", "generate")  # teacher-forced targets (default) or greedy generation graded by string
+DEFAULT_STOP = ("\n",)
+DEFAULT_MAX_NEW_TOKENS = 32
+_OPTION_KEYS = ("grading", "stop", "max_new_tokens")
+
+
+def jsonl_spec(path: str, grading: str = "teacher", stop: tuple[str, ...] | None = None,
+               max_new_tokens: int | None = None) -> str:
+    """The task name for ``get_task``, e.g. ``jsonl_spec("a.jsonl", "generate")`` → ``jsonl:a.jsonl?grading=generate``."""
+    query: list[tuple[str, str | int]] = []
+    if grading != "teacher":
+        query.append(("grading", grading))
+    if stop is not None:
+        query += [("stop", s) for s in stop] or [("stop", "")]
+    if max_new_tokens is not None:
+        query.append(("max_new_tokens", max_new_tokens))
+    return f"jsonl:{path}" + (f"?{urlencode(query)}" if query else "")
+
+
+def _parse_option(option: str) -> tuple[str, str, tuple[str, ...], int]:
+    """``PATH[?grading=…&stop=…&max_new_tokens=…]`` → path, grading, stop strings, token limit."""
+    path, _, query = option.rpartition("?")
+    if not path or "=" not in query:  # no options: a '?' (if any) belongs to the path
+        return option, "teacher", DEFAULT_STOP, DEFAULT_MAX_NEW_TOKENS
+    fields = parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(fields) - set(_OPTION_KEYS))
+    if unknown:
+        raise TaskError(f"jsonl task option(s) {', '.join(unknown)} unknown; valid: {', '.join(_OPTION_KEYS)}.")
+    grading = fields.get("grading", ["teacher"])[-1]
+    if grading not in GRADINGS:
+        raise TaskError(f"jsonl grading {grading!r} unknown; use one of {', '.join(GRADINGS)}.")
+    if grading == "teacher" and ("stop" in fields or "max_new_tokens" in fields):
+        raise TaskError("jsonl options stop and max_new_tokens apply only to grading=generate.")
+    stop = tuple(s for s in fields.get("stop", DEFAULT_STOP) if s)
+    limit = fields.get("max_new_tokens", [str(DEFAULT_MAX_NEW_TOKENS)])[-1]
+    if not limit.isdigit() or int(limit) < 1:
+        raise TaskError(f"jsonl max_new_tokens must be a positive integer, got {limit!r}.")
+    return path, grading, stop, int(limit)
 
 
 def _parse_line(path: str, lineno: int, raw: str) -> tuple[str, Example, str]:
@@ -52,13 +98,14 @@ def _parse_line(path: str, lineno: int, raw: str) -> tuple[str, Example, str]:
 @register
 class JsonlTask(Task):
     name = "jsonl"
-    description = "your own task: jsonl:PATH with prompt+target or prompt+choices+label lines"
+    description = "your own task: jsonl:PATH with prompt+target or prompt+choices+label lines (?grading=generate: graded on the generation)"
+    runs_code = False  # generate grading compares strings; nothing the model writes is executed
 
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
         super().__init__(option, data_path)
         if not option:
             raise TaskError("The jsonl task needs a file: use jsonl:PATH, e.g. jsonl:data/my_task.jsonl.")
-        self.path = option
+        self.path, self.grading, self.stop, self.limit = _parse_option(option)
         self._pools: Pools | None = None
         self._kind = self._load()
 
@@ -69,6 +116,36 @@ class JsonlTask(Task):
     @property
     def target_delimiter(self) -> str:  # type: ignore[override]
         return " " if self._kind == "choice" else ""
+
+    def config(self) -> dict:
+        out = super().config()
+        if self.grading == "generate":
+            out.update(grading="generate", stop=list(self.stop), max_new_tokens=self.limit)
+        return out
+
+    def stop_strings(self) -> list[str]:
+        return list(self.stop)
+
+    def max_new_tokens(self) -> int:
+        return self.limit
+
+    def grade_generation(self, example: Example, text: str, allow_code: bool) -> bool:
+        """Correct iff the generation equals the target, both stripped of surrounding whitespace."""
+        return text.strip() == (example.target or "").strip()
+
+    def _check_generate(self, lineno: int, kind: str, ex: Example) -> None:
+        where = f"{self.path}:{lineno}"
+        if kind != "target":
+            raise DataFormatError(f"{where}: grading=generate needs prompt+target lines; multiple-choice lines are "
+                                  "scored by log-likelihood, so drop ?grading=generate for this file.")
+        target = (ex.target or "").strip()
+        if not target:
+            raise DataFormatError(f"{where}: 'target' is only whitespace; generate grading compares stripped text, "
+                                  "so every target needs a visible character.")
+        for stop in self.stop:
+            if stop in target:
+                raise DataFormatError(f"{where}: target {target!r} contains the stop string {stop!r}, so no generation "
+                                      "(cut at the stop) could equal it; change the stop (&stop=…) or the target.")
 
     def _load(self) -> str:
         path = Path(self.path)
@@ -82,6 +159,8 @@ class JsonlTask(Task):
                 kind, ex, split = _parse_line(self.path, lineno, raw)
                 if ex.id in ids:
                     raise DataFormatError(f"{self.path}:{lineno}: id {ex.id!r} repeats an earlier line; ids must be unique.")
+                if self.grading == "generate":
+                    self._check_generate(lineno, kind, ex)
                 ids.add(ex.id)
                 kinds.add(kind)
                 (fewshot if split == "fewshot" else evaluation).append(ex)
@@ -90,7 +169,7 @@ class JsonlTask(Task):
         if not evaluation:
             raise TaskError(f"jsonl task file {self.path!r} has no examples.")
         self._pools = Pools(discovery=evaluation, heldout=None, fewshot=fewshot, source="file")
-        return kinds.pop()
+        return "generate" if self.grading == "generate" else kinds.pop()
 
     def load_pools(self) -> Pools:
         assert self._pools is not None

@@ -1,0 +1,345 @@
+"""Greedy-generation screening of head-set ablations, for generation-graded tasks.
+
+The contract is :class:`celtk.screen.CachedScreener`'s: many head sets scored on one prepared
+prompt list, ``run(sets) -> (intact, {set: EvalResult})``, per-example verdicts, and each
+example's generation in ``extra["generation"]``.
+
+Prompts: the intact model reads every prompt once (right-padded batches; a few-shot prefix
+shared by every prompt is read once for all). The screener keeps each layer's input and the
+intact keys and values. An ablation whose earliest head is in layer ``l`` reruns only layers
+``l … L−1`` of the prompt (and of the shared prefix, once per ablation), from the kept input;
+layers below ``l`` reuse the intact keys and values. Several ablations run together as rows of
+one batch (row ``b·g + j`` = example ``b`` under set ``j``), each row with its own heads zeroed.
+
+Decoding: the prompt's keys and values are laid out as HF's left-padded generation lays them
+out (pads first), then every row decodes greedily with a KV cache through the whole model until
+its own stop (:class:`celtk.evaluator.StopRule`); finished rows leave the batch. Verdicts are
+graded in a thread pool beside decoding (sandboxed code runs in child processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from celtk.ablation import ablate, ablate_rows
+from celtk.evaluator import (
+    EvalResult,
+    Prepared,
+    Request,
+    StopRule,
+    decode_step,
+    generation_result,
+    new_cache,
+    prompt_ids,
+    unembed,
+)
+from celtk.heads import HeadSet
+from celtk.models import Model
+from celtk.screen import MIN_SHARED_PREFIX, decoder_layers, shared_prefix_length
+from celtk.tasks import Task
+
+
+class _KV:
+    """A stand-in layer cache: records each layer's new keys/values and prepends fixed ones (if any)."""
+
+    def __init__(self, before: dict[int, tuple[Tensor, Tensor]] | None = None) -> None:
+        self.before = before or {}
+        self.new: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        self.new[layer_idx] = (k, v)
+        if layer_idx in self.before:
+            pk, pv = self.before[layer_idx]
+            return torch.cat([pk, k], dim=-2), torch.cat([pv, v], dim=-2)
+        return k, v
+
+
+@dataclass
+class _Pass:
+    """One intact read of some tokens: each layer's input and keyword arguments, keys/values, final hidden."""
+
+    resid: list[Tensor]  # [rows, S, d] per layer
+    layer_kwargs: list[dict[str, Any]]
+    kv: dict[int, tuple[Tensor, Tensor]]  # [rows, kv_heads, S, d_head] per layer: these tokens' own
+    final: Tensor  # [rows, S, d], final-normed
+
+
+@dataclass
+class _Batch:
+    examples: list[int]  # indices into the prepared examples
+    lengths: list[int]  # tokens after the shared prefix
+    intact: _Pass
+
+
+def _expand(value: Any, rows: int, copies: int) -> Any:
+    """Repeat every per-row tensor (leading dim == rows > 1) ``copies`` times, row by row."""
+    if isinstance(value, Tensor) and copies > 1 and rows > 1 and value.ndim >= 2 and value.shape[0] == rows:
+        return value.repeat_interleave(copies, dim=0)
+    if isinstance(value, tuple):
+        return tuple(_expand(v, rows, copies) for v in value)
+    return value
+
+
+def _read(model: Model, **inputs: Any) -> _Pass:
+    """A whole-model forward that keeps each decoder layer's input, keyword arguments and new keys/values."""
+    layers = decoder_layers(model)
+    resid: list[Any] = [None] * len(layers)
+    seen: list[Any] = [None] * len(layers)
+
+    def keep(module: Any, args: tuple, kwargs: dict, index: int) -> None:
+        resid[index] = args[0] if args else kwargs["hidden_states"]
+        seen[index] = {k: v for k, v in kwargs.items() if k not in ("hidden_states", "past_key_values", "use_cache")}
+
+    handles = [layer.register_forward_pre_hook(lambda m, a, k, i=i: keep(m, a, k, i), with_kwargs=True)
+               for i, layer in enumerate(layers)]
+    try:
+        cache = inputs["past_key_values"]
+        before = [layer.get_seq_length() for layer in cache.layers] if cache.layers else [0] * len(layers)
+        out = model.hf_model.model(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
+    finally:
+        for handle in handles:
+            handle.remove()
+    kv = {i: (layer.keys[:, :, before[i]:], layer.values[:, :, before[i]:]) for i, layer in enumerate(cache.layers)}
+    return _Pass(resid, seen, kv, out.last_hidden_state)
+
+
+def run_layers(model: Model, start: int, hidden: Tensor, kwargs: list[dict[str, Any]], rows: int, copies: int,
+               cache: _KV) -> Tensor:
+    """Decoder layers ``start …`` on ``hidden`` (``rows × copies`` rows) with the kept keyword arguments."""
+    for index in range(start, len(kwargs)):
+        kw = {k: _expand(v, rows, copies) for k, v in kwargs[index].items()}
+        out = decoder_layers(model)[index](hidden, past_key_values=cache, use_cache=True, **kw)
+        hidden = out[0] if isinstance(out, tuple) else out
+    return hidden
+
+
+def row_masks(model: Model, row_sets: Sequence[HeadSet]) -> ExitStack:
+    """Hooks zeroing, in row ``r``, the heads of ``row_sets[r]`` (entered as one context)."""
+    masks: dict[int, Tensor] = {}
+    for r, heads in enumerate(row_sets):
+        for head in heads:
+            masks.setdefault(head.layer, torch.zeros(len(row_sets), model.n_heads, dtype=torch.bool))[r, head.head] = True
+    stack = ExitStack()
+    for layer, mask in masks.items():
+        stack.enter_context(ablate_rows(model, layer, mask))
+    return stack
+
+
+def left_padded(kv: Tensor, lengths: Sequence[int], prefix: int) -> Tensor:
+    """Keys or values ``[rows, heads, prefix + S, d]`` of right-padded prompts, moved so that each row's
+    padding comes first (HF's left-padded layout, in which decoding appends at the end)."""
+    width = kv.shape[2]
+    shift = torch.tensor([width - prefix - n for n in lengths])[:, None]
+    index = (torch.arange(width)[None, :] - shift) % width
+    return kv.gather(2, index[:, None, :, None].expand_as(kv).to(kv.device))
+
+
+class GenerationScreener:
+    """Scores many head-set ablations of one generation-graded prompt list by greedy decoding.
+
+    Args:
+        model: the model (hooks added here are removed before each call returns).
+        prepared: the prompts (:func:`celtk.evaluator.prepare` of a ``generate`` task).
+        task: grades each generation and says when to stop (``stop_strings``, ``max_new_tokens``).
+        allow_code: passed to the task's grader (MBPP runs code only when True).
+        batch_size: examples per batch.
+        rows_per_pass: the largest number of rows (examples × ablations) decoded together.
+        share_prefix: read a prefix shared by all prompts once per ablation.
+        workers: grading threads.
+    """
+
+    def __init__(self, model: Model, prepared: Prepared, task: Task, *, allow_code: bool = False, batch_size: int = 16,
+                 rows_per_pass: int = 64, share_prefix: bool = True, workers: int = 4) -> None:
+        from celtk.errors import ConfigError
+
+        if prepared.kind != "generate":
+            raise ConfigError(f"The generation screener needs a generation-graded task; {task.full_name} is "
+                              f"{prepared.kind!r}, which the cached screener (celtk.screen.CachedScreener) scores.")
+        if batch_size < 1:
+            raise ConfigError(f"Batch size must be at least 1, got {batch_size}.")
+        self.model, self.prepared, self.task, self.allow_code = model, prepared, task, allow_code
+        self.batch_size, self.rows_per_pass, self.workers = batch_size, max(rows_per_pass, batch_size), workers
+        self.rule = StopRule.for_task(model, task)
+        self.ids = prompt_ids(model, prepared.prompts, prepared.examples)
+        prefix = shared_prefix_length([Request(i, tuple(ids), ()) for i, ids in enumerate(self.ids)]) if share_prefix else 0
+        self.prefix_len = prefix if prefix >= MIN_SHARED_PREFIX else 0
+        self.new_tokens = 0  # tokens generated by the last run, intact included
+
+    def run(self, sets: Iterable[HeadSet], on_layer: Callable[[int, dict[HeadSet, EvalResult]], None] | None = None,
+            on_intact: Callable[[EvalResult], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
+        """Score every set; ``on_intact`` fires once the intact generations are graded, ``on_layer(l, results)``
+        as the sets whose earliest head is in layer ``l`` finish."""
+        sets = list(sets)
+        by_start: dict[int, list[HeadSet]] = {}
+        for heads in dict.fromkeys(sets):
+            self.model.validate_heads(heads)
+            if len(heads):
+                by_start.setdefault(heads.heads[0].layer, []).append(heads)
+        self.new_tokens = 0
+        results: dict[HeadSet, EvalResult] = {}
+        with torch.no_grad(), ablate(self.model, HeadSet()), ThreadPoolExecutor(self.workers) as pool:
+            prefix = self._read_prefix()
+            batches = [self._read_batch(prefix, group) for group in self._groups()]
+            graded: list[Future | None] = [None] * len(self.ids)
+            for batch in batches:
+                self._decode_intact(pool, prefix, batch, graded)
+            intact = EvalResult([f.result() for f in graded if f is not None])
+            if on_intact:
+                on_intact(intact)
+            for layer, done in self._ablated(pool, prefix, batches, by_start):
+                results.update(done)
+                if on_layer:
+                    on_layer(layer, done)
+        if HeadSet() in set(sets):
+            results[HeadSet()] = intact
+        return intact, results
+
+    def _ablated(self, pool: ThreadPoolExecutor, prefix: _Pass | None, batches: list[_Batch],
+                 by_start: dict[int, list[HeadSet]]) -> Iterator[tuple[int, dict[HeadSet, EvalResult]]]:
+        """Decode chunks of ``rows_per_pass // batch_size`` sets in start-layer order; yield each layer's
+        results once its last set is graded. A chunk may span start layers: its rows decode together."""
+        order = [heads for layer in sorted(by_start) for heads in by_start[layer]]
+        futures: dict[HeadSet, list[Future | None]] = {s: [None] * len(self.ids) for s in order}
+        per = max(1, self.rows_per_pass // self.batch_size)
+        for start in range(0, len(order), per):
+            groups: dict[int, list[HeadSet]] = {}
+            for heads in order[start:start + per]:
+                groups.setdefault(heads.heads[0].layer, []).append(heads)
+            prefix_kv = {layer: self._ablated_prefix(prefix, layer, group) for layer, group in groups.items()}
+            for batch in batches:
+                parts = [self._prompt_rows(prefix, prefix_kv[layer], batch, layer, group) for layer, group in groups.items()]
+                self._decode_rows(pool, batch, parts, futures)
+            for layer in groups:
+                if by_start[layer][-1] in order[:start + per]:
+                    yield layer, {s: EvalResult([f.result() for f in futures[s] if f is not None]) for s in by_start[layer]}
+
+    # -- intact reads --------------------------------------------------------------
+    def _groups(self) -> list[list[int]]:
+        order = sorted(range(len(self.ids)), key=lambda i: (-len(self.ids[i]), i))
+        return [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+
+    def _read_prefix(self) -> _Pass | None:
+        from transformers import DynamicCache
+
+        if not self.prefix_len:
+            return None
+        ids = torch.tensor([self.ids[0][:self.prefix_len]])
+        return _read(self.model, input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=DynamicCache(),
+                     use_cache=True)
+
+    def _read_batch(self, prefix: _Pass | None, group: list[int]) -> _Batch:
+        from transformers import DynamicCache
+
+        p, pad = self.prefix_len, self.model.tokenizer.pad_token_id or 0
+        rows = [self.ids[i][p:] for i in group]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        cache = DynamicCache()
+        if prefix is not None:
+            for index, (k, v) in prefix.kv.items():
+                cache.update(k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1), index)
+            mask = torch.cat([torch.ones(len(rows), p, dtype=torch.long), mask], dim=1)
+        read = _read(self.model, input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+        return _Batch(group, [len(r) for r in rows], read)
+
+    # -- decoding ------------------------------------------------------------------
+    def _full_kv(self, prefix: _Pass | None, index: int, suffix: tuple[Tensor, Tensor],
+                 prefix_kv: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
+        """One layer's prompt keys/values for every row: the prefix's (intact or per-row ablated), then the row's own."""
+        if prefix is None:
+            return suffix
+        rows = suffix[0].shape[0]
+        pk, pv = prefix_kv if prefix_kv is not None else (t.expand(rows, -1, -1, -1) for t in prefix.kv[index])
+        return torch.cat([pk, suffix[0]], dim=-2), torch.cat([pv, suffix[1]], dim=-2)
+
+    def _decode_intact(self, pool: ThreadPoolExecutor, prefix: _Pass | None, batch: _Batch, out: list[Future | None]) -> None:
+        kv = {i: self._full_kv(prefix, i, batch.intact.kv[i], None) for i in batch.intact.kv}
+        last = batch.intact.final[torch.arange(len(batch.lengths)), torch.tensor(batch.lengths) - 1]
+        first = unembed(self.model, last).argmax(dim=-1).cpu()
+        self._decode(pool, kv, first, batch.lengths, [HeadSet()] * len(batch.lengths), list(batch.examples),
+                     lambda r, fut: out.__setitem__(batch.examples[r], fut))
+
+    def _ablated_prefix(self, prefix: _Pass | None, layer: int, sets: list[HeadSet]) -> _KV | None:
+        """The prefix's keys/values from ``layer`` on under each set (one row per set)."""
+        if prefix is None:
+            return None
+        record, g = _KV(), len(sets)
+        with row_masks(self.model, sets):
+            run_layers(self.model, layer, prefix.resid[layer].expand(g, -1, -1), prefix.layer_kwargs, 1, g, record)
+        return record
+
+    def _prompt_rows(self, prefix: _Pass | None, prefix_kv: _KV | None, batch: _Batch, layer: int,
+                     sets: list[HeadSet]) -> tuple[dict[int, tuple[Tensor, Tensor]], Tensor, list[HeadSet]]:
+        """Rows ``b·g + j`` (example ``b`` under ``sets[j]``, all starting at ``layer``): the prompt's
+        keys/values per layer (intact below ``layer``) and each row's first generated token."""
+        b, g = len(batch.lengths), len(sets)
+        before = {} if prefix_kv is None else {i: (k.repeat(b, 1, 1, 1), v.repeat(b, 1, 1, 1)) for i, (k, v) in prefix_kv.new.items()}
+        record, row_sets = _KV(before), [sets[r % g] for r in range(b * g)]
+        with row_masks(self.model, row_sets):
+            hidden = run_layers(self.model, layer, batch.intact.resid[layer].repeat_interleave(g, dim=0),
+                                batch.intact.layer_kwargs, b, g, record)
+        last = torch.tensor(batch.lengths).repeat_interleave(g) - 1
+        first = unembed(self.model, self.model.hf_model.model.norm(hidden[torch.arange(b * g), last])).argmax(dim=-1).cpu()
+        kv = {}
+        for i, (k, v) in batch.intact.kv.items():
+            if i < layer:
+                kv[i] = self._full_kv(prefix, i, (k.repeat_interleave(g, dim=0), v.repeat_interleave(g, dim=0)), None)
+            else:
+                kv[i] = self._full_kv(prefix, i, record.new[i], before.get(i))
+        return kv, first, row_sets
+
+    def _decode_rows(self, pool: ThreadPoolExecutor, batch: _Batch,
+                     parts: list[tuple[dict[int, tuple[Tensor, Tensor]], Tensor, list[HeadSet]]],
+                     futures: dict[HeadSet, list[Future | None]]) -> None:
+        """Decode the rows of every start layer's part of a chunk as one batch."""
+        kv = {i: (torch.cat([p[0][i][0] for p in parts]), torch.cat([p[0][i][1] for p in parts])) for i in parts[0][0]}
+        first = torch.cat([p[1] for p in parts])
+        row_sets = [s for p in parts for s in p[2]]
+        b = len(batch.lengths)
+        where = [r // (len(p[2]) // b) for p in parts for r in range(len(p[2]))]  # row b·g + j → example b
+        examples, lengths = [batch.examples[w] for w in where], [batch.lengths[w] for w in where]
+        self._decode(pool, kv, first, lengths, row_sets, examples,
+                     lambda r, fut: futures[row_sets[r]].__setitem__(examples[r], fut))
+
+    def _decode(self, pool: ThreadPoolExecutor, kv: dict[int, tuple[Tensor, Tensor]], first: Tensor, lengths: list[int],
+                row_sets: list[HeadSet], examples: list[int], emit: Callable[[int, Future], None]) -> None:
+        """Greedy decoding of every row from its prompt keys/values; each finished row is graded and leaves."""
+        tok, p = self.model.tokenizer, self.prefix_len
+        cache = new_cache(self.model)
+        for index in sorted(kv):
+            cache.update(left_padded(kv[index][0], lengths, p), left_padded(kv[index][1], lengths, p), index)
+        width = kv[0][0].shape[-2]
+        mask = torch.tensor([[0] * (width - p - n) + [1] * (p + n) for n in lengths])
+        positions = torch.tensor([p + n for n in lengths])
+        made: list[list[int]] = [[] for _ in lengths]
+        active, nxt = list(range(len(lengths))), first
+        while True:
+            keep = []
+            for slot, (r, t) in enumerate(zip(active, nxt.tolist())):
+                made[r].append(t)
+                if self.rule.done(tok, made[r]):
+                    text = self.rule.text(tok, made[r])
+                    emit(r, pool.submit(generation_result, self.task, self.prepared.examples[examples[r]], text,
+                                        len(made[r]), self.allow_code))
+                    self.new_tokens += len(made[r])
+                else:
+                    keep.append(slot)
+            if not keep:
+                return
+            if len(keep) < len(active):  # finished rows leave the batch
+                index = torch.tensor(keep)
+                cache.batch_select_indices(index.to(self.model.device))
+                mask, positions, nxt = mask[index], positions[index], nxt[index]
+                active = [active[s] for s in keep]
+            mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype)], dim=1)
+            with row_masks(self.model, [row_sets[r] for r in active]):
+                nxt = decode_step(self.model, nxt, mask, positions, cache)
+            positions = positions + 1
