@@ -23,7 +23,7 @@ from celtk.run.documents import (DiagnosticsDocument, Document, ScreenDocument, 
 from celtk.runstore import atomic_write_text, read_json
 
 
-def _grid(values: list[tuple[str, float]], n_layers: int, n_heads: int) -> np.ndarray:
+def _grid(values: list[tuple[str, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
     """``[(head name, value)]`` → a ``[n_layers, n_heads]`` array (NaN where a head has no value)."""
     grid = np.full((n_layers, n_heads), np.nan)
     for name, value in values:
