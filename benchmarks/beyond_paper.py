@@ -50,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from celtk import load_model
-    from celtk.pipeline import run_altscreen, run_select, run_stability, run_test
+    from celtk.run import run_altscreen, run_select, run_stability, run_test
     from celtk.runstore import read_json, write_json
 
     run, out = Path(args.run), Path(args.out)
@@ -64,9 +64,9 @@ def main() -> None:
         target = out / name
         prepare_copy(run, target)
         start = time.perf_counter()
-        selection = run_select(target, p=args.p, k=args.k, strategy=name, width=args.width, model=model)
+        selection = run_select(target, p=args.p, k=args.k, strategy=name, width=args.width, model=model).to_json()
         select_s = time.perf_counter() - start
-        test = run_test(target, model=model)
+        test = run_test(target, model=model).to_json()
         summary["strategies"][name] = {
             "heads": selection["heads"], "n_evaluations": selection["n_evaluations"],
             "discovery_intact": selection["intact_discovery_accuracy"], "discovery_ablated": selection["discovery_accuracy"],
@@ -81,7 +81,7 @@ def main() -> None:
     prepare_copy(run, base)
     skip = set(filter(None, args.skip.split(",")))
     if "stability" not in skip and "stability" not in summary:
-        doc = run_stability(base, resamples=args.resamples, p=args.p, k=args.k, model=model)
+        doc = run_stability(base, resamples=args.resamples, p=args.p, k=args.k, model=model).to_json()
         summary["stability"] = {key: doc[key] for key in ("n_resamples", "resampling", "reference_selection",
                                                           "reference_frequency", "mean_pairwise_jaccard",
                                                           "n_distinct_selections", "heldout_gain_over_resamples",
@@ -93,7 +93,8 @@ def main() -> None:
     for method in ("gradient", "lasso"):
         if method in skip or method in summary:
             continue
-        doc = run_altscreen(base, method=method, p=args.p, masks=args.masks, rate=args.rate, model=model)
+        altscreen = run_altscreen(base, method=method, p=args.p, masks=args.masks, rate=args.rate, model=model)
+        doc = altscreen.to_json() | {"timing": {"seconds": round(altscreen.seconds, 1)}}
         summary[method] = {**doc["comparison"], "seconds": doc["timing"]["seconds"],
                            **({"alpha": doc["details"]["alpha"], "n_nonzero": doc["details"]["n_nonzero"],
                                "mean_mask_accuracy": doc["details"]["mean_mask_accuracy"]} if method == "lasso" else {})}

@@ -3,8 +3,9 @@
 Find a small set of attention heads whose removal improves a model on a task, prove the
 gain on held-out data, and explain it (Nguyen, Bair & Kolter 2026).
 
-The public names below load on first use, so ``import celtk`` (and ``celtk --help``)
-does not import torch.
+The public names below, and the submodules (``celtk.probe``, ``celtk.run``, ``celtk.tasks``, …),
+load on first use, so ``import celtk`` (and ``celtk --help``) does not import torch;
+``dir(celtk)`` lists them all.
 """
 
 from __future__ import annotations
@@ -20,21 +21,33 @@ _EXPORTS = {
     "EvalConfig": "celtk.evaluator", "EvalResult": "celtk.evaluator", "ExampleResult": "celtk.evaluator", "evaluate": "celtk.evaluator",
     "Head": "celtk.heads", "HeadSet": "celtk.heads",
     "Model": "celtk.models", "load_model": "celtk.models",
-    "RunConfig": "celtk.pipeline", "merge_shards": "celtk.pipeline", "run_screen": "celtk.pipeline",
-    "run_select": "celtk.pipeline", "run_test": "celtk.pipeline",
-    "CachedScreener": "celtk.screen", "HeadScore": "celtk.screen",
-    "rank": "celtk.selection", "ranking_key": "celtk.selection", "select": "celtk.selection",
+    "RunConfig": "celtk.run", "merge_shards": "celtk.run", "open_run": "celtk.run", "resolve_config": "celtk.run",
+    "run_all": "celtk.run", "run_altscreen": "celtk.run", "run_eval": "celtk.run", "run_screen": "celtk.run",
+    "run_select": "celtk.run", "run_stability": "celtk.run", "run_test": "celtk.run",
+    "CachedScreener": "celtk.screen",
+    "HeadScore": "celtk.scores", "rank": "celtk.scores", "ranking_key": "celtk.scores",
+    "select": "celtk.selection",
     "compare_paired": "celtk.stats", "mcnemar_exact": "celtk.stats",
     "get_task": "celtk.tasks", "make_splits": "celtk.tasks", "task_names": "celtk.tasks",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+_SUBMODULES = ("ablation", "analysis", "circuits", "errors", "evaluator", "flops", "heads", "models", "probe",
+               "registry", "report", "run", "runstore", "scores", "screen", "screeners", "selection", "stability",
+               "stats", "strategies", "tasks", "theory")
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"celtk.{name}")
     raise AttributeError(f"module 'celtk' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return list(__all__)
 
 
 if TYPE_CHECKING:
@@ -43,8 +56,12 @@ if TYPE_CHECKING:
     from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, evaluate
     from celtk.heads import Head, HeadSet
     from celtk.models import Model, load_model
-    from celtk.pipeline import RunConfig, merge_shards, run_screen, run_select, run_test
-    from celtk.screen import CachedScreener, HeadScore
-    from celtk.selection import rank, ranking_key, select
+    from celtk import (ablation, analysis, circuits, errors, evaluator, flops, heads, models, probe, registry, report,
+                       run, runstore, scores, screen, screeners, selection, stability, stats, strategies, tasks, theory)
+    from celtk.run import (RunConfig, merge_shards, open_run, resolve_config, run_all, run_altscreen, run_eval,
+                           run_screen, run_select, run_stability, run_test)
+    from celtk.scores import HeadScore, rank, ranking_key
+    from celtk.screen import CachedScreener
+    from celtk.selection import select
     from celtk.stats import compare_paired, mcnemar_exact
     from celtk.tasks import get_task, make_splits, task_names

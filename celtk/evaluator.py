@@ -30,9 +30,7 @@ class EvalConfig:
     """Settings that change what is scored; recorded with every result."""
 
     batch_size: int = 32
-    fewshot: int = 0
     chat: bool = False
-    seed: int = 0
     allow_code: bool = False
 
 

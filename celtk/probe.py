@@ -1,13 +1,15 @@
 """Open heads up in a notebook: what a head set does to examples, and what one head does on one
 prompt. Everything returns data (dataclasses, numpy arrays); nothing prints.
 
-    >>> model = celtk.load_model("smollm2-135m")                       # doctest: +SKIP
+    >>> import celtk
     >>> task = celtk.get_task("arithmetic:2da")
     >>> splits = celtk.make_splits(task, 0, 50, seed=1, fewshot=3)
-    >>> eff = celtk.probe.effect(model, task, splits.heldout, splits.shots, "L1H2,L14H8")
-    >>> eff.fixes[:3], eff.summary.gain
-    >>> att = celtk.probe.attention(model, splits.heldout[0].prompt, "L14H8")
-    >>> celtk.probe.direct_logit_attribution(model, prompt, " 143", "L14H8")
+    >>> prompt, answer = splits.heldout[0].context, splits.heldout[0].target
+    >>> model = celtk.load_model("smollm2-135m")                                  # doctest: +SKIP
+    >>> eff = celtk.probe.effect(model, task, splits.heldout, splits.shots, "L1H2,L14H8")  # doctest: +SKIP
+    >>> eff.fixes[:3], eff.summary.gain                                           # doctest: +SKIP
+    >>> att = celtk.probe.attention(model, prompt, "L14H8")                        # doctest: +SKIP
+    >>> dla = celtk.probe.direct_logit_attribution(model, prompt, answer, ["L14H8"])  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -55,9 +57,6 @@ class Effect:
     def breaks(self) -> list[str]:
         """Examples right intact and wrong with the heads removed."""
         return [e.id for e in self.examples if e.intact_correct and not e.ablated_correct]
-
-    def to_rows(self) -> list[dict]:
-        return [{**e.__dict__, "delta_logprob": e.delta_logprob} for e in self.examples]
 
 
 def _correct_logprob(result, examples: Sequence[Example]) -> list[float]:

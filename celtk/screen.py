@@ -34,29 +34,6 @@ from celtk.models import Model
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 
 
-@dataclass(frozen=True)
-class HeadScore:
-    """One intervention scored on the discovery set (counts are numbers of examples)."""
-
-    heads: HeadSet
-    n_correct: int
-    gain: int  # n_correct - intact n_correct
-    damage: int  # intact right -> ablated wrong
-    fixes: int  # intact wrong -> ablated right
-    correct: np.ndarray  # bool per example
-
-    @property
-    def accuracy(self) -> float:
-        return self.n_correct / len(self.correct)
-
-    @classmethod
-    def compare(cls, heads: HeadSet, correct: np.ndarray, intact: np.ndarray) -> HeadScore:
-        if correct.shape != intact.shape:
-            raise ValueError(f"correctness vectors differ in length: {correct.shape} vs intact {intact.shape}")
-        return cls(heads, int(correct.sum()), int(correct.sum()) - int(intact.sum()),
-                   int((intact & ~correct).sum()), int((~intact & correct).sum()), correct)
-
-
 class _RecordKV:
     """A stand-in KV cache: keeps each layer's keys/values, attends to nothing earlier."""
 

@@ -27,7 +27,7 @@ from celtk.errors import ConfigError
 from celtk.evaluator import Prepared, decoder_hidden, make_batches, score_hidden
 from celtk.heads import Head, HeadSet
 from celtk.models import Model
-from celtk.screen import HeadScore
+from celtk.scores import HeadScore
 from celtk.selection import rank
 
 

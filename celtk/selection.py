@@ -12,27 +12,26 @@ import numpy as np
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.screen import HeadScore
+from celtk.scores import HeadScore, rank
 from celtk.stats import discordance_noise
 
 
-def ranking_key(score: HeadScore) -> tuple:
-    """Sort key (ascending = better): higher gain, lower damage, higher accuracy, fewer heads,
-    then lexicographic head ids."""
-    return (-score.gain, score.damage, -score.n_correct, len(score.heads), score.heads.sort_key())
-
-
-def rank(scores: Iterable[HeadScore]) -> list[HeadScore]:
-    return sorted(scores, key=ranking_key)
+def check_pool_options(*, k: int, p: int, n_heads: int | None = None, **_: object) -> None:
+    """The one check of Algorithm 1's options: 1 ≤ k ≤ p ≤ the number of screened heads."""
+    for name, value in (("k", k), ("p", p)):
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}.")
+    if n_heads is not None and p > n_heads:
+        raise ConfigError(f"p = {p} exceeds the {n_heads} screened heads; use p ≤ {n_heads}.")
+    if k > p:
+        raise ConfigError(f"k = {k} exceeds p = {p}; Algorithm 1 draws subsets from the pool of the top p heads, "
+                          "so use k ≤ p (greedy and beam search all heads and take no p).")
 
 
 def candidate_pool(single: Iterable[HeadScore], p: int) -> list[HeadScore]:
     """The top ``p`` single-head interventions by the ranking key."""
     single = list(single)
-    if p < 1:
-        raise ConfigError(f"p must be at least 1, got {p}.")
-    if p > len(single):
-        raise ConfigError(f"p = {p} exceeds the {len(single)} screened heads; use p ≤ {len(single)}.")
+    check_pool_options(k=1, p=p, n_heads=len(single))
     return rank(single)[:p]
 
 
@@ -59,11 +58,9 @@ def select(single: Iterable[HeadScore], intact: np.ndarray, evaluate_set: Callab
            p: int = 10, k: int = 3, progress: Callable[[int, int], None] | None = None) -> Selection:
     """Algorithm 1, stage 2: pool the top-``p`` heads, evaluate every subset of size 2..``k``
     with ``evaluate_set`` (returns per-example correctness), choose by the ranking key."""
-    if k < 1:
-        raise ConfigError(f"k must be at least 1, got {k}.")
+    single = list(single)
+    check_pool_options(k=k, p=p, n_heads=len(single))
     pool = candidate_pool(single, p)
-    if k > p:
-        raise ConfigError(f"k = {k} exceeds the pool size p = {p}; subsets are drawn from the pool, so use k ≤ p.")
     scores = list(pool)
     todo = subsets([next(iter(s.heads)) for s in pool], k)
     for i, heads in enumerate(todo, start=1):
@@ -75,7 +72,8 @@ def select(single: Iterable[HeadScore], intact: np.ndarray, evaluate_set: Callab
 
 
 def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], intact: np.ndarray) -> dict:
-    """Additivity gaps, the pairwise interaction matrix, and fix/damage overlaps between pool heads."""
+    """Additivity gaps, the pairwise interaction matrix, and fix/damage overlaps between pool heads,
+    all in numbers of examples (keys ``gain_count``, ``additive_gain_count``, ``gap``, ``noise``)."""
     single = {next(iter(s.heads)): s for s in pool}
     heads = list(single)
     rows, flagged = [], []
@@ -83,7 +81,8 @@ def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], inta
         additive = sum(single[h].gain for h in s.heads)
         gap = s.gain - additive
         noise = discordance_noise(s.fixes, s.damage)
-        row = {"heads": s.heads.names(), "gain": s.gain, "additive_gain": additive, "gap": gap, "noise": round(noise, 3)}
+        row = {"heads": s.heads.names(), "gain_count": s.gain, "additive_gain_count": additive, "gap": gap,
+               "noise": round(noise, 3)}
         rows.append(row)
         if len(s.heads) > 1 and abs(gap) > noise:
             flagged.append({**row, "kind": "super-additive" if gap > 0 else "sub-additive"})

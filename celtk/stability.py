@@ -17,7 +17,7 @@ import numpy as np
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
-from celtk.screen import HeadScore
+from celtk.scores import HeadScore
 from celtk.strategies import SearchResult, get_strategy
 
 

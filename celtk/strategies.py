@@ -1,13 +1,15 @@
 """Search strategies for stage 2: Algorithm 1 (the paper's, the default and the reference),
-greedy forward selection and beam search over all heads.
+greedy forward selection and beam search over all heads. Pure numpy: no torch.
 
 Every strategy sees the same inputs: the single-head screen, the intact per-example
 correctness, and ``evaluate``, which scores a list of head sets on the discovery set at once
-(the cached screener; the pipeline adds a persistent memo so interrupted searches resume).
+(the cached screener; :mod:`celtk.run` adds a persistent memo so interrupted searches resume).
 Every strategy ranks candidates with the paper's ranking key and reports how many
 interventions it evaluated, counting the screen's single heads.
 
-A new strategy is one function here plus one line in :data:`STRATEGIES`.
+Each :class:`Strategy` checks its own options in one place (:meth:`Strategy.check`) before
+any work. A new strategy is one :class:`Strategy` (here or in its own module) plus one line in
+:data:`celtk.registry.STRATEGIES`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from celtk.errors import ConfigError, suggest
+from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.screen import HeadScore
-from celtk.selection import n_subsets, rank, ranking_key, select
+from celtk.scores import HeadScore, rank, ranking_key
+from celtk.selection import candidate_pool, check_pool_options, n_subsets, select, subsets
 
 Evaluate = Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]]
 
@@ -45,11 +47,8 @@ class SearchResult:
 def algorithm1(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3, p: int = 10,
                **_: object) -> SearchResult:
     """The paper's Algorithm 1: pool the top ``p`` single heads, score every subset of size ≤ ``k``."""
-    from celtk.selection import candidate_pool, subsets
-
     pool = candidate_pool(single, p)
-    if k > p:
-        raise ConfigError(f"k = {k} exceeds p = {p}; subsets are drawn from the pool of p heads, so use k ≤ p.")
+    check_pool_options(k=k, p=p, n_heads=len(single))
     todo = subsets([next(iter(s.heads)) for s in pool], k)
     results = evaluate(todo) if todo else {}
     selection = select(single, intact, lambda hs: results[hs], p=p, k=k)
@@ -57,15 +56,22 @@ def algorithm1(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evalua
                         {"p": p}, [[str(s.heads) for s in selection.pool]], selection.diagnostics)
 
 
+def check_search_options(*, k: int, width: int = 1, n_heads: int | None = None, **_: object) -> None:
+    """The one check of greedy's and beam's options: 1 ≤ k ≤ the screened heads, width ≥ 1 (no pool, no p)."""
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, got {k}.")
+    if width < 1:
+        raise ConfigError(f"Beam width must be at least 1, got {width}.")
+    if n_heads is not None and k > n_heads:
+        raise ConfigError(f"k = {k} exceeds the {n_heads} screened heads; use k ≤ {n_heads}.")
+
+
 def beam(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3, width: int = 3,
          **_: object) -> SearchResult:
     """Beam search over all heads: keep the ``width`` best sets of each size; extend each by every
     head not in it; stop at size ``k`` or when no extension beats the best set found so far.
     ``width = 1`` is greedy forward selection. The result is the best set scored, by the ranking key."""
-    if k < 1:
-        raise ConfigError(f"k must be at least 1, got {k}.")
-    if width < 1:
-        raise ConfigError(f"Beam width must be at least 1, got {width}.")
+    check_search_options(k=k, width=width, n_heads=len(single))
     heads: list[Head] = sorted(next(iter(s.heads)) for s in single if len(s.heads) == 1)
     scored: dict[HeadSet, HeadScore] = {s.heads: s for s in single}
     frontier = rank(single)[:width]
@@ -99,10 +105,34 @@ def greedy(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, 
     return beam(single, intact, evaluate, k=k, width=1)
 
 
-STRATEGIES: dict[str, Callable[..., SearchResult]] = {"algorithm1": algorithm1, "greedy": greedy, "beam": beam}
+@dataclass(frozen=True)
+class Strategy:
+    """A search strategy: its search function and the one check of its options.
+
+    Calling it checks the options (``k``, ``p``, ``width``; each strategy ignores the ones it
+    does not use) against the screen, then searches."""
+
+    name: str
+    search: Callable[..., SearchResult]
+    check_options: Callable[..., None]  # keyword options k, p, width, n_heads; ignores the ones it does not use
+
+    def check(self, *, k: int, p: int = 10, width: int = 3, n_heads: int | None = None) -> None:
+        """Raise :class:`ConfigError` naming the bad option, before any model work."""
+        self.check_options(k=k, p=p, width=width, n_heads=n_heads)
+
+    def __call__(self, single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3,
+                 p: int = 10, width: int = 3) -> SearchResult:
+        self.check(k=k, p=p, width=width, n_heads=len(single))
+        return self.search(single, intact, evaluate, k=k, p=p, width=width)
 
 
-def get_strategy(name: str) -> Callable[..., SearchResult]:
-    if name not in STRATEGIES:
-        raise ConfigError(f"Unknown search strategy {name!r}.{suggest(name, STRATEGIES)}")
-    return STRATEGIES[name]
+ALGORITHM1 = Strategy("algorithm1", algorithm1, check_pool_options)
+GREEDY = Strategy("greedy", greedy, check_search_options)
+BEAM = Strategy("beam", beam, check_search_options)
+
+
+def get_strategy(name: str) -> Strategy:
+    """The registered strategy ``name`` (:data:`celtk.registry.STRATEGIES`); "did you mean" on a typo."""
+    from celtk.registry import STRATEGIES
+
+    return STRATEGIES.get(name)

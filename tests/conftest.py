@@ -80,3 +80,48 @@ def smollm2():
     from celtk.models import load_model
 
     return load_model("smollm2-135m")
+
+
+# ---------------------------------------------------------------------------------------------
+# The planted run: a tiny Llama with one harmful head, on a task it solves intact (shared by the
+# pipeline, search and probe/report tests).
+
+
+def self_consistent_task(model, directory, n: int = 90) -> str:
+    """A JSONL task whose targets are the clean model's own greedy next tokens (intact = 100 %)."""
+    import json
+
+    rng = np.random.default_rng(0)
+    words = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
+    lines: list[dict] = []
+    while len(lines) < n:
+        prompt = " ".join(rng.choice(words, size=6))
+        ids = model.tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            nxt = model.bridge(ids)[0, -1].argmax().item()
+        target = model.tokenizer.decode([nxt])
+        whole = model.tokenizer(prompt + target).input_ids
+        if whole[: ids.shape[1]] == ids[0].tolist() and whole[ids.shape[1]:] == [nxt] and prompt not in {l["prompt"] for l in lines}:
+            lines.append({"prompt": prompt, "target": target})
+    path = directory / "self.jsonl"
+    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    return f"jsonl:{path}"
+
+
+@pytest.fixture(scope="module")
+def planted(smol_tokenizer, tmp_path_factory):
+    """A tiny Llama whose head L1H2 has its output columns scaled ×25: it hurts the task."""
+    clean = make_tiny("llama", smol_tokenizer, seed=3)
+    task = self_consistent_task(clean, tmp_path_factory.mktemp("task"))
+    bad = make_tiny("llama", smol_tokenizer, seed=3)
+    o = bad.bridge.blocks[1].attn.o.original_component.weight
+    with torch.no_grad():
+        o[:, 2 * bad.d_head:3 * bad.d_head] *= 25.0
+    return bad, task
+
+
+def planted_config(task: str, **kw):
+    """The run configuration the planted tests share (40 + 40 examples, pool 4, pairs)."""
+    from celtk.run import RunConfig
+
+    return RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8, p=4, k=2, **kw)

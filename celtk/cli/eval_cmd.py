@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -28,40 +27,15 @@ from celtk.cli._common import console, progress_bar
 def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, batch_size, device, dtype,
              allow_code_execution, out) -> None:
     """Evaluate MODEL on TASK; write OUT/eval.json with per-example results."""
-    from celtk.errors import ConfigError
-    from celtk.evaluator import EvalConfig, evaluate
-    from celtk.heads import HeadSet
-    from celtk.models import load_model
-    from celtk.runstore import locked, write_json
-    from celtk.tasks import get_task, make_splits
+    from celtk.run.eval import run_eval
 
-    head_set = HeadSet.parse(heads)
-    if batch_size < 1:
-        raise ConfigError(f"--batch-size must be at least 1, got {batch_size}.")
-    the_task = get_task(task, data_path=data)
-    n_disc = limit if split == "discovery" else (0 if split == "heldout" else None)
-    n_held = limit if split == "heldout" else (0 if split == "discovery" else None)
-    splits = make_splits(the_task, n_disc, n_held, seed=seed, fewshot=fewshot)
-    examples = {"discovery": splits.discovery, "heldout": splits.heldout, "all": splits.discovery + splits.heldout}[split]
-    if split == "all" and limit is not None:
-        examples = examples[:limit]
-    with locked(Path(out)):
-        loaded = load_model(model, device=device, dtype=dtype)
-        loaded.validate_heads(head_set)
-        config = EvalConfig(batch_size=batch_size, fewshot=fewshot, chat=chat, seed=seed, allow_code=allow_code_execution)
-        with progress_bar() as progress:
-            result = evaluate(loaded, the_task, examples, splits.shots, head_set, config,
-                              progress=lambda done, total: progress("eval", done, total))
-        document = {
-            "model": loaded.name, "task": the_task.full_name, "heads": head_set.names(), "n": len(result.examples),
-            "accuracy": result.accuracy, "examples": result.to_json(),
-            "config": {**asdict(config), "split": split, "limit": limit, "data": data, "device": device, "dtype": dtype,
-                       "model": loaded.describe(), "task": the_task.config(), "splits": splits.manifest()},
-        }
-        write_json(Path(out) / "eval.json", document)
-    console().print(f"[bold]{the_task.full_name}[/] on [bold]{loaded.name}[/]"
-                    f"{' ablated ' + str(head_set) if len(head_set) else ''}: accuracy "
-                    f"[bold]{result.accuracy:.2%}[/] on {len(result.examples)} {split} examples → {out}/eval.json")
+    with progress_bar() as progress:
+        doc = run_eval(Path(out), model=model, task=task, data=data, heads=heads, split=split, limit=limit, seed=seed,
+                       fewshot=fewshot, chat=chat, batch_size=batch_size, device=device, dtype=dtype,
+                       allow_code=allow_code_execution, progress=progress)
+    ablated = f" ablated {','.join(doc['heads'])}" if doc["heads"] else ""
+    console().print(f"[bold]{doc['task']}[/] on [bold]{doc['model']}[/]{ablated}: accuracy "
+                    f"[bold]{doc['accuracy']:.2%}[/] on {doc['n']} {split} examples → {out}/eval.json")
 
 
 COMMANDS = [eval_cmd]

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from celtk.cli._common import console, progress_bar, resolve_config
+from celtk.registry import STRATEGIES
 
 
 def _run_options(fn):
@@ -48,39 +49,39 @@ def _flags(**kw):
     return {k: v for k, v in kw.items() if k not in {"config_file", "out", "shard"}}
 
 
-def _print_screen(doc: dict, top: int = 10) -> None:
+def _print_screen(doc, top: int = 10) -> None:
     from rich.table import Table
 
-    rows = sorted(doc["heads"], key=lambda r: (-r["gain_count"], r["damage"], -r["accuracy"]))[:top]
-    table = Table(title=f"Top single-head ablations on {doc['n']} discovery examples (intact {doc['intact_accuracy']:.1%})")
+    rows = sorted(doc.heads, key=lambda r: (-r.gain_count, r.damage, -r.accuracy))[:top]
+    table = Table(title=f"Top single-head ablations on {doc.n} discovery examples (intact {doc.intact_accuracy:.1%})")
     for col in ("head", "accuracy", "gain (pts)", "fixes", "damage"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(r["head"], f"{r['accuracy']:.1%}", f"{100 * r['gain']:+.1f}", str(r["fixes"]), str(r["damage"]))
+        table.add_row(r.head, f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", str(r.fixes), str(r.damage))
     console().print(table)
 
 
-def _print_selection(doc: dict) -> None:
-    change = f"discovery accuracy {doc['intact_discovery_accuracy']:.1%} → {doc['discovery_accuracy']:.1%}"
-    if doc.get("strategy", "algorithm1") == "algorithm1":
-        console().print(f"Selected [bold]{','.join(doc['heads'])}[/] from pool {', '.join(doc['pool'])} "
-                        f"({doc['n_evaluated_subsets']} subsets evaluated): {change}. "
-                        f"{len(doc['flagged_interactions'])} subset(s) flagged as non-additive.")
+def _print_selection(doc) -> None:
+    change = f"discovery accuracy {doc.intact_discovery_accuracy:.1%} → {doc.discovery_accuracy:.1%}"
+    if doc.strategy == "algorithm1":
+        console().print(f"Selected [bold]{','.join(doc.heads)}[/] from pool {', '.join(doc.pool)} "
+                        f"({doc.n_evaluated_subsets} subsets evaluated): {change}. "
+                        f"{len(doc.flagged_interactions)} subset(s) flagged as non-additive.")
     else:
-        console().print(f"Selected [bold]{','.join(doc['heads'])}[/] by {doc['strategy']} search "
-                        f"({doc['n_evaluations']} interventions evaluated, the screen included): {change}.")
+        console().print(f"Selected [bold]{','.join(doc.heads)}[/] by {doc.strategy} search "
+                        f"({doc.n_evaluations} interventions evaluated, the screen included): {change}.")
 
 
-def _print_test(doc: dict) -> None:
+def _print_test(doc) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Held-out test on {doc['n']} examples: ablate {','.join(doc['heads'])}")
+    table = Table(title=f"Held-out test on {doc.n} examples: ablate {','.join(doc.heads)}")
     for col in ("intact", "ablated", "gain (pts)", "95% CI (pts)", "rel. error red.", "McNemar p", "fixes/damage"):
         table.add_column(col, justify="right")
-    lo, hi = doc["gain_ci"]
-    table.add_row(f"{doc['intact_accuracy']:.2%}", f"{doc['ablated_accuracy']:.2%}", f"{100 * doc['gain']:+.2f}",
-                  f"[{100 * lo:+.2f}, {100 * hi:+.2f}]", f"{100 * doc['relative_error_reduction']:.1f}%",
-                  f"{doc['mcnemar_p']:.3g}", f"{doc['fixes']}/{doc['damage']}")
+    lo, hi = doc.gain_ci
+    table.add_row(f"{doc.intact_accuracy:.2%}", f"{doc.ablated_accuracy:.2%}", f"{100 * doc.gain:+.2f}",
+                  f"[{100 * lo:+.2f}, {100 * hi:+.2f}]", f"{100 * doc.relative_error_reduction:.1f}%",
+                  f"{doc.mcnemar_p:.3g}", f"{doc.fixes}/{doc.damage}")
     console().print(table)
 
 
@@ -90,7 +91,7 @@ def _print_test(doc: dict) -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def screen_cmd(config_file, out, shard, **flags) -> None:
     """Stage 1: ablate every head alone on the discovery set (resumable)."""
-    from celtk.pipeline import parse_shard, run_screen
+    from celtk.run.screen import parse_shard, run_screen
 
     config = resolve_config(config_file, _flags(**flags))
     with progress_bar() as progress:
@@ -102,21 +103,21 @@ def screen_cmd(config_file, out, shard, **flags) -> None:
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 def merge_cmd(out) -> None:
     """Join OUT/shard-i-of-N screens into OUT/screen.json."""
-    from celtk.pipeline import merge_shards
+    from celtk.run.screen import merge_shards
 
     _print_screen(merge_shards(Path(out)))
 
 
 @click.command("select")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--p", "p", type=int, default=10, show_default=True, help="Candidate pool size.")
+@click.option("--p", "p", type=int, default=10, show_default=True, help="Candidate pool size (algorithm1).")
 @click.option("--k", "k", type=int, default=3, show_default=True, help="Largest subset size.")
-@click.option("--strategy", type=click.Choice(["algorithm1", "greedy", "beam"]), default="algorithm1", show_default=True,
-              help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads.")
+@click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True,
+              help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads (no pool, --p unused).")
 @click.option("--width", type=int, default=3, show_default=True, help="Beam width (beam only).")
 def select_cmd(out, p, k, strategy, width) -> None:
     """Stage 2: search for the best head set, freeze it in OUT/selection.json."""
-    from celtk.pipeline import run_select
+    from celtk.run.select import run_select
 
     with progress_bar() as progress:
         doc = run_select(Path(out), p=p, k=k, strategy=strategy, width=width, progress=progress)
@@ -128,7 +129,7 @@ def select_cmd(out, p, k, strategy, width) -> None:
 @click.option("--heldout", type=int, default=None, help="Held-out examples (default: as configured).")
 def test_cmd(out, heldout) -> None:
     """Held-out comparison of the frozen selection with the intact model."""
-    from celtk.pipeline import run_test
+    from celtk.run.test import run_test
 
     with progress_bar() as progress:
         doc = run_test(Path(out), heldout=heldout, progress=progress)
@@ -142,27 +143,17 @@ def test_cmd(out, heldout) -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def run_cmd(config_file, out, **flags) -> None:
     """Screen, select and test in one go (each stage resumes if interrupted)."""
-    import time
-
-    from celtk.models import load_model
-    from celtk.pipeline import run_screen, run_select, run_test
-    from celtk.runstore import write_json
-
     from celtk.cli._common import quiet_libraries
+    from celtk.run.full import run_all
 
     quiet_libraries()
     config = resolve_config(config_file, _flags(**flags))
-    started = time.time()
-    model = load_model(config.model, device=config.device, dtype=config.dtype)
     with progress_bar() as progress:
-        screen = run_screen(config, Path(out), model=model, progress=progress)
-        selection = run_select(Path(out), p=config.p, k=config.k, model=model, progress=progress)
-        test = run_test(Path(out), model=model, progress=progress)
-    _print_screen(screen)
-    _print_selection(selection)
-    _print_test(test)
-    write_json(Path(out) / "run_timing.json", {"wall_seconds": round(time.time() - started, 1)})
-    console().print(f"Done in {time.time() - started:.0f} s. Results in {out}/ (screen.json, selection.json, diagnostics.json, test.json).")
+        result = run_all(config, Path(out), progress=progress)
+    _print_screen(result.screen)
+    _print_selection(result.selection)
+    _print_test(result.test)
+    console().print(f"Done in {result.seconds:.0f} s. Results in {out}/ (screen.json, selection.json, diagnostics.json, test.json).")
 
 
 COMMANDS = [screen_cmd, merge_cmd, select_cmd, test_cmd, run_cmd]

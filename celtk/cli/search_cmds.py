@@ -7,11 +7,12 @@ from pathlib import Path
 import click
 
 from celtk.cli._common import console, progress_bar, quiet_libraries
+from celtk.registry import SCREENERS, STRATEGIES
 
 
 @click.command("altscreen")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--method", type=click.Choice(["gradient", "lasso"]), required=True,
+@click.option("--method", type=click.Choice(SCREENERS.names()), required=True,
               help="gradient: per-head gate gradient (one backward pass). lasso: random multi-head knockouts + L1 regression.")
 @click.option("--p", "p", type=int, default=10, show_default=True, help="Pool size compared with the exhaustive screen's.")
 @click.option("--masks", type=int, default=200, show_default=True, help="Random knockout masks (lasso).")
@@ -21,18 +22,18 @@ def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
     """Rank heads with a cheaper screener and compare its pool with the exhaustive screen (OUT/altscreen-METHOD.json)."""
     from rich.table import Table
 
-    from celtk.pipeline import run_altscreen
+    from celtk.run.altscreen import run_altscreen
 
     quiet_libraries()
     with progress_bar() as progress:
         doc = run_altscreen(Path(out), method=method, p=p, masks=masks, rate=rate, seed=seed, progress=progress)
-    c = doc["comparison"]
+    c = doc.comparison
     table = Table(title=f"{method} screener vs the exhaustive screen (top {p})")
     for col in ("overlap", "chance overlap", "Jaccard", "Spearman", "evaluations", "exhaustive evaluations", "seconds"):
         table.add_column(col, justify="right")
     rho = "n/a" if c["spearman"] is None else f"{c['spearman']:.3f}"
     table.add_row(f"{c['overlap']}/{p}", f"{c['chance_overlap']:.2f}", f"{c['jaccard']:.2f}", rho,
-                  str(c["n_evaluations"]), str(doc["exhaustive_evaluations"]), f"{doc['timing']['seconds']:.0f}")
+                  str(c["n_evaluations"]), str(doc.exhaustive_evaluations), f"{doc.seconds:.0f}")
     console().print(table)
     console().print(f"exhaustive pool: {', '.join(c['exhaustive_pool'])}\n{method} pool:    {', '.join(c['screener_pool'])}")
 
@@ -42,7 +43,7 @@ def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
 @click.option("--resamples", type=int, default=20, show_default=True, help="Resamples of the discovery set.")
 @click.option("--method", type=click.Choice(["bootstrap", "subsample"]), default="bootstrap", show_default=True)
 @click.option("--fraction", type=float, default=0.5, show_default=True, help="Subsample size as a fraction (subsample).")
-@click.option("--strategy", type=click.Choice(["algorithm1", "greedy", "beam"]), default="algorithm1", show_default=True)
+@click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True)
 @click.option("--p", "p", type=int, default=10, show_default=True)
 @click.option("--k", "k", type=int, default=3, show_default=True)
 @click.option("--width", type=int, default=3, show_default=True, help="Beam width (beam only).")
@@ -51,32 +52,32 @@ def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed)
     """How stable is the selection across resamples of the discovery set? (OUT/stability.json)"""
     from rich.table import Table
 
-    from celtk.pipeline import run_stability
+    from celtk.run.stability import run_stability
 
     quiet_libraries()
     with progress_bar() as progress:
         doc = run_stability(Path(out), resamples=resamples, method=method, fraction=fraction, seed=seed,
                             strategy=strategy, p=p, k=k, width=width, progress=progress)
-    console().print(f"{strategy} on {resamples} {method} resamples: {doc['n_distinct_selections']} distinct selections, "
-                    f"mean pairwise Jaccard {doc['mean_pairwise_jaccard']:.2f}; the full-data selection "
-                    f"{','.join(doc['reference_selection'])} was chosen in {doc['reference_frequency']:.0%} of them.")
+    console().print(f"{strategy} on {resamples} {method} resamples: {doc.n_distinct_selections} distinct selections, "
+                    f"mean pairwise Jaccard {doc.mean_pairwise_jaccard:.2f}; the full-data selection "
+                    f"{','.join(doc.reference_selection)} was chosen in {doc.reference_frequency:.0%} of them.")
     heads = Table(title="How often each head is selected")
     heads.add_column("head")
     heads.add_column("frequency", justify="right")
-    for head, freq in list(doc["head_frequency"].items())[:15]:
+    for head, freq in list(doc.head_frequency.items())[:15]:
         heads.add_row(head, f"{freq:.0%}")
     console().print(heads)
-    table = Table(title=f"Distinct selections on {doc['n_heldout']} held-out examples "
-                        f"(intact {doc['heldout_intact_accuracy']:.1%})")
+    table = Table(title=f"Distinct selections on {doc.n_heldout} held-out examples "
+                        f"(intact {doc.heldout_intact_accuracy:.1%})")
     for col in ("heads", "frequency", "discovery gain", "held-out gain", "95% CI", "McNemar p"):
         table.add_column(col, justify="right")
-    for row in doc["selections"][:15]:
-        lo, hi = row["heldout_gain_ci"]
-        table.add_row(",".join(row["heads"]) + (" *" if row["is_reference"] else ""), f"{row['frequency']:.0%}",
-                      f"{100 * row['discovery_gain']:+.1f}", f"{100 * row['heldout_gain']:+.1f}",
-                      f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{row['heldout_mcnemar_p']:.2g}")
+    for row in doc.selections[:15]:
+        lo, hi = row.heldout_gain_ci
+        table.add_row(",".join(row.heads) + (" *" if row.is_reference else ""), f"{row.frequency:.0%}",
+                      f"{100 * row.discovery_gain:+.1f}", f"{100 * row.heldout_gain:+.1f}",
+                      f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{row.heldout_mcnemar_p:.2g}")
     console().print(table)
-    g = doc["heldout_gain_over_resamples"]
+    g = doc.heldout_gain_over_resamples
     console().print(f"Held-out gain over resamples (points): median {100 * g['median']:+.1f}, "
                     f"5–95 % [{100 * g['q05']:+.1f}, {100 * g['q95']:+.1f}]. (* = the full-data selection)")
 

@@ -1,7 +1,7 @@
 """A self-contained HTML page and PNG figures from a run directory (no model needed):
 layers × heads heatmaps of single-head gain and damage, the pool's pairwise interaction
 matrix, the held-out table with CI and p, and — where the files exist — the attribute scores
-of the selected heads, the stability report and alternative screeners' comparisons.
+of the selected heads and the stability report.
 
 Figures are written as PNG files beside ``index.html`` and embedded in it (base64), so the
 page can be mailed or archived alone.
@@ -18,14 +18,17 @@ import numpy as np
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head
+from celtk.run.documents import (DiagnosticsDocument, Document, ScreenDocument, SelectionDocument, StabilityDocument,
+                                 TestDocument)
 from celtk.runstore import atomic_write_text, read_json
 
 
-def _grid(rows: list[dict[str, Any]], n_layers: int, n_heads: int, key: str) -> np.ndarray:
+def _grid(values: list[tuple[str, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
+    """``[(head name, value)]`` → a ``[n_layers, n_heads]`` array (NaN where a head has no value)."""
     grid = np.full((n_layers, n_heads), np.nan)
-    for row in rows:
-        head = Head.parse(row["head"])
-        grid[head.layer, head.head] = row[key]
+    for name, value in values:
+        head = Head.parse(name)
+        grid[head.layer, head.head] = value
     return grid
 
 
@@ -98,72 +101,80 @@ document.body.dataset.imagesLoaded=imgs.filter(i=>i.complete&&i.naturalWidth>0).
 document.body.dataset.imagesTotal=imgs.length;});</script>"""
 
 
+def _load(out: Path, kind: type[Document]) -> Any:
+    """The run's ``kind`` document, or ``None`` where that stage has not run."""
+    return kind.load(out) if (out / kind.FILE).exists() else None
+
+
 def write_report(out: Path, target: Path | None = None) -> Path:
     """Write ``target`` (default ``OUT/report``) with ``index.html`` and the PNG figures; returns the page."""
     out = Path(out)
-    if not (out / "screen.json").exists():
-        raise RunStoreError(f"{out} has no screen.json; `celtk report` needs at least a finished screen.")
+    if not (out / ScreenDocument.FILE).exists():
+        raise RunStoreError(f"{out} has no screen.json; the report needs at least a finished screen (celtk.run.run_screen).")
     target = Path(target) if target else out / "report"
     target.mkdir(parents=True, exist_ok=True)
-    screen = read_json(out / "screen.json")
-    n_layers, n_heads = screen["model"]["n_layers"], screen["model"]["n_heads"]
-    optional = {name: read_json(out / f"{name}.json") for name in ("selection", "diagnostics", "test", "head_attributes", "stability")
-                if (out / f"{name}.json").exists()}
-    selected = [Head.parse(h) for h in optional.get("selection", {}).get("heads", [])]
+    screen = ScreenDocument.load(out)
+    selection, diagnostics = _load(out, SelectionDocument), _load(out, DiagnosticsDocument)
+    test, stability = _load(out, TestDocument), _load(out, StabilityDocument)
+    attributes = read_json(out / "head_attributes.json") if (out / "head_attributes.json").exists() else None
+    selected = [Head.parse(h) for h in selection.heads] if selection else []
     parts = [f"<h1>celtk report: {html.escape(out.name)}</h1>",
-             f"<p>Model <code>{html.escape(screen['model']['name'])}</code> ({n_layers} layers × {n_heads} heads, weights "
-             f"{screen['model']['weight_hash']}), task <code>{html.escape(screen['task']['task'])}</code>, "
-             f"{screen['n']} discovery examples, intact accuracy {screen['intact_accuracy']:.1%}.</p>"]
-
-    test = optional.get("test")
+             f"<p>Model <code>{html.escape(screen.model_name)}</code> ({screen.n_layers} layers × {screen.n_heads} heads, "
+             f"weights {screen.weight_hash}), task <code>{html.escape(screen.task_name)}</code>, "
+             f"{screen.n} discovery examples, intact accuracy {screen.intact_accuracy:.1%}.</p>"]
     if test:
-        lo, hi = test["gain_ci"]
-        parts.append("<h2>Held-out test</h2>" + _table(
-            ["heads", "n", "intact", "ablated", "gain (pts)", f"{test['ci_level']:.0%} CI (pts)", "rel. error reduction",
-             "McNemar p", "fixes / damage"],
-            [[",".join(test["heads"]), test["n"], f"{test['intact_accuracy']:.1%}", f"{test['ablated_accuracy']:.1%}",
-              f"{100 * test['gain']:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{100 * test['relative_error_reduction']:.1f}%",
-              f"{test['mcnemar_p']:.2g}", f"{test['fixes']} / {test['damage']}"]]))
-
-    figures = []
-    rows = screen["heads"]
-    gain = _grid(rows, n_layers, n_heads, "gain") * 100
-    damage = _grid(rows, n_layers, n_heads, "damage")
-    _heatmap(target / "gain.png", gain, "Single-head gain (accuracy points; boxes: selected)", "RdBu", "gain (points)", selected, True)
-    figures.append(_figure(target / "gain.png", "Gain of removing each head alone on the discovery set"))
-    _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong", selected, False)
-    figures.append(_figure(target / "damage.png", "Damage of removing each head alone"))
-    diagnostics = optional.get("diagnostics")
-    if diagnostics and "pairwise_interaction" in diagnostics:
-        _matrix(target / "interactions.png", diagnostics["pairwise_interaction"], diagnostics["pool"],
-                "Pairwise interactions in the candidate pool")
-        figures.append(_figure(target / "interactions.png", "Pairwise interaction matrix of the pool (examples)"))
-    parts.append("<h2>Figures</h2>" + "".join(figures))
-
-    selection = optional.get("selection")
+        parts.append(_test_section(test))
+    parts.append("<h2>Figures</h2>" + "".join(_figures(target, screen, diagnostics, selected)))
     if selection:
-        parts.append("<h2>Selection</h2>" + f"<p>Strategy <code>{selection.get('strategy', 'algorithm1')}</code>, "
-                     f"{selection.get('n_evaluations', '?')} interventions evaluated; discovery accuracy "
-                     f"{selection['intact_discovery_accuracy']:.1%} → {selection['discovery_accuracy']:.1%}.</p>"
+        parts.append("<h2>Selection</h2>" + f"<p>Strategy <code>{selection.strategy}</code>, "
+                     f"{selection.n_evaluations} interventions evaluated; discovery accuracy "
+                     f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%}.</p>"
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
-                              [[",".join(r["heads"]), f"{r['accuracy']:.1%}", f"{100 * r['gain']:+.1f}", r["fixes"], r["damage"]]
-                               for r in selection["ranking"][:10]]))
-    attributes = optional.get("head_attributes")
+                              [[",".join(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
+                               for r in selection.ranking[:10]]))
     if attributes and selected:
         names = list(attributes["scores"])
         parts.append("<h2>Attribute scores of the selected heads</h2>" + _table(
             ["head", *names], [[str(h), *(f"{attributes['scores'][n][h.layer][h.head]:.3f}" for n in names)] for h in selected]))
     elif selected:
         parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
-    stability = optional.get("stability")
     if stability:
-        parts.append("<h2>Stability</h2>" + f"<p>{stability['n_resamples']} {stability['resampling']} resamples; "
-                     f"mean pairwise Jaccard {stability['mean_pairwise_jaccard']:.2f}.</p>" + _table(
-                         ["heads", "frequency", "held-out gain (pts)", "95% CI"],
-                         [[",".join(r["heads"]), f"{r['frequency']:.0%}", f"{100 * r['heldout_gain']:+.1f}",
-                           f"[{100 * r['heldout_gain_ci'][0]:+.1f}, {100 * r['heldout_gain_ci'][1]:+.1f}]"]
-                          for r in stability["selections"][:10]]))
+        parts.append(_stability_section(stability))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>celtk report: {html.escape(out.name)}</title>"
             f"<style>{_STYLE}</style></head><body>{''.join(parts)}{_LOADED_CHECK}</body></html>")
     atomic_write_text(target / "index.html", page)
     return target / "index.html"
+
+
+def _test_section(test: TestDocument) -> str:
+    lo, hi = test.gain_ci
+    return "<h2>Held-out test</h2>" + _table(
+        ["heads", "n", "intact", "ablated", "gain (pts)", f"{test.ci_level:.0%} CI (pts)", "rel. error reduction",
+         "McNemar p", "fixes / damage"],
+        [[",".join(test.heads), test.n, f"{test.intact_accuracy:.1%}", f"{test.ablated_accuracy:.1%}",
+          f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{100 * test.relative_error_reduction:.1f}%",
+          f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]])
+
+
+def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocument | None, selected: list[Head]) -> list[str]:
+    shape = (screen.n_layers, screen.n_heads)
+    gain = _grid([(r.head, r.gain) for r in screen.heads], *shape) * 100
+    damage = _grid([(r.head, r.damage) for r in screen.heads], *shape)
+    _heatmap(target / "gain.png", gain, "Single-head gain (accuracy points; boxes: selected)", "RdBu", "gain (points)", selected, True)
+    _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong", selected, False)
+    figures = [_figure(target / "gain.png", "Gain of removing each head alone on the discovery set"),
+               _figure(target / "damage.png", "Damage of removing each head alone")]
+    if diagnostics and diagnostics.pairwise_interaction is not None:
+        _matrix(target / "interactions.png", diagnostics.pairwise_interaction, diagnostics.pool,
+                "Pairwise interactions in the candidate pool")
+        figures.append(_figure(target / "interactions.png", "Pairwise interaction matrix of the pool (examples)"))
+    return figures
+
+
+def _stability_section(stability: StabilityDocument) -> str:
+    return ("<h2>Stability</h2>" + f"<p>{stability.n_resamples} {stability.resampling} resamples; "
+            f"mean pairwise Jaccard {stability.mean_pairwise_jaccard:.2f}.</p>" + _table(
+                ["heads", "frequency", "held-out gain (pts)", "95% CI"],
+                [[",".join(r.heads), f"{r.frequency:.0%}", f"{100 * r.heldout_gain:+.1f}",
+                  f"[{100 * r.heldout_gain_ci[0]:+.1f}, {100 * r.heldout_gain_ci[1]:+.1f}]"]
+                 for r in stability.selections[:10]]))

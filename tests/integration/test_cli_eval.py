@@ -56,3 +56,17 @@ def test_mbpp_generation_is_graded_when_opted_in(tiny_llama):
     result = evaluate(tiny_llama, task, splits.heldout, splits.shots, config=EvalConfig(batch_size=2, allow_code=True))
     assert len(result.examples) == 2 and all("generation" in e.extra for e in result.examples)
     assert not any(e.correct for e in result.examples)  # a random tiny model does not write passing code
+
+
+def test_cli_eval_equals_one_library_call(tiny_dir, tmp_path):
+    """`celtk eval` writes exactly what `celtk.run_eval` returns for the same arguments."""
+    from celtk.run import run_eval
+
+    args = dict(model=str(tiny_dir), task="arithmetic:2da", limit=7, fewshot=2, heads="L1H0", batch_size=4, seed=3)
+    result = CliRunner().invoke(main, ["eval", "--model", args["model"], "--task", args["task"], "--limit", "7",
+                                       "--fewshot", "2", "--ablate", "L1H0", "--batch-size", "4", "--seed", "3",
+                                       "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 0, result.output
+    library = run_eval(None, **args)
+    assert json.loads((tmp_path / "cli" / "eval.json").read_text()) == library
+    assert library["config"]["fewshot"] == 2 and library["config"]["seed"] == 3 and library["n"] == 7

@@ -6,14 +6,14 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluator import prepare
 from celtk.heads import HeadSet, all_heads
-from celtk.pipeline import RunConfig, merge_shards, run_screen, run_select, run_test
+from celtk.run import RunConfig, merge_shards, run_screen, run_select, run_test
 from celtk.screen import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
+from conftest import planted_config
 
 
 @pytest.mark.parametrize("share_prefix", [False, True])
@@ -50,56 +50,19 @@ def test_cached_screener_exact_on_gemma3_sliding_window(smol_tokenizer):
             np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-5)
 
 
-def _self_consistent_task(model, tmp_path, n=90):
-    """A JSONL task whose targets are the clean model's own greedy next tokens (intact = 100 %)."""
-    rng = np.random.default_rng(0)
-    words = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
-    lines = []
-    while len(lines) < n:
-        prompt = " ".join(rng.choice(words, size=6))
-        ids = model.tokenizer(prompt, return_tensors="pt").input_ids
-        with torch.no_grad():
-            nxt = model.bridge(ids)[0, -1].argmax().item()
-        target = model.tokenizer.decode([nxt])
-        whole = model.tokenizer(prompt + target).input_ids
-        if whole[: ids.shape[1]] == ids[0].tolist() and whole[ids.shape[1]:] == [nxt] and prompt not in {l["prompt"] for l in lines}:
-            lines.append({"prompt": prompt, "target": target})
-    path = tmp_path / "self.jsonl"
-    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
-    return f"jsonl:{path}"
-
-
-@pytest.fixture(scope="module")
-def planted(smol_tokenizer, tmp_path_factory):
-    """A tiny Llama whose head L1H2 has its output columns scaled ×25: it hurts the task."""
-    from conftest import make_tiny
-
-    clean = make_tiny("llama", smol_tokenizer, seed=3)
-    task = _self_consistent_task(clean, tmp_path_factory.mktemp("task"))
-    bad = make_tiny("llama", smol_tokenizer, seed=3)
-    o = bad.bridge.blocks[1].attn.o.original_component.weight
-    with torch.no_grad():
-        o[:, 2 * bad.d_head:3 * bad.d_head] *= 25.0
-    return bad, task
-
-
-def _config(task, **kw):
-    return RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8, p=4, k=2, **kw)
-
-
 def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
     model, task = planted
-    run_screen(_config(task), tmp_path, model=model)
+    run_screen(planted_config(task), tmp_path, model=model)
     selection = run_select(tmp_path, p=4, k=2, model=model)
-    assert "L1H2" in selection["heads"]
+    assert "L1H2" in selection.heads
     test = run_test(tmp_path, model=model, n_boot=500)
-    assert test["gain"] > 0 and test["ablated_accuracy"] > test["intact_accuracy"]
-    assert test["gain_ci"][0] > 0 and test["mcnemar_p"] < 0.05
+    assert test.gain > 0 and test.ablated_accuracy > test.intact_accuracy
+    assert test.gain_ci[0] > 0 and test.mcnemar_p < 0.05
     for name in ("screen.json", "screen.csv", "selection.json", "diagnostics.json", "test.json", "config.json"):
         assert (tmp_path / name).is_file()
     screen = json.loads((tmp_path / "screen.json").read_text())
     assert len(screen["heads"]) == model.n_layers * model.n_heads and screen["discovery_ids"]
-    assert selection["n_evaluated_subsets"] == 6  # C(4, 2)
+    assert selection.n_evaluated_subsets == 6  # C(4, 2)
     # an interrupted select resumes from its per-layer parts and freezes the same selection
     parts = sorted((tmp_path / "select_parts" / "sets").glob("*.json"))
     assert parts
@@ -110,36 +73,36 @@ def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
 
 def test_resume_equals_uninterrupted_and_mismatch_refused(planted, tmp_path):
     model, task = planted
-    full = run_screen(_config(task), tmp_path / "full", model=model)
+    full = run_screen(planted_config(task), tmp_path / "full", model=model)
     part = tmp_path / "part"
-    run_screen(_config(task), part, model=model)
+    run_screen(planted_config(task), part, model=model)
     # simulate an interruption after layer 0: drop later parts and the final files
     for name in ("L1.json", "L2.json"):
         (part / "screen_parts" / name).unlink()
     (part / "screen.json").unlink()
-    resumed = run_screen(_config(task), part, model=model)
-    assert resumed["heads"] == full["heads"]
+    resumed = run_screen(planted_config(task), part, model=model)
+    assert resumed.heads == full.heads
     assert (part / "screen.json").read_text() == (tmp_path / "full" / "screen.json").read_text()
     with pytest.raises(RunStoreError, match="different configuration .*seed"):
-        run_screen(_config(task, seed=1), part, model=model)
+        run_screen(planted_config(task, seed=1), part, model=model)
 
 
 def test_shards_merged_equal_one_run(planted, tmp_path):
     model, task = planted
-    one = run_screen(_config(task), tmp_path / "one", model=model)
+    one = run_screen(planted_config(task), tmp_path / "one", model=model)
     sharded = tmp_path / "sharded"
     for i in range(3):
-        run_screen(_config(task), sharded, shard=(i, 3), model=model)
+        run_screen(planted_config(task), sharded, shard=(i, 3), model=model)
     merged = merge_shards(sharded)
-    assert merged["heads"] == one["heads"]
+    assert merged.heads == one.heads
     shutil.rmtree(sharded / "shard-1-of-3")
     with pytest.raises(RunStoreError, match="shard\\(s\\) 1/3 missing"):
         merge_shards(sharded)
 
 
 def test_config_validation():
-    with pytest.raises(ConfigError, match="k = 4 exceeds p = 3"):
-        RunConfig(p=3, k=4).validated()
+    with pytest.raises(ConfigError, match="k must be at least 1, got 0"):
+        RunConfig(k=0).validated()
     with pytest.raises(ConfigError, match="Unknown key\\(s\\) bogus"):
         RunConfig.from_dict({"bogus": 1})
 
@@ -150,7 +113,7 @@ sys.path.insert(0, {tests!r})
 from conftest import make_tiny
 from transformers import AutoTokenizer
 from celtk.models import ALIASES, dequantized_dir
-from celtk.pipeline import RunConfig, run_screen
+from celtk.run import RunConfig, run_screen
 tok = AutoTokenizer.from_pretrained(dequantized_dir(ALIASES["smollm2-135m"].locate()))
 tok.pad_token = tok.pad_token or tok.eos_token
 model = make_tiny("llama", tok, seed=3)
@@ -207,8 +170,8 @@ def test_sigkill_at_random_point_then_resume_equals_uninterrupted(planted, unint
     for part in out.rglob("*.json"):  # every visible result file is complete JSON
         json.loads(part.read_text())
     resumed = run_screen(config, out, model=model)
-    assert [h["head"] for h in resumed["heads"]] == [h["head"] for h in full["heads"]]  # none lost, none twice
-    assert resumed["heads"] == full["heads"]
+    assert [h.head for h in resumed.heads] == [h.head for h in full.heads]  # none lost, none twice
+    assert resumed.heads == full.heads
     assert (out / "screen.json").read_text() == full_text
     assert not list(out.rglob(".*.partial"))
 
@@ -228,7 +191,7 @@ def test_second_process_on_same_directory_is_refused(planted, uninterrupted, tmp
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
-    assert run_screen(config, tmp_path, model=model)["heads"] == uninterrupted[1]["heads"]  # the lock died with it
+    assert run_screen(config, tmp_path, model=model).heads == uninterrupted[1].heads  # the lock died with it
 
 
 def test_same_command_twice_gives_byte_identical_results(planted, tmp_path):
@@ -303,4 +266,4 @@ def test_shards_in_parallel_processes_merge_to_one_run(planted, uninterrupted, t
         _, err = child.communicate(timeout=300)
         assert child.returncode == 0, err[-2000:]
     merged = merge_shards(out)
-    assert merged["heads"] == full["heads"]
+    assert merged.heads == full.heads

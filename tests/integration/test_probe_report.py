@@ -14,10 +14,10 @@ from celtk import probe
 from celtk.analysis import run_attributes, run_compare
 from celtk.evaluator import evaluate
 from celtk.heads import HeadSet
-from celtk.pipeline import RunConfig, run_screen, run_select, run_test
+from celtk.run import RunConfig, run_screen, run_select, run_test
 from celtk.report import write_report
 from celtk.tasks import get_task, make_splits
-from test_pipeline import _config, _self_consistent_task, planted  # noqa: F401  (planted is a fixture)
+from conftest import self_consistent_task
 
 
 def test_effect_lists_fixes_and_breaks(planted):
@@ -76,7 +76,7 @@ def gpt2_shaped_run(smol_tokenizer, tmp_path_factory):
     from conftest import make_tiny
 
     model = make_tiny("llama", smol_tokenizer, seed=5, n_layers=12, n_heads=12)
-    task = _self_consistent_task(model, tmp_path_factory.mktemp("t"), n=40)
+    task = self_consistent_task(model, tmp_path_factory.mktemp("t"), n=40)
     out = tmp_path_factory.mktemp("gpt2shape")
     run_screen(RunConfig(model="tiny-12x12", task=task, discovery=20, heldout=20, fewshot=0, batch_size=20), out, model=model)
     run_select(out, p=4, k=2, model=model)

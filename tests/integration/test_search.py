@@ -4,16 +4,15 @@ screener and the stability report find a planted harmful head."""
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
 from celtk.heads import Head, HeadSet
-from celtk.pipeline import RunConfig, run_altscreen, run_screen, run_select, run_stability, run_test
+from celtk.run import RunConfig, run_altscreen, run_screen, run_select, run_stability, run_test
 from celtk.screeners import gate_loss, gradient_scores
 from celtk.tasks import get_task, make_splits
 from celtk.evaluator import prepare
-from test_pipeline import _config, _self_consistent_task, planted  # noqa: F401  (planted is a fixture)
+from conftest import planted_config, self_consistent_task
 
 A, B = "L1H2", "L1H3"
 
@@ -39,7 +38,7 @@ def _pair_model(tokenizer, c: float, r: float):
 @pytest.fixture(scope="module")
 def interaction(smol_tokenizer, tmp_path_factory):
     clean = _pair_model(smol_tokenizer, 0.0, 0.0)
-    task = _self_consistent_task(clean, tmp_path_factory.mktemp("pairtask"))
+    task = self_consistent_task(clean, tmp_path_factory.mktemp("pairtask"))
     model = _pair_model(smol_tokenizer, 3.0, 0.3)
     out = tmp_path_factory.mktemp("pair")
     run_screen(RunConfig(model="tiny-pair", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8), out, model=model)
@@ -57,20 +56,20 @@ def test_planted_interaction_missed_by_algorithm1_found_by_greedy_and_beam(inter
     screen = {r["head"]: r for r in json.loads((out / "screen.json").read_text())["heads"]}
     assert screen[A]["gain_count"] > 0 and screen[B]["gain_count"] < 0  # A helps a little alone, B hurts alone
     alg1 = run_select(_copy(out, tmp_path / "a1"), p=4, k=2, model=model)
-    assert B not in alg1["heads"] and B not in alg1["pool"]
+    assert B not in alg1.heads and B not in alg1.pool
     found = {}
     for name, opts in (("greedy", {}), ("beam", {"width": 2})):
         run = _copy(out, tmp_path / name)
         doc = run_select(run, p=4, k=2, strategy=name, model=model, **opts)
-        assert doc["heads"] == [A, B], name
-        assert doc["discovery_accuracy"] == 1.0 > alg1["discovery_accuracy"]
+        assert doc.heads == [A, B], name
+        assert doc.discovery_accuracy == 1.0 > alg1.discovery_accuracy
         found[name] = doc
         test = run_test(run, model=model, n_boot=300)
-        assert test["strategy"] == name and test["gain"] > 0.5 and test["mcnemar_p"] < 1e-6
+        assert test.strategy == name and test.gain > 0.5 and test.mcnemar_p < 1e-6
     n = 12
-    assert found["greedy"]["n_evaluations"] == n + (n - 1)
-    assert found["beam"]["n_evaluations"] == n + 2 * (n - 1) - 1
-    assert alg1["n_evaluations"] == n + 6
+    assert found["greedy"].n_evaluations == n + (n - 1)
+    assert found["beam"].n_evaluations == n + 2 * (n - 1) - 1
+    assert alg1.n_evaluations == n + 6
 
 
 def test_greedy_resumes_from_its_parts(interaction, tmp_path):
@@ -113,7 +112,7 @@ def test_gradient_screener_equals_finite_differences(tiny_model):
 def planted_run(planted, tmp_path_factory):
     model, task = planted
     out = tmp_path_factory.mktemp("planted")
-    run_screen(_config(task), out, model=model)
+    run_screen(planted_config(task), out, model=model)
     return model, out
 
 
@@ -121,23 +120,23 @@ def test_altscreens_rank_the_planted_head_first(planted_run):
     model, out = planted_run
     exhaustive_best = json.loads((out / "screen.json").read_text())["heads"]
     grad = run_altscreen(out, method="gradient", p=4, model=model)
-    assert next(iter(grad["scores"])) == "L1H2"
+    assert next(iter(grad.scores)) == "L1H2"
     lasso = run_altscreen(out, method="lasso", p=4, masks=60, rate=0.15, seed=0, model=model)
-    assert next(iter(lasso["scores"])) == "L1H2" and lasso["scores"]["L1H2"] > 0
-    assert lasso["comparison"]["n_evaluations"] == 60 and lasso["comparison"]["overlap"] >= 1
+    assert next(iter(lasso.scores)) == "L1H2" and lasso.scores["L1H2"] > 0
+    assert lasso.comparison["n_evaluations"] == 60 and lasso.comparison["overlap"] >= 1
     assert (out / "altscreen-lasso.json").is_file() and len(exhaustive_best) == 12
 
 
 def test_stability_on_planted_head(planted_run):
     model, out = planted_run
     doc = run_stability(out, resamples=6, method="bootstrap", p=4, k=2, model=model, n_boot=200)
-    assert doc["head_frequency"]["L1H2"] == 1.0
-    assert 0 < doc["mean_pairwise_jaccard"] <= 1
-    assert len(doc["per_resample"]) == 6 and doc["n_distinct_selections"] == len({tuple(s) for s in doc["per_resample"]})
-    assert all(r["heldout_gain"] > 0 for r in doc["selections"] if "L1H2" in r["heads"])
-    assert json.loads((out / "stability.json").read_text()) == doc
+    assert doc.head_frequency["L1H2"] == 1.0
+    assert 0 < doc.mean_pairwise_jaccard <= 1
+    assert len(doc.per_resample) == 6 and doc.n_distinct_selections == len({tuple(s) for s in doc.per_resample})
+    assert all(r.heldout_gain > 0 for r in doc.selections if "L1H2" in r.heads)
+    assert json.loads((out / "stability.json").read_text()) == doc.to_json()
     sub = run_stability(out, resamples=4, method="subsample", fraction=0.5, p=4, k=2, model=model, n_boot=200)
-    assert sub["resampling"] == "subsample" and sub["head_frequency"]["L1H2"] == 1.0
+    assert sub.resampling == "subsample" and sub.head_frequency["L1H2"] == 1.0
 
 
 def test_cli_verbs_beyond_the_paper(planted, tmp_path):
@@ -170,3 +169,41 @@ def test_cli_verbs_beyond_the_paper(planted, tmp_path):
     assert refused.exit_code == 1 and "3 × 4" in refused.output
     assert str(tmp_path / "run" / "report" / "index.html") in ok("report", out)
     assert json.loads((tmp_path / "run" / "selection.json").read_text())["strategy"] == "beam"
+
+
+def test_cli_stages_equal_one_library_call_each(planted, tmp_path):
+    """`celtk screen`, `select` and `test` write exactly what `run_screen`, `run_select` and
+    `run_test` return; greedy takes k = 12 (all heads, no pool) where Algorithm 1 refuses it."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from celtk.ablation import export_ablated
+    from celtk.cli import main
+    from celtk.run import RunConfig, ScreenDocument, SelectionDocument, TestDocument
+
+    model, task = planted
+    model_dir = str(export_ablated(model, HeadSet(()), tmp_path / "model"))
+    cli, lib = tmp_path / "cli", tmp_path / "lib"
+    runner = CliRunner()
+
+    def ok(*args):
+        result = runner.invoke(main, [str(a) for a in args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    ok("screen", "--model", model_dir, "--task", task, "--discovery", 24, "--heldout", 24, "--fewshot", 0,
+       "--batch-size", 8, "--out", cli)
+    config = RunConfig(model=model_dir, task=task, discovery=24, heldout=24, fewshot=0, batch_size=8)
+    assert ScreenDocument.load(cli) == run_screen(config, lib)
+    assert (cli / "screen.json").read_bytes() == (lib / "screen.json").read_bytes()
+    shutil.rmtree(lib)
+    shutil.copytree(cli, lib)
+    ok("select", cli, "--strategy", "greedy", "--k", 12)
+    greedy = run_select(lib, strategy="greedy", k=12)
+    assert SelectionDocument.load(cli) == greedy and greedy.strategy == "greedy" and "L1H2" in greedy.heads
+    ok("test", cli)
+    assert TestDocument.load(cli) == run_test(lib)
+    refused = runner.invoke(main, ["select", str(cli), "--k", "12"])
+    assert refused.exit_code == 1 and "k = 12 exceeds p = 10; Algorithm 1 draws subsets from the pool" in refused.output
+    assert "Traceback" not in refused.output

@@ -27,7 +27,7 @@ def test_user_errors_are_one_line(tmp_path):
 
 
 def test_config_file_precedence_and_unknown_keys(tmp_path):
-    from celtk.cli._common import resolve_config
+    from celtk.run.config import resolve_config
 
     cfg = tmp_path / "c.toml"
     cfg.write_text('discovery = 50\nseed = 7\n')
@@ -59,4 +59,5 @@ def test_cli_user_errors_have_no_traceback(tmp_path, args, message):
     result = CliRunner().invoke(main, args)
     assert result.exit_code in (1, 2), result.output
     assert message in result.output
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception

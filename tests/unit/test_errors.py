@@ -35,7 +35,7 @@ def _gen_lines(n: int, fewshot: int = 0) -> str:
 @pytest.fixture(scope="module")
 def run_dir(tiny_llama, tmp_path_factory):
     """A screened and selected tiny run, shared by the run-directory cases (copied per case)."""
-    from celtk.pipeline import RunConfig, run_screen, run_select
+    from celtk.run import RunConfig, run_screen, run_select
 
     out = tmp_path_factory.mktemp("run")
     task = _jsonl(tmp_path_factory.mktemp("data"), _gen_lines(40))
@@ -141,12 +141,12 @@ def c_ablate_out_of_range(ctx):
 
 
 def c_k_exceeds_p(ctx):
-    from celtk.pipeline import RunConfig
-    RunConfig(p=3, k=4).validated()
+    from celtk.strategies import get_strategy
+    get_strategy("algorithm1").check(k=4, p=3)
 
 
 def c_p_exceeds_heads(ctx):
-    from celtk.pipeline import run_select
+    from celtk.run import run_select
     run_select(_copy(ctx.run_dir, ctx.tmp), p=999, k=2, model=ctx.tiny)
 
 
@@ -216,12 +216,12 @@ def c_hub_data_path_missing(ctx):
 
 
 def c_unknown_config_key(ctx):
-    from celtk.pipeline import RunConfig
+    from celtk.run import RunConfig
     RunConfig.from_dict({"discovry": 50})
 
 
 def c_shard_malformed(ctx):
-    from celtk.pipeline import parse_shard
+    from celtk.run import parse_shard
     parse_shard("2of4")
 
 
@@ -231,14 +231,14 @@ def c_batch_size_zero(ctx):
 
 
 def c_corrupted_run_file(ctx):
-    from celtk.pipeline import run_select
+    from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
     (out / "screen.json").write_text((out / "screen.json").read_text()[:200])
     run_select(out, p=3, k=2, model=ctx.tiny)
 
 
 def c_stage_out_of_order(ctx):
-    from celtk.pipeline import run_test
+    from celtk.run import run_test
     out = ctx.tmp / "fresh"
     out.mkdir()
     run_test(out, model=ctx.tiny)
@@ -247,13 +247,13 @@ def c_stage_out_of_order(ctx):
 def c_selection_from_other_model(ctx):
     from conftest import make_tiny
 
-    from celtk.pipeline import run_test
+    from celtk.run import run_test
     other = make_tiny("llama", ctx.tiny.tokenizer, seed=11)
     run_test(_copy(ctx.run_dir, ctx.tmp), model=other)
 
 
 def c_run_dir_other_config(ctx):
-    from celtk.pipeline import RunConfig, run_screen
+    from celtk.run import RunConfig, run_screen
     out = _copy(ctx.run_dir, ctx.tmp)
     config = json.loads((out / "config.json").read_text())
     config = {k: v for k, v in config.items() if k != "celtk_version"} | {"seed": 5}
@@ -261,14 +261,14 @@ def c_run_dir_other_config(ctx):
 
 
 def c_merge_mismatched_shards(ctx):
-    from celtk.pipeline import merge_shards
+    from celtk.run import merge_shards
     for name in ("shard-0-of-2", "shard-1-of-3"):
         (ctx.tmp / name).mkdir()
     merge_shards(ctx.tmp)
 
 
 def c_merge_missing_shard(ctx):
-    from celtk.pipeline import merge_shards
+    from celtk.run import merge_shards
     (ctx.tmp / "shard-0-of-2").mkdir()
     merge_shards(ctx.tmp)
 
@@ -335,7 +335,7 @@ CASES = {
     "repeated-id": (c_repeated_id, E.DataFormatError, r":2: id 'a' repeats an earlier line"),
     "hub-data-path-missing": (c_hub_data_path_missing, E.TaskError, r"boolq-copy' does not exist; give a file or a directory"),
     "unknown-config-key": (c_unknown_config_key, E.ConfigError, r"Unknown key\(s\) discovry .*valid keys: .*discovery"),
-    "shard-malformed": (c_shard_malformed, E.ConfigError, r"Malformed --shard '2of4'; write i/N"),
+    "shard-malformed": (c_shard_malformed, E.ConfigError, r"Malformed shard '2of4'; write 'i/N'"),
     "batch-size-zero": (c_batch_size_zero, E.ConfigError, r"Batch size must be at least 1, got 0"),
     "corrupted-run-file": (c_corrupted_run_file, E.RunStoreError, r"screen\.json is corrupted \(invalid JSON"),
     "stage-out-of-order": (c_stage_out_of_order, E.RunStoreError, r"selection\.json does not exist; run the stage that writes it first"),

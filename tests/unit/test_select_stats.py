@@ -5,7 +5,7 @@ import pytest
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
-from celtk.screen import HeadScore
+from celtk.scores import HeadScore
 from celtk.selection import candidate_pool, n_subsets, rank, select, subsets
 from celtk.stats import compare_paired, mcnemar_exact, paired_bootstrap_ci, relative_error_reduction
 
@@ -38,7 +38,7 @@ def test_pool_and_k_p_checks():
     assert [str(s.heads) for s in candidate_pool(scores, 2)] == ["L4H0", "L3H0"]
     with pytest.raises(ConfigError, match="exceeds the 5 screened heads"):
         candidate_pool(scores, 6)
-    with pytest.raises(ConfigError, match="k = 4 exceeds the pool size p = 3"):
+    with pytest.raises(ConfigError, match="k = 4 exceeds p = 3; Algorithm 1 draws subsets from the pool"):
         select(scores, np.zeros(100, bool), lambda hs: np.zeros(100, bool), p=3, k=4)
 
 
@@ -60,7 +60,9 @@ def test_select_prefers_joint_gain_and_flags_interaction():
         return c
 
     sel = select(single.values(), intact, evaluate, p=3, k=3)
-    assert str(sel.best.heads) == "L0H0,L1H0,L2H0" or str(sel.best.heads) == "L0H0,L1H0"
+    # the pair fixes 2 + 20 examples; the triple only its three heads' own 3, so the pair wins
+    assert str(sel.best.heads) == "L0H0,L1H0" and sel.best.gain == 22
+    assert [str(s.heads) for s in sel.ranked[:2]] == ["L0H0,L1H0", "L0H0,L1H0,L2H0"]
     assert any(f["heads"] == ["L0H0", "L1H0"] and f["kind"] == "super-additive" for f in sel.diagnostics["flagged"])
     m = sel.diagnostics["pairwise_interaction"]
     assert m[0][1] == 20 and m[1][2] == 0 and m[0][0] is None

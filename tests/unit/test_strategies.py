@@ -8,7 +8,7 @@ import pytest
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.screen import HeadScore
+from celtk.scores import HeadScore
 from celtk.screeners import lasso_cv, lasso_fit, random_masks
 from celtk.selection import rank, select
 from celtk.stability import jaccard, resample_indices, stability

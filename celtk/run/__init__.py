@@ -1,0 +1,58 @@
+"""The CEL stages on a run directory, one module per concept:
+
+* :mod:`~celtk.run.config` — :class:`RunConfig`, :func:`resolve_config` (defaults < file < overrides)
+* :mod:`~celtk.run.session` — :func:`open_run` (reopen a screened run), :class:`Session`
+* :mod:`~celtk.run.memo` — :class:`SetMemo`, the resumable store of head-set outcomes
+* :mod:`~celtk.run.documents` — typed result documents (``screen.json``, ``selection.json``, …)
+* stages: :mod:`~celtk.run.screen` (+ merge), :mod:`~celtk.run.select`, :mod:`~celtk.run.test`,
+  :mod:`~celtk.run.altscreen`, :mod:`~celtk.run.stability`, :mod:`~celtk.run.eval`, and
+  :mod:`~celtk.run.full` (screen → select → test)
+
+Each stage reads what the previous one wrote, writes its own files atomically, and can be
+rerun: finished work is kept, and a changed model, task, data or setting is refused.
+Names load on first use, so importing :mod:`celtk.run` does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "RunConfig": "config", "load_config_file": "config", "resolve_config": "config",
+    "Session": "session", "ScreenedRun": "session", "open_run": "session", "session_for": "session",
+    "load_screen": "session",
+    "SetMemo": "memo",
+    "AltscreenDocument": "documents", "DiagnosticsDocument": "documents", "ScreenDocument": "documents",
+    "SelectionDocument": "documents", "StabilityDocument": "documents", "TestDocument": "documents",
+    "merge_shards": "screen", "parse_shard": "screen", "run_screen": "screen",
+    "run_select": "select", "run_test": "test", "run_altscreen": "altscreen", "run_stability": "stability",
+    "run_eval": "eval", "RunResult": "full", "run_all": "full",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"celtk.run.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'celtk.run' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from celtk.run.altscreen import run_altscreen
+    from celtk.run.config import RunConfig, load_config_file, resolve_config
+    from celtk.run.documents import (AltscreenDocument, DiagnosticsDocument, ScreenDocument, SelectionDocument,
+                                     StabilityDocument, TestDocument)
+    from celtk.run.eval import run_eval
+    from celtk.run.full import RunResult, run_all
+    from celtk.run.memo import SetMemo
+    from celtk.run.screen import merge_shards, parse_shard, run_screen
+    from celtk.run.select import run_select
+    from celtk.run.session import ScreenedRun, Session, load_screen, open_run, session_for
+    from celtk.run.stability import run_stability
+    from celtk.run.test import run_test

@@ -1,0 +1,87 @@
+"""What a run depends on, and where its settings come from: defaults < config file < overrides.
+
+The CLI, notebooks and batch scripts resolve settings with the same :func:`resolve_config`,
+so a TOML/JSON file written for one works for the others.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from celtk.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run depends on. Precedence: defaults < config file < overrides.
+
+    A new setting is one typed field here (with its default) plus, if it has a range, one
+    line in :meth:`validated`."""
+
+    model: str = "smollm2-135m"
+    task: str = "arithmetic:2da"
+    data: str | None = None
+    discovery: int = 200
+    heldout: int = 500
+    seed: int = 0
+    fewshot: int = 3
+    chat: bool = False
+    batch_size: int | str = 32  # or "auto": fit the device's free memory
+    device: str = "cpu"
+    dtype: str = "float32"
+    p: int = 10
+    k: int = 3
+    share_prefix: bool = True
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], where: str = "config") -> RunConfig:
+        """Defaults updated with ``values``; unknown keys are refused, naming the valid ones."""
+        known = set(cls.keys())
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"Unknown key(s) {', '.join(unknown)} in {where}; valid keys: {', '.join(sorted(known))}.")
+        return replace(cls(), **values).validated()
+
+    def validated(self) -> RunConfig:
+        """Range checks of single settings (a search strategy checks its own options, e.g. k ≤ p)."""
+        if self.batch_size != "auto" and not isinstance(self.batch_size, int):
+            raise ConfigError(f"batch_size must be a positive integer or 'auto', got {self.batch_size!r}.")
+        for name in ("discovery", "heldout", "p", "k") + (() if self.batch_size == "auto" else ("batch_size",)):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if self.fewshot < 0:
+            raise ConfigError(f"fewshot must be non-negative, got {self.fewshot}.")
+        return self
+
+
+def load_config_file(path: str | Path | None) -> dict[str, Any]:
+    """The settings in a TOML (``.toml``) or JSON file; ``{}`` for ``None``."""
+    if path is None:
+        return {}
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as error:
+        raise ConfigError(f"Cannot read config file {path}: {error.strerror}.") from None
+    try:
+        data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"Config file {path} is not valid {'TOML' if file.suffix == '.toml' else 'JSON'}: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {path} must hold a table/object of settings.")
+    return data
+
+
+def resolve_config(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """defaults < ``config_file`` < ``overrides`` (an override of ``None`` means "not given")."""
+    values = load_config_file(config_file)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return RunConfig.from_dict(values, where=str(config_file) if config_file else "overrides")

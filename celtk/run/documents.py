@@ -1,0 +1,317 @@
+"""Typed result documents: what each stage writes to a run directory, as frozen dataclasses.
+
+Each document round-trips through JSON (``to_json`` / ``from_json``) and carries
+``schema_version``. One unit per field name in every file: ``gain`` is a fraction of the
+examples (accuracy points / 100), ``gain_count`` a number of examples; ``fixes`` and
+``damage`` are numbers of examples.
+
+A new document is one dataclass here: fields in the order they appear in the file, nested
+rows marked with :func:`rows`, fields written only when set marked with :func:`optional`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from celtk.errors import RunStoreError
+from celtk.runstore import read_json, write_json
+
+SCHEMA_VERSION = 1
+R = TypeVar("R", bound="Record")
+
+
+def rows(kind: type, *, default: Any = MISSING) -> Any:
+    """A field holding a list of ``kind`` records."""
+    return field(metadata={"rows": kind}) if default is MISSING else field(default=default, metadata={"rows": kind})
+
+
+def optional() -> Any:
+    """A field left out of the file when it is ``None`` (e.g. Algorithm 1's pool for greedy)."""
+    return field(default=None, metadata={"omit_none": True})
+
+
+def _dump(value: Any) -> Any:
+    if is_dataclass(value):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Record:
+    """A JSON object with a fixed set of keys, written in field order."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
+                if not (f.metadata.get("omit_none") and getattr(self, f.name) is None) and f.metadata.get("stored", True)}
+
+    @classmethod
+    def from_json(cls: type[R], data: dict[str, Any], where: str = "") -> R:
+        known = {f.name: f for f in fields(cls) if f.metadata.get("stored", True)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise RunStoreError(f"{where or cls.__name__}: unknown field(s) {', '.join(unknown)}; it was written by a "
+                                f"different celtk version. Rerun the stage that writes it.")
+        values = {}
+        for name, value in data.items():
+            kind = known[name].metadata.get("rows")
+            values[name] = [kind.from_json(v, where) for v in value] if kind and value is not None else value
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise RunStoreError(f"{where or cls.__name__} is incomplete ({error}); rerun the stage that writes it.") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Document(Record):
+    """A whole result file: a record with a schema version, saved as ``FILE`` in a run directory."""
+
+    FILE: ClassVar[str] = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = ""):
+        version = data.get("schema_version", SCHEMA_VERSION)  # files from before the field existed share layout 1
+        if version != SCHEMA_VERSION:
+            raise RunStoreError(f"{where or cls.FILE} has schema version {version}; this celtk reads version "
+                                f"{SCHEMA_VERSION}. Rerun the stage with this version.")
+        return super().from_json(data, where)
+
+    def save(self, directory: Path, name: str | None = None) -> None:
+        write_json(Path(directory) / (name or self.FILE), self.to_json())
+
+    @classmethod
+    def load(cls, directory: Path, name: str | None = None):
+        path = Path(directory) / (name or cls.FILE)
+        return cls.from_json(read_json(path), str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# screen.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScreenRow(Record):
+    head: str
+    accuracy: float
+    gain: float
+    gain_count: int
+    damage: int
+    fixes: int
+    correct: str  # per-example correctness bits, '0101…'
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScreenDocument(Document):
+    """Stage 1: every single head ablated on the discovery set (or one shard's slice)."""
+
+    FILE: ClassVar[str] = "screen.json"
+    model: dict[str, Any]  # Model.describe()
+    task: dict[str, Any]  # Task.config()
+    n: int
+    intact_accuracy: float
+    intact_correct: str
+    discovery_ids: list[str]
+    discovery_hashes: list[str]
+    splits: dict[str, Any]  # Splits.manifest()
+    shard: list[int] | None
+    config: dict[str, Any]  # RunConfig fields and celtk_version
+    heads: list[ScreenRow] = rows(ScreenRow)
+
+    @property
+    def n_layers(self) -> int:
+        return self.model["n_layers"]
+
+    @property
+    def n_heads(self) -> int:
+        return self.model["n_heads"]
+
+    @property
+    def model_name(self) -> str:
+        return self.model["name"]
+
+    @property
+    def weight_hash(self) -> str:
+        return self.model["weight_hash"]
+
+    @property
+    def task_name(self) -> str:
+        return self.task["task"]
+
+
+# ---------------------------------------------------------------------------------------------
+# selection.json and diagnostics.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankedSet(Record):
+    heads: list[str]
+    accuracy: float
+    gain: float
+    gain_count: int
+    damage: int
+    fixes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interaction(Record):
+    """A subset's gain against the sum of its heads' gains, in examples."""
+
+    heads: list[str]
+    gain_count: int
+    additive_gain_count: int
+    gap: int  # gain_count − additive_gain_count
+    noise: float  # 1.96 · sqrt(fixes + damage)
+    kind: str | None = optional()  # "super-additive" / "sub-additive", on flagged subsets only
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelectionDocument(Document):
+    """Stage 2: the frozen head set and every set the search scored."""
+
+    FILE: ClassVar[str] = "selection.json"
+    heads: list[str]
+    discovery_accuracy: float
+    discovery_gain: float
+    intact_discovery_accuracy: float
+    model: dict[str, Any]
+    task: dict[str, Any]
+    config: dict[str, Any]
+    discovery_ids: list[str]
+    discovery_hashes: list[str]
+    discovery_hash: str
+    shots: list[str]
+    strategy: str
+    strategy_options: dict[str, Any]
+    k: int
+    n_evaluations: int
+    rounds: list[list[str]]
+    ranking: list[RankedSet] = rows(RankedSet)
+    p: int | None = optional()  # Algorithm 1 only, from here on
+    n_evaluated_subsets: int | None = optional()
+    pool: list[str] | None = optional()
+    flagged_interactions: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiagnosticsDocument(Document):
+    """How the search went: the rounds (greedy, beam) or Algorithm 1's interaction diagnostics."""
+
+    FILE: ClassVar[str] = "diagnostics.json"
+    strategy: str
+    rounds: list[list[str]]
+    pool: list[str] | None = optional()
+    subsets: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
+    pairwise_interaction: list[list[int | None]] | None = optional()  # gain_count(pair) − gain_count(a) − gain_count(b)
+    overlap: dict[str, list[list[int]]] | None = optional()  # shared fixes / damage between pool heads, in examples
+    flagged: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
+    noise_rule: str | None = optional()
+
+
+# ---------------------------------------------------------------------------------------------
+# test.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestExample(Record):
+    __test__ = False  # not a pytest class
+    id: str
+    intact_correct: bool
+    ablated_correct: bool
+    intact_logprob: float | None
+    ablated_logprob: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestDocument(Document):
+    """The held-out comparison of the frozen selection with the intact model."""
+
+    __test__ = False  # not a pytest class
+    FILE: ClassVar[str] = "test.json"
+    heads: list[str]
+    strategy: str
+    model: str
+    task: str
+    n: int
+    intact_accuracy: float
+    ablated_accuracy: float
+    gain: float
+    relative_error_reduction: float
+    fixes: int
+    damage: int
+    mcnemar_p: float
+    gain_ci: list[float]
+    ci_level: float
+    n_boot: int
+    heldout_hash: str
+    examples: list[TestExample] = rows(TestExample)
+
+
+# ---------------------------------------------------------------------------------------------
+# stability.json and altscreen-METHOD.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class StableSelection(Record):
+    heads: list[str]
+    frequency: float
+    is_reference: bool
+    discovery_gain: float
+    heldout_gain: float
+    heldout_gain_ci: list[float]
+    heldout_mcnemar_p: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StabilityDocument(Document):
+    """Selections on resamples of the discovery set, each distinct one scored on the held-out set."""
+
+    FILE: ClassVar[str] = "stability.json"
+    strategy: str
+    p: int
+    k: int
+    resampling: str
+    n_resamples: int
+    fraction: float | None
+    seed: int
+    reference_selection: list[str]
+    reference_frequency: float
+    head_frequency: dict[str, float]
+    mean_pairwise_jaccard: float
+    n_distinct_selections: int
+    heldout_gain_over_resamples: dict[str, float]  # mean, min, q05, median, q95, max
+    heldout_intact_accuracy: float
+    n_heldout: int
+    selections: list[StableSelection] = rows(StableSelection)
+    per_resample: list[list[str]] = field(default_factory=list)
+    n_discovery_evaluations: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AltscreenDocument(Document):
+    """An alternative screener's ranking beside the exhaustive screen's (``altscreen-METHOD.json``);
+    ``seconds`` lives in ``altscreen-METHOD-timing.json`` so the document stays deterministic."""
+
+    method: str
+    comparison: dict[str, Any]  # overlap, chance_overlap, jaccard, spearman, pools, n_evaluations
+    details: dict[str, Any]
+    scores: dict[str, float]
+    exhaustive_evaluations: int
+    seconds: float = field(default=0.0, metadata={"stored": False})
+
+    @staticmethod
+    def file(method: str) -> str:
+        return f"altscreen-{method}.json"
+
+    def save(self, directory: Path, name: str | None = None) -> None:
+        super().save(directory, name or self.file(self.method))
+        write_json(Path(directory) / f"altscreen-{self.method}-timing.json", {"seconds": round(self.seconds, 1)})
+
+    @classmethod
+    def load_method(cls, directory: Path, method: str) -> AltscreenDocument:
+        document = cls.load(directory, cls.file(method))
+        timing = Path(directory) / f"altscreen-{method}-timing.json"
+        return replace(document, seconds=read_json(timing)["seconds"]) if timing.exists() else document

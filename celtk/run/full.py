@@ -1,0 +1,40 @@
+"""Screen, select (Algorithm 1) and test in one call: the library side of ``celtk run``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from celtk.models import Model, load_model
+from celtk.run.config import RunConfig
+from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
+from celtk.run.screen import run_screen
+from celtk.run.select import run_select
+from celtk.run.test import run_test
+from celtk.runstore import write_json
+from celtk.strategies import get_strategy
+
+
+@dataclass(frozen=True)
+class RunResult:
+    screen: ScreenDocument
+    selection: SelectionDocument
+    test: TestDocument
+    seconds: float
+
+
+def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
+            progress: Callable[[str, int, int], None] | None = None) -> RunResult:
+    """Every stage of Algorithm 1 on ``out`` with ``config`` (each resumes if interrupted);
+    ``config.p`` and ``config.k`` are checked before the model loads. Writes ``run_timing.json``."""
+    get_strategy("algorithm1").check(k=config.k, p=config.p)
+    started = time.time()
+    model = model or load_model(config.model, device=config.device, dtype=config.dtype)
+    screen = run_screen(config, Path(out), model=model, progress=progress)
+    selection = run_select(Path(out), p=config.p, k=config.k, model=model, progress=progress)
+    test = run_test(Path(out), model=model, progress=progress)
+    seconds = time.time() - started
+    write_json(Path(out) / "run_timing.json", {"wall_seconds": round(seconds, 1)})
+    return RunResult(screen, selection, test, seconds)

@@ -1,0 +1,77 @@
+"""A persistent memo of head-set outcomes on the discovery set, shared by every search."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from celtk.errors import RunStoreError
+from celtk.heads import HeadSet
+from celtk.runstore import bits, read_json, unbits, write_json
+
+Progress = Callable[[str, int, int], None]
+
+
+class SetMemo:
+    """Per-example outcomes of head sets on the discovery set, kept on disk so any search
+    (Algorithm 1, greedy, beam, stability resamples) resumes after an interruption and never
+    scores a set twice. Files are ``DIR/{batch tag}-L{start layer}.json``, written atomically
+    as each start layer finishes.
+
+    Args:
+        directory: where the part files live.
+        intact: the intact model's correctness, bool ``[n]`` (checks stored parts' length).
+        screener: builds the :class:`celtk.screen.CachedScreener` on first need.
+    """
+
+    def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], object],
+                 progress: Progress | None = None, stage: str = "select") -> None:
+        self.directory, self._screener = directory, screener
+        self._instance = None
+        self.progress, self.stage = progress, stage
+        self.known: dict[HeadSet, np.ndarray] = load_subset_parts(directory, intact)
+
+    def __call__(self, sets: list[HeadSet]) -> dict[HeadSet, np.ndarray]:
+        """Correctness (bool ``[n]``) of each set in ``sets``, scoring only those not known yet."""
+        missing = [s for s in dict.fromkeys(sets) if s not in self.known]
+        if missing:
+            tag = hashlib.sha1(",".join(str(s) for s in sorted(missing, key=HeadSet.sort_key)).encode()).hexdigest()[:12]
+            done = 0
+
+            def on_layer(layer: int, results) -> None:
+                nonlocal done
+                rows = [{"heads": str(h), "correct": bits(r.correct)}
+                        for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
+                write_json(self.directory / f"{tag}-L{layer}.json", {"layer": layer, "subsets": rows})
+                self.known.update({h: r.correct for h, r in results.items()})
+                done += len(results)
+                if self.progress:
+                    self.progress(self.stage, done, len(missing))
+
+            if self.progress:
+                self.progress(self.stage, 0, len(missing))
+            if self._instance is None:
+                self._instance = self._screener()
+            self._instance.run(missing, on_layer=on_layer)
+        return {s: self.known[s] for s in sets}
+
+
+def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarray]:
+    """Set outcomes finished by an earlier, interrupted search (one file per batch and start layer)."""
+    known: dict[HeadSet, np.ndarray] = {}
+    for path in sorted(parts.glob("*.json")) if parts.is_dir() else []:
+        for row in read_json(path)["subsets"]:
+            correct = np.array(unbits(row["correct"]))
+            if correct.shape != intact.shape:
+                raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; delete {parts}.")
+            known[HeadSet.parse(row["heads"])] = correct
+    return known
+
+
+def memo_for(run, progress: Progress | None = None, stage: str = "select") -> SetMemo:
+    """The memo of a :class:`celtk.run.session.ScreenedRun` (``OUT/select_parts/sets``), shared by
+    select, altscreen (LASSO) and stability so none scores a set another already scored."""
+    return SetMemo(run.out / "select_parts" / "sets", run.intact, lambda: run.session.screener("discovery"), progress, stage)

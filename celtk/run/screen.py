@@ -1,0 +1,152 @@
+"""Stage 1: ablate every head alone on the discovery set (resumable, shardable), and join shards."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from celtk import __version__
+from celtk.errors import ConfigError, RunStoreError
+from celtk.heads import Head, HeadSet, all_heads
+from celtk.models import Model
+from celtk.run.config import RunConfig
+from celtk.run.documents import ScreenDocument, ScreenRow
+from celtk.run.session import Session
+from celtk.runstore import bits, check_fingerprint, locked, read_json, write_csv, write_json
+from celtk.scores import HeadScore
+
+Progress = Callable[[str, int, int], None]
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"i/N"`` → ``(i, N)`` with ``0 ≤ i < N``; ``None`` → ``None`` (no sharding)."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"Malformed shard {text!r}; write 'i/N' with 0 ≤ i < N, e.g. '0/4'.") from None
+    if n < 1 or not 0 <= i < n:
+        raise ConfigError(f"Shard {text}: need 0 ≤ i < N, e.g. 0/{max(n, 1)} … {max(n, 1) - 1}/{max(n, 1)}.")
+    return i, n
+
+
+def shard_dir(out: Path, shard: tuple[int, int] | None) -> Path:
+    return out if shard is None else out / f"shard-{shard[0]}-of-{shard[1]}"
+
+
+def _row(heads: HeadSet, correct, intact) -> ScreenRow:
+    score = HeadScore.compare(heads, correct, intact)
+    return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / len(intact), gain_count=score.gain,
+                     damage=score.damage, fixes=score.fixes, correct=bits(correct))
+
+
+def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = None, model: Model | None = None,
+               progress: Progress | None = None) -> ScreenDocument:
+    """Every single head (or this shard's slice) on the discovery set; writes ``screen.json`` and
+    ``screen.csv``; resumes from the per-layer parts of an interrupted screen."""
+    directory = shard_dir(Path(out), shard)
+    with locked(directory):
+        started = time.time()
+        session = Session.open(config, model)
+        check_fingerprint(directory / "fingerprint.json", session.fingerprint())
+        write_json(directory / "config.json", {**asdict(config), "celtk_version": __version__})
+        heads = all_heads(session.model.n_layers, session.model.n_heads)
+        if shard is not None:
+            heads = heads[shard[0]::shard[1]]  # round-robin: every shard gets shallow and deep heads
+        parts = directory / "screen_parts"
+        done = {int(p.stem[1:]) for p in parts.glob("L*.json")} if parts.is_dir() else set()
+        todo = [HeadSet((h,)) for h in heads if h.layer not in done]
+        screener = session.screener("discovery")
+        total, finished = len(heads), len(heads) - len(todo)
+        if progress:
+            progress("screen", finished, total)
+        intact_holder: list = []
+
+        def on_layer(layer: int, results) -> None:
+            nonlocal finished
+            rows = [_row(h, r.correct, intact_holder[0].correct).to_json()
+                    for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
+            write_json(parts / f"L{layer}.json", {"layer": layer, "heads": rows})
+            finished += len(results)
+            if progress:
+                progress("screen", finished, total)
+
+        intact, _ = screener.run(todo, on_layer=on_layer, on_intact=intact_holder.append)
+        _check_intact(directory, intact)
+        mine = {str(h) for h in heads}
+        rows = [ScreenRow.from_json(row) for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:]))
+                for row in read_json(p)["heads"] if row["head"] in mine]
+        document = _screen_document(session, intact, rows, shard)
+        document.save(directory)
+        _write_screen_csv(directory / "screen.csv", rows)
+        write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2), "heads": len(todo)})
+        return document
+
+
+def _check_intact(directory: Path, intact) -> None:
+    """The intact outcomes are recomputed on every resume; they must equal the stored ones."""
+    path = directory / "intact.json"
+    current = {"correct": bits(intact.correct), "logprob": [e.logprob for e in intact.examples]}
+    if path.exists():
+        if read_json(path)["correct"] != current["correct"]:
+            raise RunStoreError(f"{directory}: the intact model's outcomes differ from the stored ones, so the model or "
+                                "data changed under the same name. Use a new run directory.")
+    else:
+        write_json(path, current)
+
+
+def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> ScreenDocument:
+    discovery = session.splits.discovery
+    return ScreenDocument(
+        model=session.model.describe(), task=session.task.config(), n=len(intact.examples),
+        intact_accuracy=intact.accuracy, intact_correct=bits(intact.correct),
+        discovery_ids=[e.id for e in discovery], discovery_hashes=[e.content_hash for e in discovery],
+        splits=session.splits.manifest(), shard=list(shard) if shard else None,
+        config={**asdict(session.config), "celtk_version": __version__}, heads=rows)
+
+
+def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
+    write_csv(path, ["head", "accuracy", "gain", "gain_count", "damage", "fixes"],
+              [[r.head, f"{r.accuracy:.6f}", f"{r.gain:.6f}", r.gain_count, r.damage, r.fixes] for r in rows])
+
+
+def merge_shards(out: Path) -> ScreenDocument:
+    """Join ``out/shard-i-of-N`` screens into ``out/screen.json``; refuse gaps, repeats and mismatches."""
+    out = Path(out)
+    found = sorted(out.glob("shard-*-of-*"))
+    if not found:
+        raise RunStoreError(f"No shard directories (shard-i-of-N) in {out}; screen with shard=(i, N) "
+                            f"(`celtk screen --shard i/N --out {out}`) first.")
+    counts = {int(p.name.split("-of-")[1]) for p in found}
+    if len(counts) != 1:
+        raise RunStoreError(f"Shards in {out} disagree on N: {sorted(counts)}. Merge shards of one split only.")
+    n = counts.pop()
+    present = {int(p.name.split("-")[1]) for p in found}
+    missing = sorted(set(range(n)) - present)
+    if missing:
+        raise RunStoreError(f"Cannot merge {out}: shard(s) {', '.join(f'{i}/{n}' for i in missing)} missing.")
+    docs = [ScreenDocument.load(out / f"shard-{i}-of-{n}") for i in range(n)]
+    prints = [read_json(out / f"shard-{i}-of-{n}" / "fingerprint.json") for i in range(n)]
+    for i, (doc, fp) in enumerate(zip(docs, prints)):
+        if fp != prints[0] or doc.intact_correct != docs[0].intact_correct:
+            raise RunStoreError(f"Shard {i}/{n} was screened with a different model, task, data or setting than shard 0/{n}; "
+                                "rerun it with the same command.")
+    rows, seen = [], set()
+    for i, doc in enumerate(docs):
+        for row in doc.heads:
+            if row.head in seen:
+                raise RunStoreError(f"Head {row.head} appears in more than one shard (again in {i}/{n}).")
+            seen.add(row.head)
+            rows.append(row)
+    expected = docs[0].n_layers * docs[0].n_heads
+    if len(seen) != expected:
+        raise RunStoreError(f"Merged shards cover {len(seen)} of {expected} heads; some shard is incomplete — rerun it.")
+    rows.sort(key=lambda r: Head.parse(r.head))
+    merged = replace(docs[0], shard=None, heads=rows)
+    merged.save(out)
+    write_json(out / "fingerprint.json", prints[0])
+    _write_screen_csv(out / "screen.csv", rows)
+    return merged

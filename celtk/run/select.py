@@ -1,0 +1,68 @@
+"""Stage 2: search for the best head set on the discovery set and freeze it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+from celtk import __version__
+from celtk.models import Model
+from celtk.run.documents import DiagnosticsDocument, Interaction, RankedSet, SelectionDocument
+from celtk.run.memo import memo_for
+from celtk.run.session import ScreenedRun, open_run
+from celtk.runstore import locked
+from celtk.selection import n_subsets
+from celtk.strategies import SearchResult, get_strategy
+
+Progress = Callable[[str, int, int], None]
+
+
+def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
+               model: Model | None = None, progress: Progress | None = None) -> SelectionDocument:
+    """``algorithm1`` (default): pool the top-p heads, evaluate every subset of size 2..k, freeze
+    the best. ``greedy`` / ``beam`` (width ``width``): search over all heads (``p`` unused).
+    Writes ``selection.json`` and ``diagnostics.json``; resumes an interrupted search."""
+    out = Path(out)
+    search = get_strategy(strategy)
+    search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
+    with locked(out):
+        run = open_run(out, model)
+        search.check(k=k, p=p, width=width, n_heads=len(run.scores))
+        result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)
+        document = _selection_document(run, result, p, k)
+        document.save(out)
+        _diagnostics_document(result).save(out)
+        return document
+
+
+def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) -> SelectionDocument:
+    n, intact, doc = len(run.intact), run.intact, run.screen
+    ranking = [RankedSet(heads=s.heads.names(), accuracy=s.accuracy, gain=s.gain / n, gain_count=s.gain,
+                         damage=s.damage, fixes=s.fixes) for s in result.scored]
+    best = result.best
+    pool = {}
+    if result.strategy == "algorithm1":
+        pool = {"p": result.options["p"], "n_evaluated_subsets": n_subsets(result.options["p"], result.k),
+                "pool": result.rounds[0],
+                "flagged_interactions": [Interaction.from_json(f) for f in result.diagnostics["flagged"]]}
+    config = replace(run.session.config, p=p, k=k)  # what the search ran with, recorded beside the result
+    return SelectionDocument(
+        heads=best.heads.names(), discovery_accuracy=best.accuracy, discovery_gain=best.gain / n,
+        intact_discovery_accuracy=float(np.mean(intact)), model=doc.model, task=doc.task,
+        config={**asdict(config), "celtk_version": __version__}, discovery_ids=doc.discovery_ids,
+        discovery_hashes=doc.discovery_hashes, discovery_hash=doc.splits["discovery_hash"], shots=doc.splits["shot_ids"],
+        strategy=result.strategy, strategy_options=result.options, k=result.k, n_evaluations=result.n_evaluations,
+        rounds=result.rounds, ranking=ranking, **pool)
+
+
+def _diagnostics_document(result: SearchResult) -> DiagnosticsDocument:
+    d = result.diagnostics
+    if not d:
+        return DiagnosticsDocument(strategy=result.strategy, rounds=result.rounds)
+    return DiagnosticsDocument(
+        strategy=result.strategy, rounds=result.rounds, pool=d["pool"],
+        subsets=[Interaction.from_json(r) for r in d["subsets"]], pairwise_interaction=d["pairwise_interaction"],
+        overlap=d["overlap"], flagged=[Interaction.from_json(f) for f in d["flagged"]], noise_rule=d["noise_rule"])

@@ -1,0 +1,119 @@
+"""Opening a run: the loaded model, task and splits of one configuration (:class:`Session`), and
+:func:`open_run`, which reopens a screened run directory on the same weights and discovery set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from celtk.errors import ConfigError, RunStoreError, SplitError
+from celtk.heads import HeadSet
+from celtk.models import Model, load_model
+from celtk.run.config import RunConfig
+from celtk.run.documents import ScreenDocument
+from celtk.runstore import unbits
+from celtk.scores import HeadScore
+from celtk.tasks import Splits, Task, get_task, make_splits
+from celtk.tasks._splits import shared_examples
+
+
+@dataclass
+class Session:
+    """A loaded model, task and splits for one run configuration."""
+
+    config: RunConfig
+    model: Model
+    task: Task
+    splits: Splits
+
+    @classmethod
+    def open(cls, config: RunConfig, model: Model | None = None) -> Session:
+        task = get_task(config.task, data_path=config.data)
+        splits = make_splits(task, config.discovery, config.heldout, seed=config.seed, fewshot=config.fewshot)
+        model = model or load_model(config.model, device=config.device, dtype=config.dtype)
+        return cls(config, model, task, splits)
+
+    def prepared(self, which: str):
+        """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluator.Prepared`)."""
+        from celtk.evaluator import prepare
+
+        examples = self.splits.discovery if which == "discovery" else self.splits.heldout
+        return prepare(self.model, self.task, examples, self.splits.shots, self.config.chat)
+
+    def screener(self, which: str):
+        """A :class:`celtk.screen.CachedScreener` on the ``discovery`` or ``heldout`` split."""
+        from celtk.screen import CachedScreener, auto_batch
+
+        if self.task.kind == "generate":
+            raise ConfigError(f"Task {self.task.full_name} is graded by generation; the screener scores fixed targets "
+                              "and choices only. Score generation tasks with celtk.run.run_eval (`celtk eval`).")
+        prepared = self.prepared(which)
+        sizes = {"batch_size": self.config.batch_size}
+        if self.config.batch_size == "auto":
+            sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
+        return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What results depend on (not batch size or device, which must not change them)."""
+        c = self.config
+        return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
+                "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "discovery": self.splits.manifest()["discovery_hash"],
+                "shots": [s.id for s in self.splits.shots], "share_prefix_exact": True}
+
+
+def session_for(document: Any, model: Model | None = None, **overrides: Any) -> Session:
+    """A session on the configuration stored in ``document`` (a screen or selection document),
+    with ``overrides``; refuses a model whose weights differ from the run's."""
+    stored = {k: v for k, v in document.config.items() if k != "celtk_version"}
+    config = RunConfig.from_dict(stored | overrides, type(document).FILE)
+    session = Session.open(config, model)
+    if session.model.weight_hash != document.model["weight_hash"]:
+        raise RunStoreError(f"Model {config.model!r} now has weight hash {session.model.weight_hash}, but the run used "
+                            f"{document.model['weight_hash']}. Load the same weights, or start a new run.")
+    return session
+
+
+def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]:
+    """A merged screen: the document, the intact correctness (bool ``[n]``) and one score per head."""
+    doc = ScreenDocument.load(out)
+    if doc.shard:
+        raise RunStoreError(f"{out}/screen.json is one shard; merge the shards of its parent directory first "
+                            "(celtk.run.merge_shards, `celtk merge`).")
+    intact = np.array(unbits(doc.intact_correct))
+    scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact) for r in doc.heads]
+    return doc, intact, scores
+
+
+@dataclass
+class ScreenedRun:
+    """A screened run directory, opened for a search: its screen and a session on the same
+    model and discovery set."""
+
+    out: Path
+    screen: ScreenDocument
+    intact: np.ndarray  # bool [n_discovery]
+    scores: list[HeadScore]  # one per head, in screen order
+    session: Session
+
+
+def open_run(out: Path, model: Model | None = None, **overrides: Any) -> ScreenedRun:
+    """Reopen the screened run in ``out`` (``screen.json``) on ``model`` (default: load the run's).
+
+    ``overrides`` replace stored settings that results do not depend on (batch size, device)."""
+    out = Path(out)
+    doc, intact, scores = load_screen(out)
+    session = session_for(doc, model, **overrides)
+    if [e.id for e in session.splits.discovery] != doc.discovery_ids:
+        raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
+    return ScreenedRun(out, doc, intact, scores, session)
+
+
+def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout) -> None:
+    """Refuse a held-out set that shares an example (by content) with the discovery set."""
+    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids)), heldout)
+    if count:
+        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made on: "
+                         f"{shown}. Held-out examples must take no part in selection.")

@@ -1,0 +1,66 @@
+"""Selection stability on a screened run: rerun a strategy on resamples of the discovery set and
+score every distinct selection on the held-out set (``stability.json``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from celtk.heads import HeadSet
+from celtk.models import Model
+from celtk.run.documents import StabilityDocument, StableSelection
+from celtk.run.memo import memo_for
+from celtk.run.session import check_no_overlap, open_run
+from celtk.runstore import locked
+from celtk.stability import stability
+from celtk.stats import compare_paired
+from celtk.strategies import get_strategy
+
+Progress = Callable[[str, int, int], None]
+
+
+def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
+                  strategy: str = "algorithm1", p: int = 10, k: int = 3, width: int = 3, model: Model | None = None,
+                  n_boot: int = 2000, progress: Progress | None = None) -> StabilityDocument:
+    """Selections of ``strategy`` on ``resamples`` resamples of the discovery set, how often each
+    head and set is chosen, and each distinct selection's held-out gain."""
+    out = Path(out)
+    get_strategy(strategy).check(k=k, p=p, width=width)
+    with locked(out):
+        run = open_run(out, model)
+        memo = memo_for(run, progress, "stability")
+        result = stability(run.scores, run.intact, memo, n_resamples=resamples, method=method, fraction=fraction,
+                           seed=seed, strategy=strategy, p=p, k=k, width=width)
+        session = run.session
+        check_no_overlap(run.screen.discovery_hashes, run.screen.discovery_ids, session.splits.heldout)
+        distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
+        if progress:
+            progress("held-out", 0, len(distinct))
+        held_intact, held = session.screener("heldout").run(distinct)
+        if progress:
+            progress("held-out", len(distinct), len(distinct))
+        full = memo(distinct)
+        rows = []
+        for heads in distinct:
+            cmp = compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot, seed=session.config.seed)
+            rows.append(StableSelection(
+                heads=heads.names(), frequency=result.subset_frequency.get(str(heads), 0.0),
+                is_reference=heads == result.reference, discovery_gain=float(full[heads].mean() - run.intact.mean()),
+                heldout_gain=cmp.gain, heldout_gain_ci=list(cmp.gain_ci), heldout_mcnemar_p=cmp.mcnemar_p))
+        rows.sort(key=lambda r: (-r.frequency, r.heads))
+        gains = np.array([next(r.heldout_gain for r in rows if r.heads == s.names()) for s in result.selections])
+        document = StabilityDocument(
+            strategy=strategy, p=p, k=k, resampling=method, n_resamples=resamples,
+            fraction=fraction if method == "subsample" else None, seed=seed,
+            reference_selection=result.reference.names(), reference_frequency=result.reference_frequency,
+            head_frequency=result.head_frequency, mean_pairwise_jaccard=result.mean_jaccard,
+            n_distinct_selections=len(set(result.selections)),
+            heldout_gain_over_resamples={"mean": float(gains.mean()), "min": float(gains.min()),
+                                         "q05": float(np.quantile(gains, 0.05)), "median": float(np.median(gains)),
+                                         "q95": float(np.quantile(gains, 0.95)), "max": float(gains.max())},
+            heldout_intact_accuracy=held_intact.accuracy, n_heldout=len(held_intact.examples), selections=rows,
+            per_resample=[s.names() for s in result.selections], n_discovery_evaluations=result.n_evaluations)
+        document.save(out)
+        return document

@@ -1,0 +1,45 @@
+"""One scored intervention and the paper's ranking key: pure numpy, no torch, so the search
+logic (:mod:`celtk.selection`, :mod:`celtk.strategies`, :mod:`celtk.stability`) imports without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from celtk.heads import HeadSet
+
+
+@dataclass(frozen=True)
+class HeadScore:
+    """One intervention scored on the discovery set (counts are numbers of examples)."""
+
+    heads: HeadSet
+    n_correct: int
+    gain: int  # n_correct - intact n_correct
+    damage: int  # intact right -> ablated wrong
+    fixes: int  # intact wrong -> ablated right
+    correct: np.ndarray  # bool per example
+
+    @property
+    def accuracy(self) -> float:
+        return self.n_correct / len(self.correct)
+
+    @classmethod
+    def compare(cls, heads: HeadSet, correct: np.ndarray, intact: np.ndarray) -> HeadScore:
+        """Score ``correct`` (bool, shape ``[n]``) against the intact model's ``intact`` (shape ``[n]``)."""
+        if correct.shape != intact.shape:
+            raise ValueError(f"correctness vectors differ in length: {correct.shape} vs intact {intact.shape}")
+        return cls(heads, int(correct.sum()), int(correct.sum()) - int(intact.sum()),
+                   int((intact & ~correct).sum()), int((~intact & correct).sum()), correct)
+
+
+def ranking_key(score: HeadScore) -> tuple:
+    """Sort key (ascending = better): higher gain, lower damage, higher accuracy, fewer heads,
+    then lexicographic head ids."""
+    return (-score.gain, score.damage, -score.n_correct, len(score.heads), score.heads.sort_key())
+
+
+def rank(scores) -> list[HeadScore]:
+    """``scores`` sorted best first by :func:`ranking_key`."""
+    return sorted(scores, key=ranking_key)

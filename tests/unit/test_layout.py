@@ -1,0 +1,188 @@
+"""The library's shape: pure logic imports without torch, registries with "did you mean",
+each strategy checks its own options, result documents round-trip, and a notebook sees the API."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from celtk.errors import ConfigError, RunStoreError
+from celtk.heads import HeadSet
+from celtk.scores import HeadScore
+
+_BLOCK_TORCH = """
+import sys
+
+
+class _NoTorch:  # any `import torch` now raises ImportError (sys.modules["torch"] = None confuses scipy)
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"torch is blocked in this process ({name})")
+
+
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+_NO_TORCH = _BLOCK_TORCH + """
+import celtk.scores, celtk.selection, celtk.strategies, celtk.stability, celtk.registry, celtk.run.config
+import celtk.run.documents
+import numpy as np
+from celtk.heads import HeadSet
+from celtk.scores import HeadScore
+from celtk.strategies import get_strategy
+intact = np.zeros(6, bool)
+singles = [HeadScore.compare(HeadSet.parse(f"L0H{i}"), np.eye(6, dtype=bool)[i] | intact, intact) for i in range(3)]
+result = get_strategy("greedy")(singles, intact, lambda sets: {s: np.zeros(6, bool) for s in sets}, k=2)
+print("ok", result.best.heads)
+"""
+
+
+def test_search_logic_imports_and_runs_without_torch():
+    out = subprocess.run([sys.executable, "-c", _NO_TORCH], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok L0H0"
+
+
+def test_the_no_torch_shim_does_block_torch():
+    code = _BLOCK_TORCH + "import celtk.screen"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode != 0 and "torch" in out.stderr  # so the test above would fail on a torch import
+
+
+def test_registries_suggest_and_cli_choices_come_from_them():
+    from click import Choice
+
+    from celtk.cli.pipeline_cmds import select_cmd
+    from celtk.cli.search_cmds import altscreen_cmd, stability_cmd
+    from celtk.registry import SCREENERS, STRATEGIES
+
+    assert STRATEGIES.names() == ["algorithm1", "greedy", "beam"] and SCREENERS.names() == ["gradient", "lasso"]
+    with pytest.raises(ConfigError, match="Unknown screener 'lasso2'. Did you mean: 'lasso'"):
+        SCREENERS.get("lasso2")
+    with pytest.raises(ConfigError, match="Unknown search strategy 'bem'.*Did you mean: 'beam'"):
+        STRATEGIES.get("bem")
+
+    def choices(command, name):
+        option = next(p for p in command.params if p.name == name)
+        assert isinstance(option.type, Choice)
+        return list(option.type.choices)
+
+    assert choices(select_cmd, "strategy") == choices(stability_cmd, "strategy") == STRATEGIES.names()
+    assert choices(altscreen_cmd, "method") == SCREENERS.names()
+    assert callable(SCREENERS.get("gradient")) and STRATEGIES.get("beam").name == "beam"
+
+
+def test_each_strategy_checks_its_own_options():
+    from celtk.strategies import get_strategy
+
+    algorithm1, greedy, beam = (get_strategy(n) for n in ("algorithm1", "greedy", "beam"))
+    with pytest.raises(ConfigError, match="k = 12 exceeds p = 10; Algorithm 1 draws subsets from the pool"):
+        algorithm1.check(k=12, p=10, n_heads=270)
+    with pytest.raises(ConfigError, match="p = 300 exceeds the 270 screened heads"):
+        algorithm1.check(k=3, p=300, n_heads=270)
+    greedy.check(k=12, p=10, n_heads=270)  # no pool: p is not its option
+    beam.check(k=12, p=1, width=4, n_heads=270)
+    with pytest.raises(ConfigError, match="k = 13 exceeds the 12 screened heads"):
+        greedy.check(k=13, n_heads=12)
+    with pytest.raises(ConfigError, match="Beam width must be at least 1, got 0"):
+        beam.check(k=2, width=0)
+
+
+def test_greedy_searches_past_p_where_algorithm1_refuses():
+    """k = 4 > p = 2: greedy adds four heads from all eight; Algorithm 1 refuses."""
+    from celtk.strategies import get_strategy
+
+    n = 20
+    intact = np.zeros(n, bool)
+    singles = [HeadScore.compare(HeadSet.parse(f"L0H{i}"), np.arange(n) == i, intact) for i in range(8)]
+
+    def evaluate(sets):
+        return {s: np.isin(np.arange(n), [h.head for h in s.heads]) for s in sets}
+
+    result = get_strategy("greedy")(singles, intact, evaluate, k=4, p=2)
+    assert len(result.best.heads) == 4 and result.best.gain == 4
+    with pytest.raises(ConfigError, match="k = 4 exceeds p = 2"):
+        get_strategy("algorithm1")(singles, intact, evaluate, k=4, p=2)
+
+
+def _screen_doc():
+    from celtk.run.documents import ScreenDocument, ScreenRow
+
+    row = ScreenRow(head="L0H1", accuracy=0.5, gain=0.25, gain_count=1, damage=0, fixes=1, correct="0110")
+    return ScreenDocument(model={"name": "m", "n_layers": 1, "n_heads": 2, "weight_hash": "abc"},
+                          task={"task": "t", "kind": "target", "data_path": None}, n=4, intact_accuracy=0.25,
+                          intact_correct="0100", discovery_ids=list("abcd"), discovery_hashes=list("wxyz"),
+                          splits={"discovery_hash": "h", "shot_ids": []}, shard=None, config={"seed": 0}, heads=[row])
+
+
+def test_documents_round_trip_and_carry_their_schema(tmp_path):
+    from celtk.run.documents import SCHEMA_VERSION, DiagnosticsDocument, Interaction, ScreenDocument
+
+    doc = _screen_doc()
+    data = doc.to_json()
+    assert list(data)[:2] == ["schema_version", "model"] and data["schema_version"] == SCHEMA_VERSION
+    assert data["heads"][0] == {"head": "L0H1", "accuracy": 0.5, "gain": 0.25, "gain_count": 1, "damage": 0,
+                                "fixes": 1, "correct": "0110"}
+    assert ScreenDocument.from_json(data) == doc
+    doc.save(tmp_path)
+    assert ScreenDocument.load(tmp_path) == doc and doc.n_layers == 1 and doc.weight_hash == "abc"
+    greedy = DiagnosticsDocument(strategy="greedy", rounds=[["L0H1"]])
+    assert greedy.to_json() == {"schema_version": SCHEMA_VERSION, "strategy": "greedy", "rounds": [["L0H1"]]}
+    flagged = Interaction(heads=["L0H0", "L0H1"], gain_count=5, additive_gain_count=1, gap=4, noise=1.2, kind="super-additive")
+    assert Interaction.from_json(flagged.to_json()) == flagged
+    assert "kind" not in Interaction(heads=[], gain_count=0, additive_gain_count=0, gap=0, noise=0.0).to_json()
+
+
+def test_documents_refuse_unknown_fields_and_other_versions():
+    from celtk.run.documents import ScreenDocument
+
+    data = _screen_doc().to_json()
+    with pytest.raises(RunStoreError, match="unknown field\\(s\\) extra"):
+        ScreenDocument.from_json(data | {"extra": 1})
+    with pytest.raises(RunStoreError, match="schema version 99; this celtk reads version 1"):
+        ScreenDocument.from_json(data | {"schema_version": 99})
+    with pytest.raises(RunStoreError, match="incomplete"):
+        ScreenDocument.from_json({k: v for k, v in data.items() if k != "n"})
+
+
+def test_gain_means_a_fraction_and_gain_count_a_count_in_every_document():
+    """One unit per field name: every dataclass field named ``gain`` is a float (fraction), every
+    ``gain_count`` an int (examples)."""
+    import dataclasses
+
+    from celtk.run import documents
+
+    seen = {}
+    for value in vars(documents).values():
+        if isinstance(value, type) and dataclasses.is_dataclass(value):
+            for f in dataclasses.fields(value):
+                if f.name.endswith("gain") or f.name.endswith("gain_count"):
+                    seen.setdefault(f.name, set()).add(str(f.type))
+    assert seen["gain"] == {"float"} and seen["gain_count"] == {"int"} and seen["additive_gain_count"] == {"int"}
+    assert seen["discovery_gain"] == seen["heldout_gain"] == {"float"}
+
+
+def test_notebook_surface_without_torch():
+    code = ("import sys, celtk; names = dir(celtk); "
+            "assert {'run_screen', 'run_eval', 'open_run', 'HeadScore', 'probe', 'run', 'tasks'} <= set(names), names; "
+            "assert not any(n in names for n in ('importlib', 'TYPE_CHECKING', 'Any')); "
+            "r = celtk.run; t = celtk.tasks; c = celtk.RunConfig; "
+            "assert 'run_select' in dir(r) and c is r.RunConfig; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
+    import celtk
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        celtk.nope
+
+
+def test_dead_eval_config_fields_are_gone():
+    from celtk.evaluator import EvalConfig
+
+    with pytest.raises(TypeError):
+        EvalConfig(fewshot=3)
+    with pytest.raises(TypeError):
+        EvalConfig(seed=1)
