@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from einops import rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor
 
@@ -46,7 +47,7 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"]) -> Any:
     def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
         if z.shape[0] != mask.shape[0] or z.shape[2] != mask.shape[1]:
             raise ValueError(f"row mask of shape {tuple(mask.shape)} does not fit hook_z of shape {tuple(z.shape)}")
-        return z.masked_fill(mask[:, None, :, None].to(z.device), 0.0)
+        return z.masked_fill(rearrange(mask, "batch head_index -> batch 1 head_index 1").to(z.device), 0.0)
 
     return hook
 

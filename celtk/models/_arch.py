@@ -91,7 +91,8 @@ class Architecture:
         """The unembedding matrix (the HF head's ``weight``)."""
         return (getattr(self.unembed, "original_component", None) or self.unembed).weight
 
-    def layer_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
+    def layer_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[Float[Tensor, "batch pos d_model"], dict[str, Any]]:
         """Split one decoder-layer call into its residual input and every other argument by name."""
         if len(args) > len(self.layer_parameters):
             raise ArchitectureError(f"A {self.name} decoder layer was called with {len(args)} positional arguments; "
@@ -99,7 +100,8 @@ class Architecture:
         named = {**dict(zip(self.layer_parameters, args)), **kwargs}
         return named.pop(self.layer_parameters[0]), named
 
-    def zero_head_outputs(self, weight: Float[Tensor, "a b"], heads: list[int], d_head: int) -> Float[Tensor, "a b"]:
+    def zero_head_outputs(self, weight: Float[Tensor, "dim0 dim1"], heads: list[int], d_head: int
+                          ) -> Float[Tensor, "dim0 dim1"]:
         """A copy of one layer's output-projection weight with ``heads``' inputs zeroed: columns
         ``h·d_head:(h+1)·d_head`` of an ``nn.Linear``, the same rows of a transposed ``Conv1D``."""
         n_inputs = weight.shape[0] if self.output_transposed else weight.shape[1]
