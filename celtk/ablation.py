@@ -53,7 +53,9 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"]) -> Any:
 
 
 @contextmanager
-def _hooks(model: Model, hooks: dict[int, Any]) -> Iterator[Model]:
+def hook_z_hooks(model: Model, hooks: dict[int, Any]) -> Iterator[Model]:
+    """Add ``hooks[l]`` to ``blocks.{l}.attn.hook_z`` for each layer ``l`` while the body runs, then remove
+    exactly those (a hook gets ``z: [batch, pos, head_index, d_head]`` and returns its replacement)."""
     handles = []
     try:
         for layer, fn in sorted(hooks.items()):
@@ -79,14 +81,14 @@ def ablate(model: Model, heads: HeadSet | str) -> Iterator[Model]:
     if isinstance(heads, str):
         heads = HeadSet.parse(heads)
     model.validate_heads(heads)
-    with _hooks(model, {layer: _zero_heads_hook(hs) for layer, hs in heads.by_layer().items()}):
+    with hook_z_hooks(model, {layer: _zero_heads_hook(hs) for layer, hs in heads.by_layer().items()}):
         yield model
 
 
 @contextmanager
 def ablate_rows(model: Model, layer: int, mask: Bool[Tensor, "batch head_index"]) -> Iterator[Model]:
     """Ablate different heads of one layer in different batch rows (the screener's batching)."""
-    with _hooks(model, {layer: _row_mask_hook(mask)}):
+    with hook_z_hooks(model, {layer: _row_mask_hook(mask)}):
         yield model
 
 
