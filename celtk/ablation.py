@@ -2,7 +2,8 @@
 
 ``ablate`` does it with TransformerLens hooks on ``blocks.{l}.attn.hook_z``;
 ``export_ablated`` bakes the same change into a plain HF checkpoint by zeroing the head's
-input columns of the output projection, which is the same function of the input.
+inputs to the attention output projection (``blocks.{l}.attn.o``, found through the bridge:
+columns of an ``nn.Linear``, rows of GPT-2's transposed ``Conv1D``), the same function of the input.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from einops import rearrange
 from jaxtyping import Bool, Float
 from torch import Tensor
 
@@ -26,11 +28,12 @@ from celtk.models import Model
 
 
 def hook_z_name(layer: int) -> str:
+    """The TransformerLens hook on layer ``layer``'s per-head attention output ``z``."""
     return f"blocks.{layer}.attn.hook_z"
 
 
 def _zero_heads_hook(heads: list[int]) -> Any:
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Tensor:
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
         mask = torch.zeros(z.shape[2], dtype=torch.bool, device=z.device)
         mask[heads] = True
         return z.masked_fill(mask[None, None, :, None], 0.0)
@@ -41,16 +44,18 @@ def _zero_heads_hook(heads: list[int]) -> Any:
 def _row_mask_hook(mask: Bool[Tensor, "batch head_index"]) -> Any:
     """Zero head ``h`` in row ``b`` where ``mask[b, h]``: one layer, different heads per row."""
 
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Tensor:
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
         if z.shape[0] != mask.shape[0] or z.shape[2] != mask.shape[1]:
             raise ValueError(f"row mask of shape {tuple(mask.shape)} does not fit hook_z of shape {tuple(z.shape)}")
-        return z.masked_fill(mask[:, None, :, None].to(z.device), 0.0)
+        return z.masked_fill(rearrange(mask, "batch head_index -> batch 1 head_index 1").to(z.device), 0.0)
 
     return hook
 
 
 @contextmanager
-def _hooks(model: Model, hooks: dict[int, Any]) -> Iterator[Model]:
+def hook_z_hooks(model: Model, hooks: dict[int, Any]) -> Iterator[Model]:
+    """Add ``hooks[l]`` to ``blocks.{l}.attn.hook_z`` for each layer ``l`` while the body runs, then remove
+    exactly those (a hook gets ``z: [batch, pos, head_index, d_head]`` and returns its replacement)."""
     handles = []
     try:
         for layer, fn in sorted(hooks.items()):
@@ -76,29 +81,24 @@ def ablate(model: Model, heads: HeadSet | str) -> Iterator[Model]:
     if isinstance(heads, str):
         heads = HeadSet.parse(heads)
     model.validate_heads(heads)
-    with _hooks(model, {layer: _zero_heads_hook(hs) for layer, hs in heads.by_layer().items()}):
+    with hook_z_hooks(model, {layer: _zero_heads_hook(hs) for layer, hs in heads.by_layer().items()}):
         yield model
 
 
 @contextmanager
 def ablate_rows(model: Model, layer: int, mask: Bool[Tensor, "batch head_index"]) -> Iterator[Model]:
     """Ablate different heads of one layer in different batch rows (the screener's batching)."""
-    with _hooks(model, {layer: _row_mask_hook(mask)}):
+    with hook_z_hooks(model, {layer: _row_mask_hook(mask)}):
         yield model
 
 
-def o_proj_name(layer: int) -> str:
-    return f"model.layers.{layer}.self_attn.o_proj.weight"
-
-
-def zero_output_columns(state: dict[str, Tensor], heads: HeadSet, d_head: int) -> dict[str, Tensor]:
-    """Copy of ``state`` with each head's input columns ``h*d_head:(h+1)*d_head`` of o_proj zeroed."""
+def zero_output_columns(model: Model, state: dict[str, Tensor], heads: HeadSet) -> dict[str, Tensor]:
+    """Copy of ``state`` (HF names) with each head's inputs ``h·d_head:(h+1)·d_head`` of its layer's
+    attention output projection zeroed (the projection and its layout are ``model.arch``'s)."""
     out = dict(state)
     for layer, hs in heads.by_layer().items():
-        weight = out[o_proj_name(layer)].clone()
-        for h in hs:
-            weight[:, h * d_head:(h + 1) * d_head] = 0.0
-        out[o_proj_name(layer)] = weight
+        name = model.arch.output_weights[layer]
+        out[name] = model.arch.zero_head_outputs(out[name], hs, model.d_head)
     return out
 
 
@@ -117,7 +117,7 @@ def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path) -> P
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise RunStoreError(f"Export directory {out_dir} already exists; choose a new directory.")
-    state = zero_output_columns(model.hf_state_dict(), heads, model.d_head)
+    state = zero_output_columns(model, model.hf_state_dict(), heads)
     fresh = AutoModelForCausalLM.from_config(model.hf_model.config, dtype=model.dtype)
     fresh.load_state_dict(state, strict=True)
     fresh.config.architectures = [model.architecture]
@@ -127,7 +127,8 @@ def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path) -> P
         fresh.save_pretrained(scratch, safe_serialization=True)
         model.tokenizer.save_pretrained(scratch)
         note = {"base_model": model.name, "weight_hash": model.weight_hash, "ablated_heads": heads.names(),
-                "method": "input columns h*d_head:(h+1)*d_head of each layer's o_proj set to zero (= hook_z zeroing)"}
+                "method": f"inputs h*d_head:(h+1)*d_head of each layer's attention output projection set to zero "
+                          f"({'rows' if model.arch.output_transposed else 'columns'}; = hook_z zeroing)"}
         (scratch / "celtk_ablation.json").write_text(json.dumps(note, indent=2) + "\n")
         os.chmod(scratch, 0o755)
         os.replace(scratch, out_dir)

@@ -26,6 +26,14 @@ class HubUnreachableError(ModelSourceError):
     """A hub id was given but the hub cannot be reached and no local copy exists."""
 
 
+class ArchitectureError(ModelSourceError):
+    """A model's architecture is one celtk cannot screen, or behaves unlike one it can."""
+
+
+class KVCacheIgnoredError(ArchitectureError):
+    """A decoder layer ran without consulting the KV cache celtk passed it (a renamed cache keyword)."""
+
+
 class TaskError(CeltkError, ValueError):
     """A task name, task option or task data is wrong."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Float64, Int
 from torch import Tensor
 
 from celtk.errors import ConfigError, TaskError
@@ -166,26 +166,27 @@ def make_batches(requests: Sequence[Request], batch_size: int, pad_id: int) -> l
     return batches
 
 
-def decoder_hidden(model: Model, input_ids: Tensor, attention_mask: Tensor) -> Float[Tensor, "batch pos d_model"]:
+def decoder_hidden(model: Model, input_ids: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"]
+                   ) -> Float[Tensor, "batch pos d_model"]:
     """The final-normed residual stream (bridge blocks run, so hooks fire)."""
-    out = model.hf_model.model(input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
-                               use_cache=False)
+    out = model.arch.decoder(input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
+                             use_cache=False)
     return out.last_hidden_state
 
 
-def unembed(model: Model, hidden: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
+def unembed(model: Model, hidden: Float[Tensor, "scored d_model"]) -> Float[Tensor, "scored d_vocab"]:
     """Logits from final-normed residuals, as the HF head computes them (incl. soft-capping)."""
-    logits = model.hf_model.lm_head(hidden).float()
-    cap = getattr(model.hf_model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
+    return model.arch.logits(hidden)
 
 
-def score_hidden(model: Model, hidden: Tensor, batch: Batch, rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def score_hidden(model: Model, hidden: Float[Tensor, "rows pos d_model"], batch: Batch,
+                 rows: Int[Tensor, " scored"] | None = None) -> tuple[Float64[Tensor, " request"], Bool[Tensor, " request"]]:
     """Per-request summed target log-probability and all-greedy flag for one batch.
 
-    ``rows`` remaps batch rows (used by the screener, whose batches repeat each row).
+    Args:
+        hidden: final-normed residuals of the batch's rows (or, for the screener, of
+            ``(batch g)`` rows: each example under ``g`` ablations).
+        rows: which row each scored position reads, when not ``batch.rows``.
     """
     picked = hidden[batch.rows if rows is None else rows, batch.positions]
     logprobs = torch.log_softmax(unembed(model, picked), dim=-1)

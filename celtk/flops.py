@@ -1,7 +1,7 @@
 """Counting the arithmetic a screen must do, for efficiency figures and GPU-hour estimates.
 
 Counts multiply-adds as 2 FLOPs in the matrix products (projections, attention scores and
-weighted sums, gated MLP, unembedding at scored positions); norms, rotary embeddings and
+weighted sums, MLP (three matrices when gated, two otherwise), unembedding at scored positions); norms, rotary embeddings and
 softmax are left out (a few percent at these sizes).
 """
 
@@ -20,12 +20,12 @@ class Shape:
     d_model: int
     d_ff: int
     d_vocab: int
+    gated_mlp: bool = True  # Llama-family (gate, up, down); GPT-2 and GPT-NeoX have no gate
 
     @classmethod
     def of(cls, model) -> Shape:
-        config = model.hf_model.config
         return cls(model.n_layers, model.n_heads, model.n_kv_heads, model.d_head, model.d_model,
-                   getattr(config, "intermediate_size", 4 * model.d_model), model.d_vocab)
+                   model.arch.d_mlp, model.d_vocab, model.arch.gated_mlp)
 
 
 def layer_flops(shape: Shape, n_new: int, n_past: int = 0) -> float:
@@ -34,7 +34,7 @@ def layer_flops(shape: Shape, n_new: int, n_past: int = 0) -> float:
     projections = 2 * n_new * shape.d_model * (q + 2 * kv) + 2 * n_new * q * shape.d_model
     keys_seen = n_new * n_past + n_new * (n_new + 1) / 2
     attention = 2 * 2 * keys_seen * q
-    mlp = 2 * n_new * 3 * shape.d_model * shape.d_ff
+    mlp = 2 * n_new * (3 if shape.gated_mlp else 2) * shape.d_model * shape.d_ff
     return projections + attention + mlp
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from einops import einsum
 
 from celtk.ablation import ablate
 from celtk.errors import TaskError
@@ -114,8 +115,7 @@ def attention(model: Model, prompt: str, head: Head | str) -> AttentionPattern:
 def _final_norm_factor(model: Model, resid: torch.Tensor) -> torch.Tensor:
     """The final norm at these residuals as an elementwise factor (exact for RMSNorm with the
     scale frozen at its value here, the usual convention for direct logit attribution)."""
-    norm = model.hf_model.model.norm
-    return norm(resid) / resid
+    return model.arch.final_norm(resid) / resid
 
 
 def _ids(model: Model, prompt: str | list[int]) -> torch.Tensor:
@@ -133,12 +133,11 @@ def head_outputs(model: Model, prompt: str | list[int], position: int = -1) -> t
     wanted = set(names)
     with torch.no_grad():
         _, cache = model.bridge.run_with_cache(_ids(model, prompt), names_filter=lambda n: n in wanted)
-        d = model.d_head
         outs, attn = [], []
         for layer in range(model.n_layers):
             z = cache[f"blocks.{layer}.attn.hook_z"][0, position]  # [head, d_head]
-            w_o = model.bridge.blocks[layer].attn.o.original_component.weight  # [d_model, n_heads * d_head]
-            outs.append(torch.stack([w_o[:, h * d:(h + 1) * d] @ z[h] for h in range(model.n_heads)]))
+            w_o = model.bridge.blocks[layer].attn.W_O  # [head_index, d_head, d_model], any layout of o
+            outs.append(einsum(z, w_o.to(z.dtype), "head_index d_head, head_index d_head d_model -> head_index d_model"))
             attn.append(cache[f"blocks.{layer}.attn.o.hook_out"][0, position])
         return torch.stack(outs), cache["ln_final.hook_in"][0, position], torch.stack(attn)
 
@@ -162,7 +161,7 @@ def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads
     outs, resid, _ = head_outputs(model, ids, -1)
     with torch.no_grad():
         factor = _final_norm_factor(model, resid)
-        direction = factor * model.hf_model.lm_head.weight[target_id]
+        direction = factor * model.arch.unembed_weight[target_id]
         contributions = (outs @ direction).double().cpu().numpy()
     chosen = [Head.parse(h) if isinstance(h, str) else h for h in heads] if heads else \
         [Head(l, h) for l in range(model.n_layers) for h in range(model.n_heads)]

@@ -12,7 +12,12 @@ intact layer at a time, so memory holds one layer's residuals.
 Shared prefix: when every request starts with the same tokens (the few-shot shots),
 those tokens are run once per ablation, not once per example. Their keys and values
 (intact, or under each ablation from layer ``l`` on) are prepended in attention to the
-examples' own tokens, as a KV cache would.
+examples' own tokens, as a KV cache would. Every layer must consult the cache it is given;
+one that does not (a renamed cache keyword in a newer transformers) raises
+:class:`celtk.errors.KVCacheIgnoredError` instead of silently dropping the prefix.
+
+Row layout: a pass over a batch of ``batch`` examples under ``g`` ablations has ``batch·g``
+rows, row ``b·g + j`` being example ``b`` under ablation ``j`` (einops ``(batch g)``).
 """
 
 from __future__ import annotations
@@ -24,12 +29,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from einops import repeat
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from celtk.ablation import ablate, ablate_rows
+from celtk.errors import KVCacheIgnoredError
 from celtk.evaluator import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.models._arch import CACHE_KEYWORDS
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 
@@ -38,10 +47,12 @@ class _RecordKV:
     """A stand-in KV cache: keeps each layer's keys/values, attends to nothing earlier."""
 
     def __init__(self) -> None:
-        self.keys: dict[int, Tensor] = {}
+        self.keys: dict[int, Tensor] = {}  # [rows, kv_head, pos, d_head]
         self.values: dict[int, Tensor] = {}
+        self.consulted: set[int] = set()
 
     def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        self.consulted.add(layer_idx)
         self.keys[layer_idx], self.values[layer_idx] = k, v
         return k, v
 
@@ -51,50 +62,68 @@ class _PrefixKV:
 
     def __init__(self, keys: dict[int, Tensor], values: dict[int, Tensor]) -> None:
         self.keys, self.values = keys, values
+        self.consulted: set[int] = set()
 
     def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        self.consulted.add(layer_idx)
         return torch.cat([self.keys[layer_idx], k], dim=-2), torch.cat([self.values[layer_idx], v], dim=-2)
 
 
 @dataclass
 class _Prefix:
     length: int
-    resid: list[Tensor]  # [1, P, d] input of each layer
+    resid: list[Float[Tensor, "1 prefix d_model"]]  # the input of each layer
     layer_kwargs: list[dict[str, Any]]
-    keys: dict[int, Tensor]  # intact [1, kv, P, d_head]
-    values: dict[int, Tensor]
+    keys: dict[int, Float[Tensor, "1 kv_head prefix d_head"]]  # intact
+    values: dict[int, Float[Tensor, "1 kv_head prefix d_head"]]
 
 
 @dataclass
 class _BatchState:
     batch: Batch
-    resid: Tensor  # input to the current layer
+    resid: Float[Tensor, "batch pos d_model"]  # input to the current layer
     layer_kwargs: list[dict[str, Any]]
 
 
 def decoder_layers(model: Model) -> torch.nn.ModuleList:
-    return model.hf_model.model.layers
+    """The decoder's blocks, found through the bridge's adapter (``model.arch``)."""
+    return model.arch.blocks
+
+
+def _ignored(model: Model, index: int, keyword: str) -> KVCacheIgnoredError:
+    import transformers
+
+    return KVCacheIgnoredError(
+        f"Decoder layer {index} of {model.architecture} ran without consulting the KV cache celtk passed it as "
+        f"{keyword!r}: its cache keyword has probably been renamed (transformers {transformers.__version__}), and the "
+        "shared prefix would silently drop out of attention. Screen with share_prefix=False, or install the "
+        "transformers version celtk pins (pyproject.toml).")
+
+
+def check_cache_filled(model: Model, cache: Any, expected: int) -> None:
+    """Raise :class:`KVCacheIgnoredError` unless every layer appended to ``cache`` (``expected`` positions each)."""
+    for index in range(model.n_layers):
+        if cache.get_seq_length(index) != expected:
+            raise _ignored(model, index, model.arch.cache_keyword)
 
 
 def _layer_output(out: Any) -> Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
-def _capture_forward(model: Model, **inputs: Any) -> tuple[list[Tensor], list[dict[str, Any]], Tensor]:
-    """Run the decoder once; return each layer's input and keyword arguments, and the final hidden."""
+def _capture_forward(model: Model, **inputs: Any
+                     ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[dict[str, Any]], Float[Tensor, "batch pos d_model"]]:
+    """Run the decoder once; return each layer's input and keyword arguments, and the final-normed hidden."""
     layers = decoder_layers(model)
     resid: list[Any] = [None] * len(layers)
     kwargs_seen: list[Any] = [None] * len(layers)
     handles = []
     for index, layer in enumerate(layers):
         def pre_hook(module, args, kwargs, index=index):
-            if len(args) > 1:
-                raise RuntimeError("decoder layer called with extra positional arguments; the screener cannot cache it")
-            resid[index] = args[0] if args else kwargs["hidden_states"]
-            kwargs_seen[index] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+            resid[index], kwargs_seen[index] = model.arch.layer_call(args, kwargs)
         handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
     try:
-        out = model.hf_model.model(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
+        out = model.arch.decoder(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
     finally:
         for handle in handles:
             handle.remove()
@@ -102,35 +131,41 @@ def _capture_forward(model: Model, **inputs: Any) -> tuple[list[Tensor], list[di
 
 
 def _expand(value: Any, batch: int, copies: int) -> Any:
-    """Repeat every per-row tensor (leading dim == batch, ndim >= 2) ``copies`` times."""
+    """Repeat every per-row tensor (leading dim == batch, ndim >= 2) ``copies`` times: ``batch … -> (batch g) …``."""
     if copies == 1:
         return value
     if isinstance(value, Tensor):
         if value.ndim >= 2 and value.shape[0] == batch and batch > 1:
-            return value.repeat_interleave(copies, dim=0)
+            return repeat(value, "batch ... -> (batch g) ...", g=copies)
         return value
     if isinstance(value, tuple):
         return tuple(_expand(v, batch, copies) for v in value)
     return value
 
 
-def _call_layer(model: Model, index: int, hidden: Tensor, kwargs: dict[str, Any], rows: int, copies: int,
-                cache: Any) -> Tensor:
-    kw = {k: _expand(v, rows, copies) for k, v in kwargs.items()}
-    kw["past_key_values"] = cache
+def _call_layer(model: Model, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
+                copies: int, cache: _RecordKV | _PrefixKV | None) -> Float[Tensor, "rows pos d_model"]:
+    """Run block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations) with the captured
+    keyword arguments, under the architecture's cache keyword; check that it consulted ``cache``."""
+    keyword = model.arch.cache_keyword
+    kw = {k: _expand(v, rows, copies) for k, v in kwargs.items() if k not in CACHE_KEYWORDS}
+    kw[keyword] = cache
     kw["use_cache"] = cache is not None
-    return _layer_output(decoder_layers(model)[index](hidden, **kw))
+    if cache is not None:
+        cache.consulted.discard(index)
+    out = _layer_output(decoder_layers(model)[index](hidden, **kw))
+    if cache is not None and index not in cache.consulted:
+        raise _ignored(model, index, keyword)
+    return out
 
 
-def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Tensor]:
-    """Per layer, a [rows·g, n_heads] mask: row b·g + j ablates ``sets[j]``."""
-    g = len(sets)
-    masks: dict[int, Tensor] = {}
+def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Bool[Tensor, "rows_g head_index"]]:
+    """Per layer, a ``[(batch g), head_index]`` mask with ``batch = rows``: row b·g + j ablates ``sets[j]``."""
+    per_set: dict[int, Tensor] = {}
     for j, heads in enumerate(sets):
         for head in heads:
-            mask = masks.setdefault(head.layer, torch.zeros(rows * g, model.n_heads, dtype=torch.bool))
-            mask[j::g, head.head] = True
-    return masks
+            per_set.setdefault(head.layer, torch.zeros(len(sets), model.n_heads, dtype=torch.bool))[j, head.head] = True
+    return {layer: repeat(mask, "g head_index -> (batch g) head_index", batch=rows) for layer, mask in per_set.items()}
 
 
 def _with_masks(model: Model, masks: dict[int, Tensor]) -> ExitStack:
@@ -162,7 +197,7 @@ def auto_batch(model: Model, prepared: Prepared, *, free_bytes: int | None = Non
     free = available_memory(model.device) if free_bytes is None else free_bytes
     width = torch.finfo(model.dtype).bits // 8
     seq = max(len(r.context) + len(r.continuation) for r in prepared.requests) if prepared.requests else 1
-    d_ff = getattr(model.hf_model.config, "intermediate_size", 4 * model.d_model)
+    d_ff = model.arch.d_mlp
     resident = len(prepared.requests) * seq * model.d_model * width * 2
     per_row = seq * (model.d_model * 8 + 3 * d_ff + 2 * model.n_heads * seq + 2 * model.n_heads * model.d_head * 2) * width
     budget = fraction * free - resident
@@ -253,9 +288,11 @@ class CachedScreener:
                 mask = torch.cat([torch.ones(rows, prefix.length, dtype=torch.long), batch.attention_mask], dim=1)
                 inputs = dict(input_ids=batch.input_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
             resid, kwargs, final = _capture_forward(self.model, **inputs)
+            if prefix is not None:
+                check_cache_filled(self.model, inputs["past_key_values"], prefix.length + batch.input_ids.shape[1])
             for kw in kwargs:
-                kw.pop("past_key_values", None)
-                kw.pop("use_cache", None)
+                for keyword in (*CACHE_KEYWORDS, "use_cache"):
+                    kw.pop(keyword, None)
             blp, bgreedy = score_hidden(self.model, final, batch)
             lp[batch.request_ids], greedy[batch.request_ids] = blp.numpy(), bgreedy.numpy()
             states.append(_BatchState(batch, resid[0], kwargs))
@@ -301,13 +338,14 @@ class CachedScreener:
         rows, g = state.resid.shape[0], len(sets)
         cache = None
         if prefix_kv is not None:  # row b·g + j attends to set j's prefix
-            cache = _PrefixKV({i: k.repeat(rows, 1, 1, 1) for i, k in prefix_kv.keys.items()},
-                              {i: v.repeat(rows, 1, 1, 1) for i, v in prefix_kv.values.items()})
-        hidden = state.resid.repeat_interleave(g, dim=0)
+            per_row = "g kv_head prefix d_head -> (batch g) kv_head prefix d_head"
+            cache = _PrefixKV({i: repeat(k, per_row, batch=rows) for i, k in prefix_kv.keys.items()},
+                              {i: repeat(v, per_row, batch=rows) for i, v in prefix_kv.values.items()})
+        hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=g)
         with _with_masks(self.model, _row_masks(self.model, sets, rows)):
             for index in range(layer, len(state.layer_kwargs)):
                 hidden = _call_layer(self.model, index, hidden, state.layer_kwargs[index], rows, g, cache)
-        final = self.model.hf_model.model.norm(hidden)
+        final = self.model.arch.final_norm(hidden)
         return [score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j) for j in range(g)]
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from celtk.ablation import _hooks
+from celtk.ablation import hook_z_hooks
 from celtk.errors import ConfigError
 from celtk.evaluator import Prepared, decoder_hidden, make_batches, score_hidden
 from celtk.heads import Head, HeadSet
@@ -86,7 +86,7 @@ def gate_loss(model: Model, prepared: Prepared, gates: torch.Tensor, batch_size:
             return z * gates[layer].to(z.dtype)[None, None, :, None]
         return hook
 
-    with _hooks(model, {layer: gate_hook(layer) for layer in range(model.n_layers)}):
+    with hook_z_hooks(model, {layer: gate_hook(layer) for layer in range(model.n_layers)}):
         lp = task_loss_terms(model, prepared, lambda b: decoder_hidden(model, b.input_ids, b.attention_mask), batch_size)
     return _example_loss(prepared, lp)
 

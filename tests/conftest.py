@@ -9,6 +9,11 @@ import pytest
 import torch
 
 TINY_ARCHS = ("llama", "qwen2", "smollm3")
+# Further decoders TransformerLens maps differently (tests/integration/test_architectures.py):
+# GPT-2 (fused QKV, Conv1D output projection, learned positions, LayerNorm), GPT-NeoX/Pythia
+# (fused QKV, partial rotary, parallel residual, `layer_past` cache keyword), Mistral (sliding
+# window) and Qwen3 (q/k norms).
+MORE_ARCHS = ("gpt2", "gpt_neox", "mistral", "qwen3")
 
 
 @pytest.fixture(autouse=True)
@@ -34,10 +39,12 @@ def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3, 
     """A tiny random HF causal LM of the given architecture, built with ``from_config``."""
     import transformers as tf
 
-    common = dict(vocab_size=vocab_size, hidden_size=64 if n_heads == 4 else 8 * n_heads, intermediate_size=128, num_hidden_layers=n_layers,
+    hidden = 64 if n_heads == 4 else 8 * n_heads
+    common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=128, num_hidden_layers=n_layers,
                   num_attention_heads=n_heads, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
                   initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0,
                   bos_token_id=None, eos_token_id=None)
+    plain = dict(vocab_size=vocab_size, initializer_range=0.2, pad_token_id=0, bos_token_id=None, eos_token_id=None)
     if arch == "llama":
         config = tf.LlamaConfig(**common)
     elif arch == "qwen2":
@@ -47,6 +54,16 @@ def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3, 
                                      layer_types=(["sliding_attention", "full_attention"] * n_layers)[:n_layers])
     elif arch == "smollm3":
         config = tf.SmolLM3Config(**common, no_rope_layers=[1, 0, 1][:n_layers] + [1] * max(0, n_layers - 3))
+    elif arch == "mistral":  # a sliding window shorter than the few-shot prompts
+        config = tf.MistralConfig(**common, sliding_window=16)
+    elif arch == "qwen3":  # per-head q/k RMSNorm
+        config = tf.Qwen3Config(**common)
+    elif arch == "gpt2":  # tied embeddings, as GPT-2 small
+        config = tf.GPT2Config(**plain, n_embd=hidden, n_layer=n_layers, n_head=n_heads, n_inner=128, n_positions=512)
+    elif arch == "gpt_neox":  # Pythia's layout: a quarter of each head rotary, parallel residual
+        config = tf.GPTNeoXConfig(**plain, hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=n_heads,
+                                  intermediate_size=128, max_position_embeddings=512, rotary_pct=0.25,
+                                  use_parallel_residual=True, tie_word_embeddings=False)
     else:
         raise ValueError(arch)
     torch.manual_seed(seed)
@@ -54,6 +71,10 @@ def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3, 
     if arch == "qwen2":  # make the value biases non-zero so they matter
         for layer in model.model.layers:
             torch.nn.init.normal_(layer.self_attn.v_proj.bias, std=0.2)
+    if arch in ("gpt2", "gpt_neox"):  # attention biases (QKV and output) are zero-initialised by HF: make them matter
+        for name, param in model.named_parameters():
+            if name.endswith("bias") and (".attn." in name or ".attention." in name):
+                torch.nn.init.normal_(param, std=0.2)
     return model.eval()
 
 

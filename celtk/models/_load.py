@@ -15,6 +15,7 @@ import torch
 
 from celtk.errors import ConfigError, HubUnreachableError, ModelSourceError, suggest
 from celtk.models._aliases import ALIASES
+from celtk.models._arch import unsupported
 from celtk.models._gguf import dequantized_dir
 from celtk.models._model import Model
 
@@ -68,6 +69,17 @@ def _in_hub_cache(repo_id: str) -> bool:
     return isinstance(found, str)
 
 
+def transformer_lens_name(name: str) -> str | None:
+    """The hub id TransformerLens knows a short model name by (``gpt2-small`` → ``gpt2``,
+    ``pythia-70m`` → ``EleutherAI/pythia-70m``), or None."""
+    try:
+        from transformer_lens.supported_models import get_official_model_name
+
+        return get_official_model_name(name)
+    except (ImportError, ValueError):
+        return None
+
+
 def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
     """Return (what from_pretrained reads, source kind, metadata)."""
     if source in ALIASES:
@@ -83,7 +95,11 @@ def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
     if path.exists() or source.startswith((".", "/", "~")):
         raise ModelSourceError(f"Model path {source!r} is neither an HF model directory nor a .gguf file.")
     if "/" not in source:
-        raise ModelSourceError(f"Unknown model {source!r}: give a packaged alias, a hub id (owner/name), an HF model directory or a .gguf file.{suggest(source, ALIASES)}")
+        official = transformer_lens_name(source)
+        if official is None:
+            raise ModelSourceError(f"Unknown model {source!r}: give a packaged alias, a hub id (owner/name), a TransformerLens "
+                                   f"model name (gpt2, pythia-70m), an HF model directory or a .gguf file.{suggest(source, ALIASES)}")
+        source = official
     if not _in_hub_cache(source) and not _hub_reachable():
         raise HubUnreachableError(
             f"The Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and {source!r} is not in the local HF cache. "
@@ -120,7 +136,8 @@ def load_model(
 
     Args:
         source: a packaged alias (``smollm2-135m``, ``gemma3-270m``), a ``.gguf`` path,
-            an HF model directory, or a hub id such as ``Qwen/Qwen2.5-3B-Instruct``.
+            an HF model directory, a hub id such as ``Qwen/Qwen2.5-3B-Instruct``, or a
+            TransformerLens model name such as ``gpt2`` or ``pythia-70m`` (fetched from the hub).
         device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``.
         dtype: ``float32`` (default), ``bfloat16`` or ``float16``; recorded in results.
 
@@ -158,7 +175,12 @@ def wrap_hf_model(
     local_dir: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Model:
-    """Wrap an HF causal LM already in memory (e.g. a tiny test model) as a celtk :class:`Model`."""
+    """Wrap an HF causal LM already in memory (e.g. a tiny test model) as a celtk :class:`Model`.
+
+    Raises:
+        ArchitectureError: TransformerLens has no adapter for the model, or it is not a decoder
+            celtk can screen; the message names the architectures that are.
+    """
     from transformer_lens.model_bridge import TransformerBridge
 
     config = hf_model.config
@@ -167,23 +189,13 @@ def wrap_hf_model(
     hf_model = hf_model.to(device).eval()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device,
-                                                 dtype=next(hf_model.parameters()).dtype)
+    try:
+        bridge = TransformerBridge.boot_transformers(name, hf_model=hf_model, tokenizer=tokenizer, device=device,
+                                                     dtype=next(hf_model.parameters()).dtype)
+    except ValueError as error:
+        if "supported architecture" not in str(error) and "Unsupported architecture" not in str(error):
+            raise
+        raise unsupported(config.architectures[0], "TransformerLens has no adapter for it") from None
     bridge.eval()
-    n_heads = config.num_attention_heads
-    d_head = getattr(config, "head_dim", None) or config.hidden_size // n_heads
-    return Model(
-        bridge=bridge,
-        tokenizer=tokenizer,
-        name=name,
-        source=source,
-        architecture=config.architectures[0],
-        n_layers=config.num_hidden_layers,
-        n_heads=n_heads,
-        n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads,
-        d_head=d_head,
-        d_model=config.hidden_size,
-        d_vocab=config.vocab_size,
-        local_dir=local_dir,
-        metadata=dict(metadata or {}),
-    )
+    # Score with the caller's tokenizer: the bridge configures a copy of its own (BOS, padding side).
+    return Model.from_bridge(bridge, name=name, tokenizer=tokenizer, source=source, local_dir=local_dir, metadata=metadata)

@@ -1,4 +1,4 @@
-"""The celtk :class:`Model`: a TransformerLens bridge, its tokenizer and its shape facts."""
+"""The celtk :class:`Model`: a TransformerLens bridge, its tokenizer, its shape and architecture facts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 
 import torch
 
+from celtk.errors import ArchitectureError
 from celtk.heads import HeadSet
+from celtk.models._arch import Architecture, read_architecture, unsupported
 
 
 @dataclass(eq=False)
@@ -23,6 +25,8 @@ class Model:
         source: which kind of source it came from (``alias``, ``gguf``, ``local``, ``hub``).
         architecture: the HF architecture class name, e.g. ``LlamaForCausalLM``.
         n_layers, n_heads, n_kv_heads, d_head, d_model, d_vocab: shape facts.
+        arch: where the decoder keeps its blocks, attention outputs and final norm
+            (:class:`celtk.models.Architecture`, read through the bridge's adapter).
         local_dir: the HF-format directory the weights were loaded from, when there is one.
     """
 
@@ -37,8 +41,48 @@ class Model:
     d_head: int
     d_model: int
     d_vocab: int
+    arch: Architecture
     local_dir: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_bridge(cls, bridge: Any, *, name: str | None = None, tokenizer: Any = None, source: str = "bridge",
+                    local_dir: str | None = None, metadata: dict[str, Any] | None = None) -> Model:
+        """Wrap a TransformerLens ``TransformerBridge`` a user already has (e.g. from
+        ``TransformerBridge.boot_transformers("gpt2")``) as a celtk :class:`Model`.
+
+        Args:
+            bridge: a ``TransformerBridge`` over a decoder-only model, weights unprocessed.
+            name: the name recorded in results (default: the HF config's ``_name_or_path``).
+            tokenizer: the tokenizer to score with (default: the bridge's own).
+
+        Raises:
+            ArchitectureError: the bridge wraps no decoder celtk can screen (the message names those it can).
+
+        Example:
+            >>> from transformer_lens.model_bridge import TransformerBridge
+            >>> model = Model.from_bridge(TransformerBridge.boot_transformers("gpt2"))  # doctest: +SKIP
+            >>> model.n_layers, model.n_heads  # doctest: +SKIP
+            (12, 12)
+        """
+        if not hasattr(bridge, "adapter") or not hasattr(bridge, "original_model"):
+            raise ArchitectureError(f"Model.from_bridge needs a TransformerLens TransformerBridge, got {type(bridge).__name__}.")
+        if getattr(bridge, "_weights_processed", False):
+            raise ArchitectureError("The bridge's weights are processed (fold_ln / center_writing_weights): celtk ablates "
+                                    "and exports the original HF weights. Pass a bridge before process_weights().")
+        arch = read_architecture(bridge)
+        tokenizer = tokenizer if tokenizer is not None else bridge.tokenizer
+        if tokenizer is None:
+            raise unsupported(arch.name, "the bridge has no tokenizer; pass tokenizer=")
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        config, cfg = bridge.original_model.config, bridge.cfg
+        return cls(
+            bridge=bridge, tokenizer=tokenizer, name=name or getattr(config, "_name_or_path", "") or arch.name,
+            source=source, architecture=arch.name, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+            n_kv_heads=getattr(cfg, "n_key_value_heads", None) or cfg.n_heads, d_head=cfg.d_head,
+            d_model=cfg.d_model, d_vocab=config.vocab_size, arch=arch, local_dir=local_dir, metadata=dict(metadata or {}),
+        )
 
     @property
     def hf_model(self) -> Any:

@@ -45,7 +45,7 @@ def test_hook_equals_weight_column_zeroing(tiny_model):
         hooked = _logits(tiny_model, tokens)
     plain = AutoModelForCausalLM.from_config(tiny_model.hf_model.config, dtype=torch.float32).eval()
     plain.config._attn_implementation = "eager"
-    plain.load_state_dict(zero_output_columns(tiny_model.hf_state_dict(), heads, tiny_model.d_head))
+    plain.load_state_dict(zero_output_columns(tiny_model, tiny_model.hf_state_dict(), heads))
     with torch.no_grad():
         weighted = plain(tokens).logits
     assert (hooked - weighted).abs().max().item() <= 1e-5

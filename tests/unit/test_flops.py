@@ -42,3 +42,11 @@ def test_slurm_examples_parse_and_estimate_runs(capsys):
     runpy.run_path(str(here / "estimate_gpu_hours.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "Qwen2.5-3B-Instruct" in out and len(out.strip().splitlines()) == 10
+
+
+def test_ungated_mlp_counts_two_matrices():
+    # GPT-2 / GPT-NeoX: up and down projections only; the gated (Llama) MLP adds the gate's third.
+    import dataclasses
+
+    plain = dataclasses.replace(TINY, gated_mlp=False)
+    assert layer_flops(TINY, 2, 3) - layer_flops(plain, 2, 3) == 2 * 2 * TINY.d_model * TINY.d_ff

@@ -43,3 +43,28 @@ def test_dtype_and_device_checks():
         resolve_device("cuda:7")
     with pytest.raises(ConfigError, match="not a torch device"):
         resolve_device("gpu0")
+
+
+def test_transformer_lens_model_names_are_hub_ids(monkeypatch, tmp_path):
+    from celtk.models import transformer_lens_name
+
+    assert transformer_lens_name("gpt2") == "gpt2" and transformer_lens_name("gpt2-small") == "gpt2"
+    assert transformer_lens_name("pythia-70m") == "EleutherAI/pythia-70m"
+    assert transformer_lens_name("smollm2") is None
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty local HF cache
+    with pytest.raises(HubUnreachableError, match="'gpt2' is not in the local HF cache"):
+        load_model("gpt2-small")  # resolved to the hub id, then refused only because the hub is off
+
+
+def test_a_wrong_shape_is_caught_by_jaxtyping():
+    # evaluator.py starts with `from __future__ import annotations`; jaxtyping (0.3) + beartype still check it.
+    import torch
+    from jaxtyping import TypeCheckError
+
+    from celtk.evaluator import Batch
+
+    ids, scored = torch.zeros(2, 5, dtype=torch.long), torch.zeros(3, dtype=torch.long)
+    Batch(ids, torch.ones(2, 5, dtype=torch.long), scored, scored, scored, scored, [0, 1])
+    with pytest.raises(TypeCheckError, match="pos=5"):
+        Batch(ids, torch.ones(2, 6, dtype=torch.long), scored, scored, scored, scored, [0, 1])
