@@ -49,7 +49,7 @@ def test_hook_equals_weight_zeroing_on_real_model(smollm2):
     with torch.no_grad(), ablate(smollm2, heads):
         hooked = smollm2.bridge(tokens)
     plain = AutoModelForCausalLM.from_config(smollm2.hf_model.config, dtype=torch.float32, attn_implementation="eager").eval()
-    plain.load_state_dict(zero_output_columns(smollm2.hf_state_dict(), heads, smollm2.d_head))
+    plain.load_state_dict(zero_output_columns(smollm2, smollm2.hf_state_dict(), heads))
     with torch.no_grad():
         assert (plain(tokens).logits - hooked).abs().max().item() <= 1e-5
         assert (smollm2.bridge(tokens) - hooked).abs().max().item() > 1e-3
