@@ -80,7 +80,7 @@ def _print_test(doc) -> None:
         table.add_column(col, justify="right")
     lo, hi = doc.gain_ci
     table.add_row(f"{doc.intact_accuracy:.2%}", f"{doc.ablated_accuracy:.2%}", f"{100 * doc.gain:+.2f}",
-                  f"[{100 * lo:+.2f}, {100 * hi:+.2f}]", f"{100 * doc.relative_error_reduction:.1f}%",
+                  f"[{100 * lo:+.2f}, {100 * hi:+.2f}]", "undefined" if doc.relative_error_reduction is None else f"{100 * doc.relative_error_reduction:.1f}%",
                   f"{doc.mcnemar_p:.3g}", f"{doc.fixes}/{doc.damage}")
     console().print(table)
 

@@ -152,7 +152,7 @@ def _test_section(test: TestDocument) -> str:
         ["heads", "n", "intact", "ablated", "gain (pts)", f"{test.ci_level:.0%} CI (pts)", "rel. error reduction",
          "McNemar p", "fixes / damage"],
         [[",".join(test.heads), test.n, f"{test.intact_accuracy:.1%}", f"{test.ablated_accuracy:.1%}",
-          f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{100 * test.relative_error_reduction:.1f}%",
+          f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", "undefined" if test.relative_error_reduction is None else f"{100 * test.relative_error_reduction:.1f}%",
           f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]])
 
 

@@ -239,7 +239,7 @@ class TestDocument(Document):
     intact_accuracy: float
     ablated_accuracy: float
     gain: float
-    relative_error_reduction: float
+    relative_error_reduction: float | None  # None: the intact model is already perfect
     fixes: int
     damage: int
     mcnemar_p: float
