@@ -9,7 +9,7 @@ Official mode (`--official`): writes raw GPT-3-format lines (`{"context": "\\n\\
 official-data path (`--data DIR`), and runs lm-eval's own `arithmetic_<sub>` task (its YAML and its
 `process_docs`, included unchanged, only the data file pointed at the local copy), 0-shot.
 
-    python3 -m venv /tmp/lmeval-venv && /tmp/lmeval-venv/bin/pip install torch==2.13.0 "lm-eval==0.4.*" "transformers<5.24"
+    python3 -m venv /tmp/lmeval-venv && /tmp/lmeval-venv/bin/pip install torch==2.13.0 "lm-eval==0.4.*" "transformers<5.24" accelerate
     .venv/bin/python benchmarks/parity_lmeval.py --n 200 --out runs/parity --lmeval-python /tmp/lmeval-venv/bin/python
     .venv/bin/python benchmarks/parity_lmeval.py --official --n 50 --out runs/parity-official --lmeval-python /tmp/lmeval-venv/bin/python
 """

@@ -155,9 +155,14 @@ def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Ex
     if not chat:
         return text
     tokenizer = model.tokenizer
+    try:
+        template = tokenizer.get_chat_template()
+    except ValueError:
+        raise ConfigError(f"--chat needs a chat template, but the tokenizer of {model.name} has none; "
+                          "drop --chat or use an instruction-tuned model.") from None
     kwargs = {"enable_thinking": False} if "smollm3" in model.architecture.lower() else {}
     return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True,
-                                         chat_template=dated_template(tokenizer.get_chat_template(), chat_date), **kwargs)
+                                         chat_template=dated_template(template, chat_date), **kwargs)
 
 
 def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),

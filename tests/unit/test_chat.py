@@ -158,3 +158,10 @@ def test_smollm3_renders_in_non_thinking_mode(tokenizer):
     task = get_task("arithmetic:2da")
     assert format_prompt(fake_model(tokenizer, "SmolLM3ForCausalLM"), task, example, [], chat=True) == "/no_thinkQ"
     assert format_prompt(fake_model(tokenizer, "LlamaForCausalLM"), task, example, [], chat=True) == "/thinkQ"
+
+
+def test_chat_without_a_template_is_a_clear_error(tokenizer):
+    tokenizer.chat_template = None
+    example = Example(id="x", context="Q", target=" 1")
+    with pytest.raises(ConfigError, match="--chat needs a chat template"):
+        format_prompt(fake_model(tokenizer), get_task("arithmetic:2da"), example, [], chat=True)
