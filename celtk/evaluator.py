@@ -22,7 +22,7 @@ from celtk.errors import ConfigError, TaskError
 from celtk.ablation import ablate
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.tasks import Example, Task, build_context
+from celtk.tasks import Example, Task, build_context, continuation_delimiter
 
 
 @dataclass(frozen=True)
@@ -97,38 +97,84 @@ def adds_bos(tokenizer: Any) -> bool:
     return tokenizer.bos_token_id is not None and len(ids) > 0 and ids[0] == tokenizer.bos_token_id
 
 
+def adds_special_tokens(tokenizer: Any, text: str) -> bool:
+    """Whether to let the tokenizer add its BOS to ``text``: only when it adds one and ``text``
+    does not already begin with it (Llama-3 and Gemma chat templates write BOS themselves),
+    as lm-eval's ``tok_encode`` decides."""
+    bos = tokenizer.bos_token
+    return adds_bos(tokenizer) and not (bos and text.startswith(bos))
+
+
 def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """lm-eval's ``_encode_pair``: continuation tokens = encode(ctx + cont) past encode(ctx)."""
+    """lm-eval's ``_encode_pair``: continuation tokens = encode(ctx + cont) past encode(ctx).
+
+    Trailing whitespace of the context moves to the continuation, so under a chat template
+    whose generation prompt ends in a newline the arithmetic target `` 143`` is scored as
+    ``"\n 143"``, exactly as lm-eval scores it.
+    """
     n_spaces = len(context) - len(context.rstrip())
     if n_spaces > 0:
         continuation = context[-n_spaces:] + continuation
         context = context[:-n_spaces]
-    special = adds_bos(tokenizer)
+    special = adds_special_tokens(tokenizer, context)
     whole = tokenizer(context + continuation, add_special_tokens=special).input_ids
     ctx = tokenizer(context, add_special_tokens=special).input_ids
     return ctx, whole[len(ctx):]
 
 
-def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Example], chat: bool) -> str:
+CHAT_DATE = "2024-07-26"
+"""The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
+prompt): fixed so that prompts do not change from day to day; 26 Jul 2024 is the date Llama-3.x
+templates fall back to when none is given. lm-eval renders the real date."""
+
+
+def dated_template(template: str, chat_date: str = CHAT_DATE) -> str:
+    """``template`` with ``strftime_now`` shadowed by a macro that formats ``chat_date``.
+
+    transformers passes render arguments as plain data (a callable becomes a string), so the
+    date is fixed in the template itself: a leading macro, which outputs nothing, takes the
+    name that the template's global ``strftime_now`` (today's date) would otherwise resolve to.
+    """
+    import datetime
+
+    try:
+        day = datetime.datetime.fromisoformat(chat_date)
+    except (TypeError, ValueError):
+        raise ConfigError(f"chat_date must be an ISO date such as {CHAT_DATE!r}, got {chat_date!r}.") from None
+    filters = "".join(f' | replace("%{c}", "{day.strftime("%" + c)}")' for c in "aAbBdjmyYeHIMSpuwUWGV")
+    return "{%- macro strftime_now(format) -%}{{ format" + filters + " }}{%- endmacro -%}" + template
+
+
+def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Example], chat: bool,
+                  chat_date: str = CHAT_DATE) -> str:
+    """The prompt text; under ``chat`` one user turn (shots included, as lm-eval's default
+    single-turn few-shot) rendered with the generation prompt and the fixed ``chat_date``."""
     text = build_context(task, example, list(shots))
     if not chat:
         return text
+    tokenizer = model.tokenizer
+    try:
+        template = tokenizer.get_chat_template()
+    except ValueError:
+        raise ConfigError(f"--chat needs a chat template, but the tokenizer of {model.name} has none; "
+                          "drop --chat or use an instruction-tuned model.") from None
     kwargs = {"enable_thinking": False} if "smollm3" in model.architecture.lower() else {}
-    return model.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                               add_generation_prompt=True, **kwargs)
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True,
+                                         chat_template=dated_template(template, chat_date), **kwargs)
 
 
 def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
-            chat: bool = False) -> Prepared:
+            chat: bool = False, chat_date: str = CHAT_DATE) -> Prepared:
     """Build and tokenise every request once."""
     requests, prompts = [], []
+    delimiter = continuation_delimiter(task, chat)
     for i, example in enumerate(examples):
-        prompt = format_prompt(model, task, example, shots, chat)
+        prompt = format_prompt(model, task, example, shots, chat, chat_date)
         prompts.append(prompt)
         if task.kind == "target":
             continuations = [example.target or ""]
         elif task.kind == "choice":
-            continuations = [task.target_delimiter + c for c in example.choices or ()]
+            continuations = [delimiter + c for c in example.choices or ()]
         else:
             continuations = []
         for cont in continuations:
@@ -137,6 +183,17 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
                 raise TaskError(f"Example {example.id}: its target {cont!r} encodes to no tokens; every target needs at least one token.")
             requests.append(Request(i, tuple(ctx), tuple(cont_ids)))
     return Prepared(list(examples), requests, prompts, task.kind, bool(getattr(task, "normalize_by_length", False)))
+
+
+def prepared_hash(prepared: Prepared) -> str:
+    """Hash of every request's token ids (and how they are graded): any change of prompt,
+    template, date, delimiter or tokenizer changes it, so a run fingerprint can refuse to mix."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{prepared.kind}\0{prepared.normalize}\n".encode())
+    for r in prepared.requests:
+        digest.update(f"{r.example}:{','.join(map(str, r.context))}|{','.join(map(str, r.continuation))}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def make_batches(requests: Sequence[Request], batch_size: int, pad_id: int) -> list[Batch]:

@@ -31,6 +31,7 @@ def _register() -> None:
     for module in (info, eval_cmd, pipeline_cmds, search_cmds, analysis_cmds, theory_cmd):
         for command in module.COMMANDS:
             main.add_command(command)
+    main.add_command(__import__("celtk.cli.plan_cmd", fromlist=["plan_cmd"]).plan_cmd)  # celtk plan
 
 
 _register()

@@ -1,9 +1,9 @@
 """Tasks, one module each, registered by name (``celtk tasks`` lists them)."""
 
 from celtk.tasks import arithmetic, boolq, hellaswag, humaneval, jsonl, mbpp  # noqa: F401  (registers the tasks)
-from celtk.tasks._base import Example, Pools, Task, build_context, draw_shots
+from celtk.tasks._base import Example, Pools, Task, build_context, continuation_delimiter, draw_shots
 from celtk.tasks._registry import get_task, register, task_classes, task_names
 from celtk.tasks._splits import Splits, make_splits
 
-__all__ = ["Example", "Pools", "Splits", "Task", "build_context", "draw_shots", "get_task", "make_splits",
+__all__ = ["Example", "Pools", "Splits", "Task", "build_context", "continuation_delimiter", "draw_shots", "get_task", "make_splits",
            "register", "task_classes", "task_names"]

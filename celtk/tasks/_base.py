@@ -99,3 +99,12 @@ def build_context(task: Task, example: Example, shots: list[Example]) -> str:
     """The full prompt: shots (each context + delimiter + answer) then the example's context."""
     parts = [s.shot_text if s.shot_text is not None else s.context + task.target_delimiter + (s.target or "") for s in shots]
     return task.fewshot_delimiter.join([*parts, example.context])
+
+
+def continuation_delimiter(task: Task, chat: bool) -> str:
+    """What goes between the prompt and each scored choice: ``task.target_delimiter``, except
+    under a chat template, where lm-eval drops it for multiple choice (the answer starts the
+    assistant turn). Fixed-target tasks carry any space in the target itself (`` 143``)."""
+    if task.kind == "choice" and chat:
+        return ""
+    return task.target_delimiter if task.kind == "choice" else ""

@@ -1,11 +1,16 @@
-"""Reading a task's data from the hub or from a local copy in the hub's schema."""
+"""Reading a task's data from the hub or from a local copy in the hub's schema.
+
+Every failure of ``datasets`` becomes a :class:`CeltkError` that names the dataset and
+what to do: an unreachable hub, a malformed file, or a dataset the installed ``datasets``
+cannot read at all (a dataset that needs its loading script, which ``datasets`` 4 refuses).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from celtk.errors import HubUnreachableError, TaskError
+from celtk.errors import CeltkError, DataFormatError, HubUnreachableError, TaskError
 
 
 def _local_files(data_path: str, split: str) -> list[str]:
@@ -20,6 +25,36 @@ def _local_files(data_path: str, split: str) -> list[str]:
     return files
 
 
+def _unreadable(what: str, error: Exception) -> CeltkError:
+    """The error for a dataset or file that the installed ``datasets`` fails to read."""
+    import datasets
+
+    message = f"{type(error).__name__}: {error}".strip()
+    if isinstance(error, (ConnectionError, TimeoutError)) or "connect" in message.lower() or "offline" in message.lower():
+        return HubUnreachableError(f"Could not fetch {what} from the hub ({message}). Download it where the hub is "
+                                   "reachable and pass its directory with --data PATH.")
+    if "script" in message.lower():
+        return TaskError(f"The installed datasets {datasets.__version__} cannot read {what}: it needs the dataset's loading "
+                         f"script, which this datasets version refuses ({message}). Download the dataset's data files "
+                         "(jsonl or parquet) and pass them with --data PATH.")
+    if isinstance(error, FileNotFoundError):
+        return TaskError(f"{what} was not found ({message}). Check the name, or pass a local copy with --data PATH.")
+    return DataFormatError(f"The installed datasets {datasets.__version__} could not read {what} ({message}); "
+                           "expected jsonl or parquet rows in the dataset's schema.")
+
+
+def load_json_rows(source: str) -> list[dict[str, Any]]:
+    """Rows of one jsonl file: a local path or an ``hf://datasets/...`` data file (no loading script)."""
+    import datasets
+
+    if "://" not in source and not Path(source).is_file():
+        raise TaskError(f"Data file {source!r} does not exist.")
+    try:
+        return list(datasets.load_dataset("json", data_files=source, split="train"))
+    except Exception as error:  # noqa: BLE001 - every datasets failure becomes one clear message
+        raise _unreadable(source, error) from None
+
+
 def load_rows(hub_id: str, config: str | None, split: str, data_path: str | None) -> list[dict[str, Any]]:
     """Rows of ``split`` from ``data_path`` (hub schema, local) if given, else from the hub."""
     import datasets
@@ -27,11 +62,11 @@ def load_rows(hub_id: str, config: str | None, split: str, data_path: str | None
     if data_path is not None:
         files = _local_files(data_path, split)
         builder = "parquet" if files[0].endswith(".parquet") else "json"
-        return list(datasets.load_dataset(builder, data_files=files, split="train"))
+        try:
+            return list(datasets.load_dataset(builder, data_files=files, split="train"))
+        except Exception as error:  # noqa: BLE001
+            raise _unreadable(", ".join(files), error) from None
     try:
         return list(datasets.load_dataset(hub_id, config, split=split))
-    except (ConnectionError, OSError) as error:
-        raise HubUnreachableError(
-            f"Could not fetch {hub_id}{'/' + config if config else ''} ({split}) from the hub: {error}. "
-            "Download it where the hub is reachable and pass its directory with --data PATH."
-        ) from None
+    except Exception as error:  # noqa: BLE001
+        raise _unreadable(f"{hub_id}{'/' + config if config else ''} ({split})", error) from None

@@ -3,35 +3,57 @@
 Context ``Question: What is 98 plus 45?\\nAnswer:``, target `` 143``, no delimiter;
 correct iff every target token is the greedy choice.
 
+Official data: the raw GPT-3 files (``two_digit_addition.jsonl`` ...: one
+``{"context": "\\n\\nQ: What is 98 plus 45?\\n\\nA:", "completion": " 143"}`` a line), read
+from a local copy or from the hub's data files (``EleutherAI/arithmetic/data/*.jsonl``, the
+files lm-eval 0.4 reads, without the dataset's loading script), normalised by
+:func:`normalize_context` as lm-eval does. Its shots come from the official data too: the
+pool is split once into an evaluation part and a few-shot part of :data:`SHOT_POOL` rows.
+
 Offline generator: the GPT-3 paper defines the data as follows, and the generator
 draws it the same way. ``Nda``/``Nds``/``2dm``: two integers drawn uniformly from
 ``[0, 10**N)``, added / subtracted (answers may be negative) / multiplied. ``1dc``:
-three integers uniform on ``[0, 10)`` and two operators uniform on ``{+, -, *}``, with
-parentheses around the last two (``What is 6+(4*8)?``). Each subtask's pool has 2,000
-examples, as the hub's validation split; the few-shot pool is drawn with another seed
+three integers uniform on ``[0, 10)`` and two operators uniform on ``{+, -, *}``,
+written as the official files write them (``What is (2 * 4) * 6?``). Each subtask's pool
+has 2,000 examples, as the official files; the few-shot pool is drawn with another seed
 and never repeats a question of the evaluation pool.
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
-from celtk.errors import TaskError
+from celtk.errors import DataFormatError, TaskError
 from celtk.tasks._base import Example, Pools, Task
-from celtk.tasks._hub import load_rows
+from celtk.tasks._hub import load_json_rows
 from celtk.tasks._registry import register
 
 SUBTASKS = ("1dc", "2da", "2dm", "2ds", "3da", "3ds", "4da", "4ds", "5da", "5ds")
+OFFICIAL_FILES = {
+    "1dc": "single_digit_three_ops", "2da": "two_digit_addition", "2dm": "two_digit_multiplication",
+    "2ds": "two_digit_subtraction", "3da": "three_digit_addition", "3ds": "three_digit_subtraction",
+    "4da": "four_digit_addition", "4ds": "four_digit_subtraction", "5da": "five_digit_addition",
+    "5ds": "five_digit_subtraction",
+}
+HUB_DATA = "hf://datasets/EleutherAI/arithmetic/data/{file}.jsonl"  # what lm-eval 0.4's arithmetic yaml reads
+SHOT_POOL = 100  # official rows per subtask set aside for shots (never evaluated)
 _WORDS = {"a": ("plus", lambda x, y: x + y), "s": ("minus", lambda x, y: x - y), "m": ("times", lambda x, y: x * y)}
 _OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
 POOL_SIZE = 2000
+
+
+def normalize_context(raw: str) -> str:
+    """lm-eval's ``arithmetic`` ``process_docs`` (the old loading script's steps), verbatim:
+    ``"\\n\\nQ: What is 98 plus 45?\\n\\nA:"`` -> ``"Question: What is 98 plus 45?\\nAnswer:"``."""
+    return raw.strip().replace("\n\n", "\n").replace("Q:", "Question:").replace("A:", "Answer:")
 
 
 def _question(sub: str, rng: random.Random) -> tuple[str, int]:
     if sub == "1dc":
         a, b, c = (rng.randrange(10) for _ in range(3))
         o1, o2 = rng.choice("+-*"), rng.choice("+-*")
-        return f"{a}{o1}({b}{o2}{c})", _OPS[o1](a, _OPS[o2](b, c))
+        return f"({a} {o1} {b}) {o2} {c}", _OPS[o2](_OPS[o1](a, b), c)
     digits, op = int(sub[0]), sub[2]
     x, y = rng.randrange(10**digits), rng.randrange(10**digits)
     word, fn = _WORDS[op]
@@ -53,11 +75,32 @@ def generate(sub: str, n: int, seed: int) -> list[Example]:
     return out
 
 
+def official_examples(sub: str, rows: list[dict], where: str) -> list[Example]:
+    """Raw GPT-3 rows (or rows already normalised) -> examples, normalised as lm-eval does."""
+    examples = []
+    for i, row in enumerate(rows):
+        if not isinstance(row.get("context"), str) or not isinstance(row.get("completion"), str):
+            raise DataFormatError(f"{where}: row {i} lacks string 'context'/'completion' (the GPT-3 arithmetic schema): {row}")
+        examples.append(Example(id=f"{sub}-{i}", context=normalize_context(row["context"]), target=row["completion"],
+                                meta={"subtask": sub}))
+    return examples
+
+
+def split_official(examples: list[Example], n_shots: int = SHOT_POOL) -> tuple[list[Example], list[Example]]:
+    """A fixed, seeded split of one subtask's official rows into (evaluation, few-shot pool)."""
+    order = list(range(len(examples)))
+    random.Random("celtk-arithmetic-shots").shuffle(order)
+    reserved = set(order[: min(n_shots, len(examples) // 4)])
+    shots = [Example(id=f"shot-{e.id}", context=e.context, target=e.target, meta=e.meta)
+             for i, e in enumerate(examples) if i in reserved]
+    return [e for i, e in enumerate(examples) if i not in reserved], shots
+
+
 @register
 class Arithmetic(Task):
     name = "arithmetic"
     kind = "target"
-    description = "GPT-3 arithmetic (10 subtasks; ':2da' picks one); offline generator or hub EleutherAI/arithmetic"
+    description = "GPT-3 arithmetic (10 subtasks; ':2da' picks one); offline generator, or the official files (--data hub|PATH)"
     target_delimiter = ""
 
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
@@ -71,33 +114,35 @@ class Arithmetic(Task):
     def load_pools(self) -> Pools:
         if self.data_path is None or self.data_path == "generator":
             evaluation = [e for sub in self.subtasks for e in generate(sub, POOL_SIZE, seed=0)]
-            source = "generator"
-        else:
-            evaluation = [e for sub in self.subtasks for e in self._hub_rows(sub)]
-            source = "hub" if self.data_path == "hub" else "file"
-        seen = {e.content_hash for e in evaluation}
-        shots = [e for sub in self.subtasks for e in generate(sub, 200, seed=1) if e.content_hash not in seen]
-        shots = [Example(id=f"shot-{e.id}", context=e.context, target=e.target, meta=e.meta) for e in shots]
-        return Pools(discovery=evaluation, heldout=None, fewshot=shots, source=source)
+            seen = {e.content_hash for e in evaluation}
+            shots = [e for sub in self.subtasks for e in generate(sub, 200, seed=1) if e.content_hash not in seen]
+            shots = [Example(id=f"shot-{e.id}", context=e.context, target=e.target, meta=e.meta) for e in shots]
+            return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="generator")
+        evaluation, shots = [], []
+        for sub in self.subtasks:
+            part, pool = split_official(self._official_rows(sub))
+            evaluation += part
+            shots += pool
+        return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="hub" if self.data_path == "hub" else "file")
 
-    def _hub_rows(self, sub: str) -> list[Example]:
-        rows = load_rows("EleutherAI/arithmetic", f"arithmetic_{sub}", "validation", self._sub_path(sub))
-        examples = []
-        for i, row in enumerate(rows):
-            if "context" not in row or "completion" not in row:
-                raise TaskError(f"arithmetic row {i} of {sub} lacks 'context'/'completion' (hub schema): {row}")
-            examples.append(Example(id=f"{sub}-{i}", context=row["context"], target=row["completion"], meta={"subtask": sub}))
-        return examples
+    def _official_rows(self, sub: str) -> list[Example]:
+        source = HUB_DATA.format(file=OFFICIAL_FILES[sub]) if self.data_path == "hub" else self._local_file(sub)
+        return official_examples(sub, load_json_rows(source), source)
 
-    def _sub_path(self, sub: str) -> str | None:
-        from pathlib import Path
-
-        if self.data_path in (None, "hub"):
-            return None
+    def _local_file(self, sub: str) -> str:
+        """A subtask's file in a local copy: the hub layout (``data/two_digit_addition.jsonl``),
+        the files side by side, or the older ``arithmetic_2da/validation.jsonl``; or one file."""
+        assert self.data_path is not None
         path = Path(self.data_path)
-        if path.is_dir() and (path / f"arithmetic_{sub}").is_dir():
-            return str(path / f"arithmetic_{sub}")
-        return str(path)
+        if path.is_file():
+            return str(path)
+        name = OFFICIAL_FILES[sub]
+        candidates = [path / "data" / f"{name}.jsonl", path / f"{name}.jsonl", path / f"arithmetic_{sub}" / "validation.jsonl"]
+        for candidate in candidates:
+            if candidate.is_file():
+                return str(candidate)
+        raise TaskError(f"No arithmetic data for {sub} under {self.data_path}: expected one of "
+                        f"{', '.join(str(c) for c in candidates)} (the GPT-3 files, as on the hub's EleutherAI/arithmetic).")
 
     def config(self) -> dict:
         return {**super().config(), "subtasks": list(self.subtasks)}

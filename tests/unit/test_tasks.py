@@ -1,5 +1,7 @@
 """Every task on fixtures (hub schema), the offline generator, JSONL errors and split disjointness."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,7 @@ from celtk.errors import DataFormatError, SplitError, TaskError
 from celtk.tasks import get_task, make_splits, task_names
 from celtk.tasks._base import Example, Pools, Task
 from celtk.tasks._splits import check_disjoint
-from celtk.tasks.arithmetic import SUBTASKS, generate
+from celtk.tasks.arithmetic import OFFICIAL_FILES, SUBTASKS, generate, normalize_context
 
 FIX = Path(__file__).parent.parent / "fixtures"
 
@@ -48,8 +50,66 @@ def test_generator_is_seeded():
 def test_arithmetic_hub_schema_fixture():
     task = get_task("arithmetic:2da", data_path=str(FIX / "arithmetic"))
     pools = task.load_pools()
-    assert len(pools.discovery) == 6 and pools.discovery[0].context == "Question: What is 1 plus 2?\nAnswer:"
-    assert pools.discovery[0].target == " 3"
+    assert len(pools.discovery) + len(pools.fewshot) == 6
+    assert pools.discovery[0].context == "Question: What is 1 plus 2?\nAnswer:" and pools.discovery[0].target == " 3"
+
+
+def test_raw_gpt3_context_is_normalised_as_lm_eval_does():
+    # lm-eval 0.4.13 tasks/arithmetic/utils.py: strip, "\n\n" -> "\n", "Q:" -> "Question:", "A:" -> "Answer:"
+    assert normalize_context("\n\nQ: What is 98 plus 45?\n\nA:") == "Question: What is 98 plus 45?\nAnswer:"
+    assert normalize_context("Question: What is 1 plus 2?\nAnswer:") == "Question: What is 1 plus 2?\nAnswer:"
+
+
+def test_official_raw_files_are_normalised_and_shots_come_from_them():
+    raw = FIX / "arithmetic" / "raw"
+    lines = [json.loads(x) for x in (raw / "data" / "two_digit_addition.jsonl").read_text().splitlines()]
+    task = get_task("arithmetic:2da", data_path=str(raw))
+    pools = task.load_pools()
+    assert pools.source == "file" and len(pools.discovery) + len(pools.fewshot) == len(lines) == 12
+    official = {normalize_context(x["context"]): x["completion"] for x in lines}
+    for e in pools.discovery + pools.fewshot:
+        assert official[e.context] == e.target and e.context.startswith("Question: What is ")
+    assert pools.fewshot and {e.content_hash for e in pools.fewshot}.isdisjoint({e.content_hash for e in pools.discovery})
+    splits = make_splits(task, 4, 4, fewshot=2)
+    assert all(s.context in official for s in splits.shots)  # shots are official rows, not generated ones
+
+
+def test_official_files_for_every_subtask_are_named_as_on_the_hub():
+    assert set(OFFICIAL_FILES) == set(SUBTASKS) and OFFICIAL_FILES["1dc"] == "single_digit_three_ops"
+    task = get_task("arithmetic:3da", data_path=str(FIX / "arithmetic" / "raw"))
+    with pytest.raises(TaskError, match="three_digit_addition.jsonl"):
+        task.load_pools()
+
+
+ONE_DC = re.compile(r"^Question: What is \((\d) ([-+*]) (\d)\) ([-+*]) (\d)\?\nAnswer:$")
+
+
+def test_generator_1dc_reads_like_the_official_data():
+    official = get_task("arithmetic:1dc", data_path=str(FIX / "arithmetic" / "raw")).load_pools()
+    for e in official.discovery + generate("1dc", 200, seed=0):
+        match = ONE_DC.match(e.context)
+        assert match, e.context
+        a, o1, b, o2, c = match.groups()
+        assert eval(f"({a} {o1} {b}) {o2} {c}") == int(e.target)  # noqa: S307 - our own arithmetic
+
+
+def test_script_dataset_is_a_clear_error(tmp_path):
+    from celtk.tasks._hub import load_rows
+
+    (tmp_path / f"{tmp_path.name}.py").write_text("import datasets\n")
+    with pytest.raises(TaskError, match="cannot read .*loading script.*--data PATH"):
+        load_rows(str(tmp_path), None, "train", None)
+
+
+def test_malformed_local_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "data"
+    bad.mkdir()
+    (bad / "two_digit_addition.jsonl").write_text('{"context": "Q: 1", "completion": " 2"}\n{not json\n')
+    with pytest.raises(TaskError, match="two_digit_addition.jsonl"):
+        get_task("arithmetic:2da", data_path=str(tmp_path)).load_pools()
+    (bad / "two_digit_addition.jsonl").write_text('{"question": "Q: 1"}\n')
+    with pytest.raises(DataFormatError, match="lacks string 'context'/'completion'"):
+        get_task("arithmetic:2da", data_path=str(tmp_path)).load_pools()
 
 
 def test_boolq_fixture():
