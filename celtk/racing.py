@@ -91,8 +91,10 @@ class RaceResult:
     """What a race scored and kept.
 
     ``outcomes[h]`` is a bool array ``[n]`` whose entries at ``order[:examples_scored[h]]``
-    are head ``h``'s per-example correctness (the rest are unscored, left False). Pool heads
-    are always scored on all ``n`` examples.
+    are head ``h``'s per-example correctness; unscored entries are False, so a dropped head's
+    row is its worst case and ranking every row (``exhaustive_pool(outcomes, intact, p)``)
+    gives ``pool`` again (always in exact mode; in confidence mode when its bound held).
+    Pool heads are always scored on all ``n`` examples.
     """
 
     mode: Mode
@@ -188,13 +190,13 @@ class _Race:
 def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: np.ndarray, p: int,
          mode: Mode = "exact", schedule: Sequence[int] | None = None, *, delta: float = 0.05,
          order: Sequence[int] | np.ndarray | None = None, seed: int = 0) -> RaceResult:
-    """Score ``heads`` on growing chunks of ``n`` examples, dropping those that cannot enter
-    the top-``p`` pool; return the pool and what was scored.
+    """Score ``heads`` chunk by chunk on ``n`` examples, dropping those that cannot enter the
+    top-``p`` pool; return the pool and what was scored.
 
     Args:
         score_chunk: ``score_chunk(heads, indices)`` returns, for each of ``heads``, a bool
             array ``[len(indices)]``: its correctness on examples ``indices`` (in that order).
-        heads: the single-head interventions, each a one-head :class:`HeadSet`.
+        heads: the interventions, each a :class:`HeadSet` (one head each in stage 1).
         n: number of discovery examples; ``intact``: bool ``[n]``, the intact model's correctness.
         p: pool size; ``mode``: ``"exact"`` or ``"confidence"`` (see the module docstring).
         schedule: chunk sizes summing to ``n`` (default :func:`default_schedule`).
@@ -228,7 +230,7 @@ def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: np.n
                       uncertified, delta if mode == "confidence" else None)
 
 
-def _check(heads: Sequence[HeadSet], n: int, intact: np.ndarray, p: int, mode: str, schedule: Sequence[int] | None,
+def _check(heads: Sequence[HeadSet], n: int, intact: np.ndarray, p: int, mode: Mode, schedule: Sequence[int] | None,
            delta: float) -> tuple[list[HeadSet], np.ndarray, list[int]]:
     heads = list(heads)
     if any(not isinstance(h, HeadSet) or len(h) == 0 for h in heads):
@@ -242,7 +244,7 @@ def _check(heads: Sequence[HeadSet], n: int, intact: np.ndarray, p: int, mode: s
     intact = np.asarray(intact)
     if intact.shape != (n,) or intact.dtype != bool:
         raise ConfigError(f"intact must be a bool array of shape ({n},), got {intact.dtype} {intact.shape}.")
-    schedule = default_schedule(n, mode) if schedule is None else [int(s) for s in schedule]  # type: ignore[arg-type]
+    schedule = default_schedule(n, mode) if schedule is None else [int(s) for s in schedule]
     if sum(schedule) != n or min(schedule) < 1:
         raise ConfigError(f"The schedule's chunk sizes must be positive and sum to n = {n}; got {schedule}.")
     if mode == "confidence" and not 0 < delta < 1:

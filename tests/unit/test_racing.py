@@ -43,6 +43,7 @@ def check_exact(outcomes: dict[HeadSet, np.ndarray], intact: np.ndarray, p: int,
     n = len(intact)
     result = race(table, list(outcomes), n, intact, p, **kwargs)
     assert result.pool == exhaustive_pool(outcomes, intact, p)
+    assert exhaustive_pool(result.outcomes, intact, p) == result.pool  # unscored as wrong: dropped heads rank below
     for h in outcomes:
         scored = result.scored_mask(h)
         assert sorted(table.served[h]) == sorted(np.flatnonzero(scored).tolist())  # each example once
@@ -156,7 +157,7 @@ def test_confidence_mode_saves_and_agrees_on_separated_heads():
     result = race(Table(outcomes), heads, n, intact, p, mode="confidence", delta=0.05, seed=1)
     assert result.mode == "confidence" and result.delta == 0.05
     assert pool_agreement(result.pool, exhaustive_pool(outcomes, intact, p)) == 1.0
-    assert result.pool == exhaustive_pool(outcomes, intact, p)
+    assert result.pool == exhaustive_pool(outcomes, intact, p) == exhaustive_pool(result.outcomes, intact, p)
     assert result.saved_fraction > 0.5  # the bad heads go after the first or second chunk
     assert result.uncertified  # and some went before the exact rule could drop them
     exact = race(Table(outcomes), heads, n, intact, p, schedule=result.schedule, order=result.order)
