@@ -100,6 +100,9 @@ def test_search_strategies_on_generate_run(generate_run, planted_generate, strat
     selection = run_select(out, p=4, k=2, strategy=strategy, width=2, model=model)
     assert PLANTED in selection.heads
     assert selection.discovery_accuracy > selection.intact_discovery_accuracy
+    test = run_test(out, model=model, n_boot=200)  # the held-out test of this strategy's selection
+    assert test.heads == selection.heads and test.strategy == strategy
+    assert test.ablated_accuracy > test.intact_accuracy and test.fixes > test.damage
 
 
 def test_stability_and_report_on_generate_run(generate_run, planted_generate):
