@@ -370,9 +370,9 @@ def decode_step(model: Model, tokens: Int[Tensor, " rows"], attention_mask: Int[
     ``attention_mask`` covers every cached column plus the new one; ``positions`` are the new
     tokens' position ids (the row's count of real tokens before it, as HF's left-padded generation).
     """
-    hidden = model.hf_model.model(input_ids=tokens[:, None].to(model.device), attention_mask=attention_mask.to(model.device),
-                                  position_ids=positions[:, None].to(model.device), past_key_values=cache,
-                                  use_cache=True).last_hidden_state
+    hidden = model.arch.decoder(input_ids=tokens[:, None].to(model.device), attention_mask=attention_mask.to(model.device),
+                                position_ids=positions[:, None].to(model.device), past_key_values=cache,
+                                use_cache=True).last_hidden_state
     return unembed(model, hidden[:, -1]).argmax(dim=-1).cpu()
 
 
@@ -389,9 +389,9 @@ def generate_tokens(model: Model, ids: Sequence[Sequence[int]], rule: StopRule, 
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
         cache = new_cache(model)
         with torch.no_grad():
-            hidden = model.hf_model.model(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
-                                          position_ids=(mask.cumsum(1) - 1).clamp(min=0).to(model.device),
-                                          past_key_values=cache, use_cache=True).last_hidden_state
+            hidden = model.arch.decoder(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
+                                        position_ids=(mask.cumsum(1) - 1).clamp(min=0).to(model.device),
+                                        past_key_values=cache, use_cache=True).last_hidden_state
             nxt = unembed(model, hidden[:, -1]).argmax(dim=-1).cpu()
             made: list[list[int]] = [[] for _ in rows]
             positions = torch.tensor([len(r) for r in rows])
@@ -425,7 +425,7 @@ def _evaluate_generation(model: Model, task: Task, examples: Sequence[Example], 
                          config: EvalConfig, progress: Callable[[int, int], None] | None) -> EvalResult:
     from celtk.tasks._sandbox import require_opt_in
 
-    if getattr(task, "runs_code", True):  # a task not known to be code-free may run what the model writes
+    if task.runs_code:
         require_opt_in(config.allow_code)
     prompts = [format_prompt(model, task, e, shots, config.chat) for e in examples]
     rule = StopRule.for_task(model, task)

@@ -111,7 +111,7 @@ def _layer_output(out: Any) -> Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
-def _capture_forward(model: Model, **inputs: Any
+def capture_forward(model: Model, **inputs: Any
                      ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[dict[str, Any]], Float[Tensor, "batch pos d_model"]]:
     """Run the decoder once; return each layer's input and keyword arguments, and the final-normed hidden."""
     layers = decoder_layers(model)
@@ -143,10 +143,11 @@ def _expand(value: Any, batch: int, copies: int) -> Any:
     return value
 
 
-def _call_layer(model: Model, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
-                copies: int, cache: _RecordKV | _PrefixKV | None) -> Float[Tensor, "rows pos d_model"]:
+def call_layer(model: Model, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
+               copies: int, cache: Any) -> Float[Tensor, "rows pos d_model"]:
     """Run block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations) with the captured
-    keyword arguments, under the architecture's cache keyword; check that it consulted ``cache``."""
+    keyword arguments, under the architecture's cache keyword; check that it consulted ``cache`` (a
+    stand-in with ``update()`` and a ``consulted`` set of layer indices, or ``None``)."""
     keyword = model.arch.cache_keyword
     kw = {k: _expand(v, rows, copies) for k, v in kwargs.items() if k not in CACHE_KEYWORDS}
     kw[keyword] = cache
@@ -168,7 +169,8 @@ def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Bo
     return {layer: repeat(mask, "g head_index -> (batch g) head_index", batch=rows) for layer, mask in per_set.items()}
 
 
-def _with_masks(model: Model, masks: dict[int, Tensor]) -> ExitStack:
+def with_masks(model: Model, masks: dict[int, Tensor]) -> ExitStack:
+    """Hooks zeroing, per layer, the heads each row's mask marks (entered as one context)."""
     stack = ExitStack()
     for layer, mask in masks.items():
         stack.enter_context(ablate_rows(model, layer, mask))
@@ -259,10 +261,10 @@ class CachedScreener:
         if not self.prefix_len:
             return None
         ids = torch.tensor([self.prepared.requests[0].context[: self.prefix_len]])
-        resid, kwargs, _ = _capture_forward(self.model, input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        resid, kwargs, _ = capture_forward(self.model, input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
         record, hidden = _RecordKV(), resid[0]
         for index in range(len(resid)):  # once more through our own loop, to record the intact keys/values
-            hidden = _call_layer(self.model, index, hidden, kwargs[index], 1, 1, record)
+            hidden = call_layer(self.model, index, hidden, kwargs[index], 1, 1, record)
         return _Prefix(self.prefix_len, resid, kwargs, record.keys, record.values)
 
     def _batches(self) -> list[Batch]:
@@ -287,7 +289,7 @@ class CachedScreener:
                     cache.update(prefix.keys[index].expand(rows, -1, -1, -1), prefix.values[index].expand(rows, -1, -1, -1), index)
                 mask = torch.cat([torch.ones(rows, prefix.length, dtype=torch.long), batch.attention_mask], dim=1)
                 inputs = dict(input_ids=batch.input_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
-            resid, kwargs, final = _capture_forward(self.model, **inputs)
+            resid, kwargs, final = capture_forward(self.model, **inputs)
             if prefix is not None:
                 check_cache_filled(self.model, inputs["past_key_values"], prefix.length + batch.input_ids.shape[1])
             for kw in kwargs:
@@ -304,7 +306,7 @@ class CachedScreener:
         if prefix is not None:
             cache = _PrefixKV({layer: prefix.keys[layer].expand(rows, -1, -1, -1)},
                               {layer: prefix.values[layer].expand(rows, -1, -1, -1)})
-        state.resid = _call_layer(self.model, layer, state.resid, state.layer_kwargs[layer], rows, 1, cache)
+        state.resid = call_layer(self.model, layer, state.resid, state.layer_kwargs[layer], rows, 1, cache)
 
     # -- ablated passes ------------------------------------------------------------
     def _score_start_layer(self, prefix: _Prefix | None, states: list[_BatchState], layer: int,
@@ -328,9 +330,9 @@ class CachedScreener:
             return None
         g, record = len(sets), _RecordKV()
         hidden = prefix.resid[layer].expand(g, -1, -1)
-        with _with_masks(self.model, _row_masks(self.model, sets, 1)):
+        with with_masks(self.model, _row_masks(self.model, sets, 1)):
             for index in range(layer, len(prefix.resid)):
-                hidden = _call_layer(self.model, index, hidden, prefix.layer_kwargs[index], 1, g, record)
+                hidden = call_layer(self.model, index, hidden, prefix.layer_kwargs[index], 1, g, record)
         return record
 
     def _score_chunk(self, state: _BatchState, layer: int, sets: list[HeadSet],
@@ -342,9 +344,9 @@ class CachedScreener:
             cache = _PrefixKV({i: repeat(k, per_row, batch=rows) for i, k in prefix_kv.keys.items()},
                               {i: repeat(v, per_row, batch=rows) for i, v in prefix_kv.values.items()})
         hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=g)
-        with _with_masks(self.model, _row_masks(self.model, sets, rows)):
+        with with_masks(self.model, _row_masks(self.model, sets, rows)):
             for index in range(layer, len(state.layer_kwargs)):
-                hidden = _call_layer(self.model, index, hidden, state.layer_kwargs[index], rows, g, cache)
+                hidden = call_layer(self.model, index, hidden, state.layer_kwargs[index], rows, g, cache)
         final = self.model.arch.final_norm(hidden)
         return [score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j) for j in range(g)]
 

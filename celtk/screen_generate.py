@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from celtk.ablation import ablate, ablate_rows
+from celtk.ablation import ablate
 from celtk.evaluator import (
     EvalResult,
     Prepared,
@@ -42,7 +42,7 @@ from celtk.evaluator import (
 )
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.screen import MIN_SHARED_PREFIX, decoder_layers, shared_prefix_length
+from celtk.screen import MIN_SHARED_PREFIX, call_layer, capture_forward, check_cache_filled, shared_prefix_length, with_masks
 from celtk.tasks import Task
 
 
@@ -52,8 +52,10 @@ class _KV:
     def __init__(self, before: dict[int, tuple[Tensor, Tensor]] | None = None) -> None:
         self.before = before or {}
         self.new: dict[int, tuple[Tensor, Tensor]] = {}
+        self.consulted: set[int] = set()  # checked by celtk.screen.call_layer
 
     def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        self.consulted.add(layer_idx)
         self.new[layer_idx] = (k, v)
         if layer_idx in self.before:
             pk, pv = self.before[layer_idx]
@@ -78,45 +80,27 @@ class _Batch:
     intact: _Pass
 
 
-def _expand(value: Any, rows: int, copies: int) -> Any:
-    """Repeat every per-row tensor (leading dim == rows > 1) ``copies`` times, row by row."""
-    if isinstance(value, Tensor) and copies > 1 and rows > 1 and value.ndim >= 2 and value.shape[0] == rows:
-        return value.repeat_interleave(copies, dim=0)
-    if isinstance(value, tuple):
-        return tuple(_expand(v, rows, copies) for v in value)
-    return value
-
-
-def _read(model: Model, **inputs: Any) -> _Pass:
-    """A whole-model forward that keeps each decoder layer's input, keyword arguments and new keys/values."""
-    layers = decoder_layers(model)
-    resid: list[Any] = [None] * len(layers)
-    seen: list[Any] = [None] * len(layers)
-
-    def keep(module: Any, args: tuple, kwargs: dict, index: int) -> None:
-        resid[index] = args[0] if args else kwargs["hidden_states"]
-        seen[index] = {k: v for k, v in kwargs.items() if k not in ("hidden_states", "past_key_values", "use_cache")}
-
-    handles = [layer.register_forward_pre_hook(lambda m, a, k, i=i: keep(m, a, k, i), with_kwargs=True)
-               for i, layer in enumerate(layers)]
-    try:
-        cache = inputs["past_key_values"]
-        before = [layer.get_seq_length() for layer in cache.layers] if cache.layers else [0] * len(layers)
-        out = model.hf_model.model(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
-    finally:
-        for handle in handles:
-            handle.remove()
+def _read(model: Model, cache: Any, **inputs: Any) -> _Pass:
+    """A whole-decoder forward into ``cache`` that keeps each layer's input, keyword arguments and new keys/values."""
+    before = [cache.get_seq_length(i) for i in range(model.n_layers)]
+    resid, layer_kwargs, final = capture_forward(model, past_key_values=cache, use_cache=True, **inputs)
+    check_cache_filled(model, cache, before[0] + inputs["input_ids"].shape[1])
     kv = {i: (layer.keys[:, :, before[i]:], layer.values[:, :, before[i]:]) for i, layer in enumerate(cache.layers)}
-    return _Pass(resid, seen, kv, out.last_hidden_state)
+    return _Pass(resid, layer_kwargs, kv, final)
+
+
+def _read_cache() -> Any:
+    """A plain growing cache for reading prompts (no sliding-window cropping: every key is kept)."""
+    from transformers import DynamicCache
+
+    return DynamicCache()
 
 
 def run_layers(model: Model, start: int, hidden: Tensor, kwargs: list[dict[str, Any]], rows: int, copies: int,
                cache: _KV) -> Tensor:
     """Decoder layers ``start …`` on ``hidden`` (``rows × copies`` rows) with the kept keyword arguments."""
     for index in range(start, len(kwargs)):
-        kw = {k: _expand(v, rows, copies) for k, v in kwargs[index].items()}
-        out = decoder_layers(model)[index](hidden, past_key_values=cache, use_cache=True, **kw)
-        hidden = out[0] if isinstance(out, tuple) else out
+        hidden = call_layer(model, index, hidden, kwargs[index], rows, copies, cache)
     return hidden
 
 
@@ -126,10 +110,7 @@ def row_masks(model: Model, row_sets: Sequence[HeadSet]) -> ExitStack:
     for r, heads in enumerate(row_sets):
         for head in heads:
             masks.setdefault(head.layer, torch.zeros(len(row_sets), model.n_heads, dtype=torch.bool))[r, head.head] = True
-    stack = ExitStack()
-    for layer, mask in masks.items():
-        stack.enter_context(ablate_rows(model, layer, mask))
-    return stack
+    return with_masks(model, masks)
 
 
 def left_padded(kv: Tensor, lengths: Sequence[int], prefix: int) -> Tensor:
@@ -164,6 +145,10 @@ class GenerationScreener:
                               f"{prepared.kind!r}, which the cached screener (celtk.screen.CachedScreener) scores.")
         if batch_size < 1:
             raise ConfigError(f"Batch size must be at least 1, got {batch_size}.")
+        if task.runs_code:  # refuse before the prompts are read, not at the first graded generation
+            from celtk.tasks._sandbox import require_opt_in
+
+            require_opt_in(allow_code)
         self.model, self.prepared, self.task, self.allow_code = model, prepared, task, allow_code
         self.batch_size, self.rows_per_pass, self.workers = batch_size, max(rows_per_pass, batch_size), workers
         self.rule = StopRule.for_task(model, task)
@@ -226,28 +211,23 @@ class GenerationScreener:
         return [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
 
     def _read_prefix(self) -> _Pass | None:
-        from transformers import DynamicCache
-
         if not self.prefix_len:
             return None
         ids = torch.tensor([self.ids[0][:self.prefix_len]])
-        return _read(self.model, input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=DynamicCache(),
-                     use_cache=True)
+        return _read(self.model, _read_cache(), input_ids=ids, attention_mask=torch.ones_like(ids))
 
     def _read_batch(self, prefix: _Pass | None, group: list[int]) -> _Batch:
-        from transformers import DynamicCache
-
         p, pad = self.prefix_len, self.model.tokenizer.pad_token_id or 0
         rows = [self.ids[i][p:] for i in group]
         width = max(len(r) for r in rows)
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
-        cache = DynamicCache()
+        cache = _read_cache()
         if prefix is not None:
             for index, (k, v) in prefix.kv.items():
                 cache.update(k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1), index)
             mask = torch.cat([torch.ones(len(rows), p, dtype=torch.long), mask], dim=1)
-        read = _read(self.model, input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+        read = _read(self.model, cache, input_ids=ids, attention_mask=mask)
         return _Batch(group, [len(r) for r in rows], read)
 
     # -- decoding ------------------------------------------------------------------
@@ -287,7 +267,7 @@ class GenerationScreener:
             hidden = run_layers(self.model, layer, batch.intact.resid[layer].repeat_interleave(g, dim=0),
                                 batch.intact.layer_kwargs, b, g, record)
         last = torch.tensor(batch.lengths).repeat_interleave(g) - 1
-        first = unembed(self.model, self.model.hf_model.model.norm(hidden[torch.arange(b * g), last])).argmax(dim=-1).cpu()
+        first = unembed(self.model, self.model.arch.final_norm(hidden[torch.arange(b * g), last])).argmax(dim=-1).cpu()
         kv = {}
         for i, (k, v) in batch.intact.kv.items():
             if i < layer:

@@ -94,7 +94,9 @@ def gate_loss(model: Model, prepared: Prepared, gates: torch.Tensor, batch_size:
 def gradient_scores(model: Model, prepared: Prepared, batch_size: int = 16) -> ScreenerResult:
     """Signed gate gradient ``∂L/∂g_h`` at ``g = 1`` for every head, in one backward pass."""
     if prepared.kind == "generate":
-        raise ConfigError("The gradient screener needs fixed targets or choices; generation tasks have none.")
+        raise ConfigError("The gradient screener needs a differentiable loss on fixed targets or choices, and a "
+                          "generation-graded task has none; rank heads with the lasso screener (`celtk altscreen OUT "
+                          "--method lasso`) or the exhaustive screen (`celtk screen`), which grade generations.")
     start = time.perf_counter()
     gates = torch.ones(model.n_layers, model.n_heads, dtype=torch.float32, device=model.device, requires_grad=True)
     with torch.enable_grad():

@@ -24,6 +24,12 @@ def _run_options(fn):
         click.option("--batch-size", type=_BATCH, default=None, help="Examples per batch, or 'auto' to fit the device's free memory (default 32)."),
         click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default cpu)."),
         click.option("--dtype", default=None, help="float32 (default), bfloat16, float16."),
+        click.option("--grading", type=click.Choice(["teacher", "generate"]), default=None,
+                     help="jsonl:PATH tasks: grade teacher-forced targets (default) or the greedy generation (exact match)."),
+        click.option("--stop", multiple=True, help="With --grading generate: a stop string (repeatable; default a newline)."),
+        click.option("--max-new-tokens", type=int, default=None, help="With --grading generate: token limit (default 32)."),
+        click.option("--allow-code-execution/--no-allow-code-execution", "allow_code", default=None,
+                     help="Let mbpp/humaneval run model-written code in the sandbox."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -46,6 +52,8 @@ _BATCH = _BatchSize()
 
 
 def _flags(**kw):
+    if "stop" in kw:  # click gives () for a repeatable option not given
+        kw["stop"] = list(kw["stop"]) or None
     return {k: v for k, v in kw.items() if k not in {"config_file", "out", "shard"}}
 
 

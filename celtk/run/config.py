@@ -36,6 +36,10 @@ class RunConfig:
     p: int = 10
     k: int = 3
     share_prefix: bool = True
+    grading: str = "teacher"  # "generate": jsonl tasks graded on the greedy generation
+    stop: list[str] | None = None  # generation stop strings (jsonl generate grading; default a newline)
+    max_new_tokens: int | None = None  # generation token limit (jsonl generate grading; default 32)
+    allow_code: bool = False  # let code tasks (mbpp, humaneval) run generated code in the sandbox
 
     @classmethod
     def keys(cls) -> list[str]:

@@ -223,6 +223,8 @@ class TestExample(Record):
     ablated_correct: bool
     intact_logprob: float | None
     ablated_logprob: float | None
+    intact_generation: str | None = optional()  # generation-graded tasks: what each model wrote
+    ablated_generation: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -69,12 +69,14 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
             nonlocal finished
             rows = [_row(h, r.correct, intact_holder[0].correct).to_json()
                     for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
+            _write_generations(directory, f"L{layer}", {str(h): r for h, r in results.items()})
             write_json(parts / f"L{layer}.json", {"layer": layer, "heads": rows})
             finished += len(results)
             if progress:
                 progress("screen", finished, total)
 
         intact, _ = screener.run(todo, on_layer=on_layer, on_intact=intact_holder.append)
+        _write_generations(directory, "intact", {"intact": intact})
         _check_intact(directory, intact)
         mine = {str(h) for h in heads}
         rows = [ScreenRow.from_json(row) for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:]))
@@ -86,10 +88,20 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         return document
 
 
+def _write_generations(directory: Path, name: str, results: dict) -> None:
+    """Generation-graded tasks: each example's generation per head set, in ``generations/{name}.json``
+    (example ids → text), beside the screen parts (whose verdicts are the bits)."""
+    texts = {key: {e.id: e.extra["generation"] for e in r.examples} for key, r in results.items()
+             if r.examples and "generation" in r.examples[0].extra}
+    if texts:
+        write_json(directory / "generations" / f"{name}.json", texts)
+
+
 def _check_intact(directory: Path, intact) -> None:
     """The intact outcomes are recomputed on every resume; they must equal the stored ones."""
     path = directory / "intact.json"
-    current = {"correct": bits(intact.correct), "logprob": [e.logprob for e in intact.examples]}
+    current = {"correct": bits(intact.correct), "logprob": [None if e.logprob != e.logprob else e.logprob  # NaN: generated
+                                                            for e in intact.examples]}
     if path.exists():
         if read_json(path)["correct"] != current["correct"]:
             raise RunStoreError(f"{directory}: the intact model's outcomes differ from the stored ones, so the model or "

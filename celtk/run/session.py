@@ -31,7 +31,7 @@ class Session:
 
     @classmethod
     def open(cls, config: RunConfig, model: Model | None = None) -> Session:
-        task = get_task(config.task, data_path=config.data)
+        task = task_for(config)
         splits = make_splits(task, config.discovery, config.heldout, seed=config.seed, fewshot=config.fewshot)
         model = model or load_model(config.model, device=config.device, dtype=config.dtype)
         return cls(config, model, task, splits)
@@ -44,13 +44,16 @@ class Session:
         return prepare(self.model, self.task, examples, self.splits.shots, self.config.chat)
 
     def screener(self, which: str):
-        """A :class:`celtk.screen.CachedScreener` on the ``discovery`` or ``heldout`` split."""
+        """A :class:`celtk.screen.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
+        :class:`celtk.screen_generate.GenerationScreener` for a generation-graded task."""
         from celtk.screen import CachedScreener, auto_batch
+        from celtk.screen_generate import GenerationScreener
 
-        if self.task.kind == "generate":
-            raise ConfigError(f"Task {self.task.full_name} is graded by generation; the screener scores fixed targets "
-                              "and choices only. Score generation tasks with celtk.run.run_eval (`celtk eval`).")
         prepared = self.prepared(which)
+        if self.task.kind == "generate":  # auto_batch sizes teacher-forced requests, which generation has none of
+            size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
+            return GenerationScreener(self.model, prepared, self.task, allow_code=self.config.allow_code,
+                                      batch_size=size, share_prefix=self.config.share_prefix)
         sizes = {"batch_size": self.config.batch_size}
         if self.config.batch_size == "auto":
             sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
@@ -62,6 +65,34 @@ class Session:
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
                 "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "discovery": self.splits.manifest()["discovery_hash"],
                 "shots": [s.id for s in self.splits.shots], "share_prefix_exact": True}
+
+
+def task_for(config: RunConfig) -> Task:
+    """The task ``config`` names; a ``jsonl:PATH`` task takes its grading, stop strings and token
+    limit from the config (:func:`celtk.tasks.jsonl.jsonl_spec`)."""
+    from celtk.tasks.jsonl import jsonl_spec
+
+    name, generation = config.task, config.stop is not None or config.max_new_tokens is not None
+    if config.grading not in ("teacher", "generate"):
+        raise ConfigError(f"grading must be 'teacher' or 'generate', got {config.grading!r}.")
+    if generation and config.grading != "generate":
+        raise ConfigError("stop and max_new_tokens (--stop, --max-new-tokens) bound a graded generation; add "
+                          "grading = 'generate' (--grading generate) with a jsonl:PATH task.")
+    if name.startswith("jsonl:") and config.grading == "generate":
+        if "=" in name.rpartition("?")[2]:
+            raise ConfigError(f"Task {name!r} already spells its options after '?'; give them either there or as "
+                              "grading/stop/max_new_tokens settings (--grading, --stop, --max-new-tokens), not both.")
+        stop = tuple(config.stop) if config.stop is not None else None
+        name = jsonl_spec(name.removeprefix("jsonl:"), config.grading, stop, config.max_new_tokens)
+    task = get_task(name, data_path=config.data)
+    if config.grading == "generate" and task.kind != "generate":
+        raise ConfigError(f"Task {task.full_name} is graded by teacher forcing and has no generation grading; "
+                          "--grading generate applies to jsonl:PATH tasks of prompt/target lines (mbpp and humaneval "
+                          "are always graded by generation).")
+    if generation and not name.startswith("jsonl:"):
+        raise ConfigError(f"Task {task.full_name} sets its own stop strings and token limit; --stop and "
+                          "--max-new-tokens apply to jsonl:PATH tasks with --grading generate.")
+    return task
 
 
 def session_for(document: Any, model: Model | None = None, **overrides: Any) -> Session:

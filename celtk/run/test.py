@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,7 +43,13 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
             mcnemar_p=cmp.mcnemar_p, gain_ci=list(cmp.gain_ci), ci_level=cmp.ci_level, n_boot=n_boot,
             heldout_hash=session.splits.manifest()["heldout_hash"],
             examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
-                                  intact_logprob=a.logprob, ablated_logprob=b.logprob)
+                                  intact_logprob=_finite(a.logprob), ablated_logprob=_finite(b.logprob),
+                                  intact_generation=a.extra.get("generation"), ablated_generation=b.extra.get("generation"))
                       for a, b in zip(intact.examples, ablated.examples)])
         document.save(out)
         return document
+
+
+def _finite(logprob):
+    """A generation-graded example has no target log-probability (NaN); the document records ``None``."""
+    return None if isinstance(logprob, float) and math.isnan(logprob) else logprob

@@ -59,6 +59,7 @@ class Task:
     description: ClassVar[str] = ""
     target_delimiter: ClassVar[str] = ""  # between context and answer, as lm-eval's target_delimiter
     fewshot_delimiter: ClassVar[str] = "\n\n"
+    runs_code: ClassVar[bool] = False  # grading executes what the model writes (sandboxed, opt-in)
 
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
         self.option = option

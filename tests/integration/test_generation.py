@@ -1,5 +1,5 @@
 """Generation-graded screening: the generation screener equals the plain path (``celtk.evaluate``
-under ``ablate()``, one set at a time) on tiny Llama, Qwen2, SmolLM3 and Gemma-3 models, and bad
+under ``ablate()``, one set at a time) on tiny Llama, Qwen2, SmolLM3, Gemma-3 and GPT-2 models, and bad
 inputs end cleanly."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _generations(result):
     return [e.extra["generation"] for e in result.examples]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "smollm3", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "smollm3", "gemma3", "gpt2"])
 def test_generation_screener_equals_plain_path_for_every_head(arch, smol_tokenizer, tmp_path):
     model = _tiny(arch, smol_tokenizer)
     task, examples, shots = _self_graded_task(model, tmp_path)
