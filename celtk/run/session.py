@@ -51,7 +51,7 @@ class Session:
             raise ConfigError(f"Task {self.task.full_name} is graded by generation; the screener scores fixed targets "
                               "and choices only. Score generation tasks with celtk.run.run_eval (`celtk eval`).")
         prepared = self.prepared(which)
-        sizes = {"batch_size": self.config.batch_size}
+        sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
             sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
         return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)

@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import planted_config
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluator import prepare
@@ -13,7 +14,6 @@ from celtk.heads import HeadSet, all_heads
 from celtk.run import RunConfig, merge_shards, run_screen, run_select, run_test
 from celtk.screen import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
-from conftest import planted_config
 
 
 @pytest.mark.parametrize("share_prefix", [False, True])
