@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 DEMO_ARGS ?= --discovery 100 --heldout 300 --seed 1 --out runs/demo
 
-.PHONY: env demo test test-fast clean
+.PHONY: env demo test test-fast lint clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -28,6 +28,11 @@ test: $(VENV)/.installed
 
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow"
+
+# pyflakes, import order and no print in the library (ruff), then the type checker; settings in pyproject.toml
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) runs

@@ -51,15 +51,48 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from celtk import (
+        ablation,
+        analysis,
+        circuits,
+        errors,
+        evaluator,
+        flops,
+        heads,
+        models,
+        probe,
+        registry,
+        report,
+        run,
+        runstore,
+        scores,
+        screen,
+        screeners,
+        selection,
+        stability,
+        stats,
+        strategies,
+        tasks,
+        theory,
+    )
     from celtk.ablation import ablate, export_ablated
     from celtk.errors import CeltkError
     from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, evaluate
     from celtk.heads import Head, HeadSet
     from celtk.models import Model, load_model
-    from celtk import (ablation, analysis, circuits, errors, evaluator, flops, heads, models, probe, registry, report,
-                       run, runstore, scores, screen, screeners, selection, stability, stats, strategies, tasks, theory)
-    from celtk.run import (RunConfig, merge_shards, open_run, resolve_config, run_all, run_altscreen, run_eval,
-                           run_screen, run_select, run_stability, run_test)
+    from celtk.run import (
+        RunConfig,
+        merge_shards,
+        open_run,
+        resolve_config,
+        run_all,
+        run_altscreen,
+        run_eval,
+        run_screen,
+        run_select,
+        run_stability,
+        run_test,
+    )
     from celtk.scores import HeadScore, rank, ranking_key
     from celtk.screen import CachedScreener
     from celtk.selection import select

@@ -18,8 +18,8 @@ import torch
 from jaxtyping import Bool, Float, Float64, Int
 from torch import Tensor
 
-from celtk.errors import ConfigError, TaskError
 from celtk.ablation import ablate
+from celtk.errors import ConfigError, TaskError
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.tasks import Example, Task, build_context, continuation_delimiter

@@ -63,7 +63,12 @@ class Effect:
 def _correct_logprob(result, examples: Sequence[Example]) -> list[float]:
     out = []
     for r, ex in zip(result.examples, examples):
-        out.append(float(r.logprob[ex.label]) if isinstance(r.logprob, list) else float(r.logprob))
+        if not isinstance(r.logprob, list):
+            out.append(float(r.logprob))
+        elif ex.label is None:
+            raise TaskError(f"Example {ex.id} has choices but no label; a multiple-choice example needs its answer's index.")
+        else:
+            out.append(float(r.logprob[ex.label]))
     return out
 
 

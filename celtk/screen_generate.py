@@ -315,9 +315,9 @@ class GenerationScreener:
             if not keep:
                 return
             if len(keep) < len(active):  # finished rows leave the batch
-                index = torch.tensor(keep)
-                cache.batch_select_indices(index.to(self.model.device))
-                mask, positions, nxt = mask[index], positions[index], nxt[index]
+                kept = torch.tensor(keep)
+                cache.batch_select_indices(kept.to(self.model.device))
+                mask, positions, nxt = mask[kept], positions[kept], nxt[kept]
                 active = [active[s] for s in keep]
             mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype)], dim=1)
             with row_masks(self.model, [row_sets[r] for r in active]):

@@ -102,8 +102,8 @@ def gradient_scores(model: Model, prepared: Prepared, batch_size: int = 16) -> S
     with torch.enable_grad():
         loss = gate_loss(model, prepared, gates, batch_size)
         (grad,) = torch.autograd.grad(loss, gates)
-    grad = grad.detach().cpu().double().numpy()
-    scores = {Head(l, h): float(grad[l, h]) for l in range(model.n_layers) for h in range(model.n_heads)}
+    signed = grad.detach().cpu().double().numpy()
+    scores = {Head(l, h): float(signed[l, h]) for l in range(model.n_layers) for h in range(model.n_heads)}
     return ScreenerResult("gradient", scores, 1, time.perf_counter() - start,
                           {"loss": float(loss.detach()), "sign": "positive = removal predicted to lower the task loss"})
 

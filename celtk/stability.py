@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def jaccard(a: HeadSet, b: HeadSet) -> float:
 
 def stability(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]],
               *, n_resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
-              strategy: str = "algorithm1", **options: object) -> StabilityResult:
+              strategy: str = "algorithm1", **options: Any) -> StabilityResult:
     """Run ``strategy`` on ``n_resamples`` resamples of the discovery examples (and once on all)."""
     if n_resamples < 2:
         raise ConfigError(f"Stability needs at least 2 resamples, got {n_resamples}.")

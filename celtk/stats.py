@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from scipy.stats import binom
 
-from celtk.errors import ConfigError
+from celtk.errors import ConfigError, SplitError
 
 BOOTSTRAP_CHUNK_ELEMENTS = 1 << 22  # resampled indices held at once (32 MiB of int64)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,13 @@ class PairedComparison:
     gain_ci: tuple[float, float] | None  # None when n == 0
     ci_level: float
     undefined: dict[str, str] = field(default_factory=dict)  # statistic name -> why it is None
+
+
+def defined(value: T | None, name: str) -> T:
+    """``value``, which a caller needs defined; a :class:`SplitError` if it is ``None`` (no examples compared)."""
+    if value is None:
+        raise SplitError(f"The {name} is undefined on an empty comparison; compare at least one example.")
+    return value
 
 
 def mcnemar_exact(b: int, c: int) -> float:

@@ -28,7 +28,14 @@ def console(stderr: bool = False):
 def progress_bar() -> Iterator[Any]:
     """A rich progress bar with ETA; yields a ``progress(stage, done, total)`` callback."""
     quiet_libraries()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn()]

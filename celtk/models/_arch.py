@@ -89,7 +89,8 @@ class Architecture:
     @property
     def unembed_weight(self) -> Float[Tensor, "d_vocab d_model"]:
         """The unembedding matrix (the HF head's ``weight``)."""
-        return (getattr(self.unembed, "original_component", None) or self.unembed).weight
+        # torch types a Module's attributes as Tensor | Module; a linear head's weight is a Tensor
+        return (getattr(self.unembed, "original_component", None) or self.unembed).weight  # type: ignore[return-value]
 
     def layer_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                    ) -> tuple[Float[Tensor, "batch pos d_model"], dict[str, Any]]:

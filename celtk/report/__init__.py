@@ -18,8 +18,14 @@ import numpy as np
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head
-from celtk.run.documents import (DiagnosticsDocument, Document, ScreenDocument, SelectionDocument, StabilityDocument,
-                                 TestDocument)
+from celtk.run.documents import (
+    DiagnosticsDocument,
+    Document,
+    ScreenDocument,
+    SelectionDocument,
+    StabilityDocument,
+    TestDocument,
+)
 from celtk.runstore import atomic_write_text, read_json
 
 
@@ -164,7 +170,7 @@ def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocum
     _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong", selected, False)
     figures = [_figure(target / "gain.png", "Gain of removing each head alone on the discovery set"),
                _figure(target / "damage.png", "Damage of removing each head alone")]
-    if diagnostics and diagnostics.pairwise_interaction is not None:
+    if diagnostics and diagnostics.pairwise_interaction is not None and diagnostics.pool is not None:
         _matrix(target / "interactions.png", diagnostics.pairwise_interaction, diagnostics.pool,
                 "Pairwise interactions in the candidate pool")
         figures.append(_figure(target / "interactions.png", "Pairwise interaction matrix of the pool (examples)"))

@@ -46,8 +46,14 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from celtk.run.altscreen import run_altscreen
     from celtk.run.config import RunConfig, load_config_file, resolve_config
-    from celtk.run.documents import (AltscreenDocument, DiagnosticsDocument, ScreenDocument, SelectionDocument,
-                                     StabilityDocument, TestDocument)
+    from celtk.run.documents import (
+        AltscreenDocument,
+        DiagnosticsDocument,
+        ScreenDocument,
+        SelectionDocument,
+        StabilityDocument,
+        TestDocument,
+    )
     from celtk.run.eval import run_eval
     from celtk.run.full import RunResult, run_all
     from celtk.run.memo import SetMemo

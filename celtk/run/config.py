@@ -7,10 +7,11 @@ so a TOML/JSON file written for one works for the others.
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from celtk.errors import ConfigError
 

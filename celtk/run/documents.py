@@ -11,7 +11,7 @@ rows marked with :func:`rows`, fields written only when set marked with :func:`o
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -33,7 +33,7 @@ def optional() -> Any:
 
 
 def _dump(value: Any) -> Any:
-    if is_dataclass(value):
+    if isinstance(value, Record):
         return value.to_json()
     if isinstance(value, list):
         return [_dump(v) for v in value]

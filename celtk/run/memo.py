@@ -5,12 +5,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
 from celtk.runstore import bits, read_json, unbits, write_json
+
+if TYPE_CHECKING:
+    from celtk.screen import CachedScreener  # imports torch: not at run time
 
 Progress = Callable[[str, int, int], None]
 
@@ -27,10 +31,10 @@ class SetMemo:
         screener: builds the :class:`celtk.screen.CachedScreener` on first need.
     """
 
-    def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], object],
+    def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], CachedScreener],
                  progress: Progress | None = None, stage: str = "select") -> None:
         self.directory, self._screener = directory, screener
-        self._instance = None
+        self._instance: CachedScreener | None = None
         self.progress, self.stage = progress, stage
         self.known: dict[HeadSet, np.ndarray] = load_subset_parts(directory, intact)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -44,9 +44,10 @@ def _row(heads: HeadSet, correct, intact) -> ScreenRow:
 
 
 def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = None, model: Model | None = None,
-               progress: Progress | None = None) -> ScreenDocument:
-    """Every single head (or this shard's slice) on the discovery set; writes ``screen.json`` and
-    ``screen.csv``; resumes from the per-layer parts of an interrupted screen."""
+               progress: Progress | None = None, layers: Sequence[int] | None = None) -> ScreenDocument:
+    """Every single head (or this shard's slice; or only those in ``layers``, for a quick look) on the
+    discovery set; writes ``screen.json`` and ``screen.csv``; resumes from the per-layer parts of an
+    interrupted screen."""
     directory = shard_dir(Path(out), shard)
     with locked(directory):
         started = time.time()
@@ -54,6 +55,11 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         check_fingerprint(directory / "fingerprint.json", session.fingerprint())
         write_json(directory / "config.json", {**asdict(config), "celtk_version": __version__})
         heads = all_heads(session.model.n_layers, session.model.n_heads)
+        if layers is not None:
+            bad = sorted(set(layers) - set(range(session.model.n_layers)))
+            if bad:
+                raise ConfigError(f"No layer(s) {bad} in {config.model}; layers run 0..{session.model.n_layers - 1}.")
+            heads = [h for h in heads if h.layer in set(layers)]
         if shard is not None:
             heads = heads[shard[0]::shard[1]]  # round-robin: every shard gets shallow and deep heads
         parts = directory / "screen_parts"

@@ -54,7 +54,7 @@ class Session:
             size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
             return GenerationScreener(self.model, prepared, self.task, allow_code=self.config.allow_code,
                                       batch_size=size, share_prefix=self.config.share_prefix)
-        sizes = {"batch_size": self.config.batch_size}
+        sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
             sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
         return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)

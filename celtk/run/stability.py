@@ -15,7 +15,7 @@ from celtk.run.memo import memo_for
 from celtk.run.session import check_no_overlap, open_run
 from celtk.runstore import locked
 from celtk.stability import stability
-from celtk.stats import compare_paired
+from celtk.stats import compare_paired, defined
 from celtk.strategies import get_strategy
 
 Progress = Callable[[str, int, int], None]
@@ -48,7 +48,8 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
             rows.append(StableSelection(
                 heads=heads.names(), frequency=result.subset_frequency.get(str(heads), 0.0),
                 is_reference=heads == result.reference, discovery_gain=float(full[heads].mean() - run.intact.mean()),
-                heldout_gain=cmp.gain, heldout_gain_ci=list(cmp.gain_ci), heldout_mcnemar_p=cmp.mcnemar_p))
+                heldout_gain=defined(cmp.gain, "gain"), heldout_gain_ci=list(defined(cmp.gain_ci, "gain CI")),
+                heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p")))
         rows.sort(key=lambda r: (-r.frequency, r.heads))
         gains = np.array([next(r.heldout_gain for r in rows if r.heads == s.names()) for s in result.selections])
         document = StabilityDocument(

@@ -12,7 +12,7 @@ from celtk.models import Model
 from celtk.run.documents import SelectionDocument, TestDocument, TestExample
 from celtk.run.session import check_no_overlap, session_for
 from celtk.runstore import locked
-from celtk.stats import compare_paired
+from celtk.stats import compare_paired, defined
 
 Progress = Callable[[str, int, int], None]
 
@@ -38,9 +38,11 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
         document = TestDocument(
             heads=sel.heads, strategy=sel.strategy, model=sel.model["name"], task=sel.task["task"], n=cmp.n,
-            intact_accuracy=cmp.intact_accuracy, ablated_accuracy=cmp.ablated_accuracy, gain=cmp.gain,
+            intact_accuracy=defined(cmp.intact_accuracy, "intact accuracy"),
+            ablated_accuracy=defined(cmp.ablated_accuracy, "ablated accuracy"), gain=defined(cmp.gain, "gain"),
             relative_error_reduction=cmp.relative_error_reduction, fixes=cmp.fixes, damage=cmp.damage,
-            mcnemar_p=cmp.mcnemar_p, gain_ci=list(cmp.gain_ci), ci_level=cmp.ci_level, n_boot=n_boot,
+            mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), gain_ci=list(defined(cmp.gain_ci, "gain CI")),
+            ci_level=cmp.ci_level, n_boot=n_boot,
             heldout_hash=session.splits.manifest()["heldout_hash"],
             examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
                                   intact_logprob=_finite(a.logprob), ablated_logprob=_finite(b.logprob),

@@ -150,7 +150,9 @@ class JsonlTask(Task):
         path = Path(self.path)
         if not path.is_file():
             raise TaskError(f"jsonl task file {self.path!r} does not exist.")
-        evaluation, fewshot, kinds, ids = [], [], set(), set()
+        evaluation: list[Example] = []
+        fewshot: list[Example] = []
+        kinds, ids = set(), set()
         with open(path, encoding="utf-8") as handle:
             for lineno, raw in enumerate(handle, start=1):
                 if not raw.strip():

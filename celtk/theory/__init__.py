@@ -1,7 +1,14 @@
 """The paper's Section 4 theory, checked numerically (numpy/scipy only; no models)."""
 
 from celtk.theory._checks import (
-    all_checks, deletion, deletion_trajectory, localisation, null_controls, shared_coefficients, symmetry, wilson,
+    all_checks,
+    deletion,
+    deletion_trajectory,
+    localisation,
+    null_controls,
+    shared_coefficients,
+    symmetry,
+    wilson,
 )
 from celtk.theory._experiments import AlphaSweep, SettingReport, alpha_sweep, max_stable_lr, run_setting
 from celtk.theory._model import Setting, coefficients, grad_joint, joint, literal_risks, risks

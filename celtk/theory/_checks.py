@@ -60,8 +60,8 @@ def deletion(c: np.ndarray, setting: Setting) -> dict:
            "delta_a_mean": float(d.delta_a.mean()) if n else None, "delta_b_mean": float(d.delta_b.mean()) if n else None}
     if n < MIN_SEEDS:
         return {**doc, "passes": False, "reason": f"insufficient: {n} seeds on E, need {MIN_SEEDS}"}
-    close_a = abs(doc["delta_a_mean"] + t2) <= RELATIVE_TOL * t2
-    close_b = abs(doc["delta_b_mean"] - 3 * t2) <= RELATIVE_TOL * 3 * t2
+    close_a = abs(float(d.delta_a.mean()) + t2) <= RELATIVE_TOL * t2
+    close_b = abs(float(d.delta_b.mean()) - 3 * t2) <= RELATIVE_TOL * 3 * t2
     return {**doc, "passes": bool(close_a and close_b)}
 
 

@@ -37,7 +37,7 @@ def verdicts(checks: dict) -> dict:
 
 def run_theory(config: TheoryConfig = TheoryConfig(), out: Path | None = None) -> dict:
     """Run every check; when ``out`` is given, also save the PNG figures there."""
-    doc = {"config": asdict(config), "settings": []}
+    doc: dict = {"config": asdict(config), "settings": []}
     for index, (a, b, c) in enumerate(config.settings):
         setting = Setting(a, b, c)
         seed = config.seed + 1000 * index  # independent draws per setting
@@ -57,6 +57,7 @@ def run_theory(config: TheoryConfig = TheoryConfig(), out: Path | None = None) -
             every = 25
             traj = train(init(1, setting, config.alpha, config.seed + 1), setting, config.lr, max_steps=4000,
                          record_every=every, record_seeds=1)
+            assert traj.trajectory is not None  # recorded, since record_every is given
             entry["figures"] = [str(p.name) for p in (
                 _plots.trajectories(traj.trajectory, every, out / f"{tag}_trajectories.png"),
                 _plots.winner_distribution(report.winner_counts, out / f"{tag}_winners.png"),

@@ -48,8 +48,8 @@ def train(theta0: np.ndarray, setting: Setting, lr: float, max_steps: int = 200_
     converged = np.zeros(n, dtype=bool)
     diverged = np.zeros(n, dtype=bool)
     steps = np.zeros(n, dtype=np.int64)
-    frames = []
-    snapshots = {} if checkpoints else None
+    frames: list[np.ndarray] = []
+    snapshots: dict[int, np.ndarray] | None = {} if checkpoints else None
     with np.errstate(over="ignore", invalid="ignore"):  # divergence is detected below, not warned about
         return _descend(theta, setting, lr, max_steps, tol, record_every, record_seeds, active, converged, diverged,
                         steps, frames, snapshots, set(checkpoints))
@@ -123,7 +123,7 @@ def delete_head(c: np.ndarray, head: np.ndarray, setting: Setting) -> Deletion:
     removed = c[np.arange(len(c)), head]
     before_a, before_b = risks(w, setting)
     after_a, after_b = risks(w - removed, setting)
-    return Deletion(before_a, before_b, after_a, after_b)
+    return Deletion(*(np.asarray(r) for r in (before_a, before_b, after_a, after_b)))  # arrays: w is [S, F]
 
 
 __all__ = ["Deletion", "TrainResult", "delete_head", "event_e", "init", "joint", "train", "winners"]

@@ -1,5 +1,6 @@
 """The examples run as written (public API only)."""
 
+import json
 import runpy
 from pathlib import Path
 
@@ -26,3 +27,21 @@ def test_probe_heads_runs():
     assert set(out["attributes"]) == {"L1H2", "L14H8", "L19H4"}
     # a real 135M model has strong previous-token and induction heads; a broken probe gives ≈ 1/80
     assert out["max_scores"]["previous_token"] > 0.5 and out["max_scores"]["induction"] > 0.3
+
+
+def test_walkthrough_notebook_runs_in_a_kernel(tmp_path):
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(EXAMPLES / "cel_walkthrough.ipynb", as_version=4)
+    assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")  # stored clean
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()  # raises on any cell error
+
+    run = tmp_path / "runs" / "walkthrough"
+    selection = json.loads((run / "selection.json").read_text())
+    test = json.loads((run / "test.json").read_text())
+    text = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", []))
+    assert f"selected: {','.join(selection['heads'])}" in text and test["n"] == 16
+    assert f"{selection['heads'][0]} on " in text and "direct logit attribution" in text
+    html = [o["data"]["text/html"] for o in notebook.cells[-1].outputs if "text/html" in o.get("data", {})]
+    assert len(html) == 1 and "celtk report: walkthrough" in html[0] and selection["heads"][0] in html[0]

@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import planted_config
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluator import prepare
@@ -13,7 +14,6 @@ from celtk.heads import HeadSet, all_heads
 from celtk.run import RunConfig, merge_shards, run_screen, run_select, run_test
 from celtk.screen import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
-from conftest import planted_config
 
 
 @pytest.mark.parametrize("share_prefix", [False, True])
@@ -85,6 +85,16 @@ def test_resume_equals_uninterrupted_and_mismatch_refused(planted, tmp_path):
     assert (part / "screen.json").read_text() == (tmp_path / "full" / "screen.json").read_text()
     with pytest.raises(RunStoreError, match="different configuration .*seed"):
         run_screen(planted_config(task, seed=1), part, model=model)
+
+
+def test_screen_of_some_layers_equals_those_rows_of_the_full_screen(planted, tmp_path):
+    model, task = planted
+    full = run_screen(planted_config(task), tmp_path / "full", model=model)
+    some = run_screen(planted_config(task), tmp_path / "some", model=model, layers=[0, 2])
+    assert some.heads == [r for r in full.heads if r.head.startswith(("L0H", "L2H"))] and some.heads
+    assert some.intact_correct == full.intact_correct
+    with pytest.raises(ConfigError, match=r"No layer\(s\) \[7\]"):
+        run_screen(planted_config(task), tmp_path / "bad", model=model, layers=[7])
 
 
 def test_shards_merged_equal_one_run(planted, tmp_path):

@@ -9,15 +9,15 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+from conftest import self_consistent_task
 
 from celtk import probe
 from celtk.analysis import run_attributes, run_compare
 from celtk.evaluator import evaluate
 from celtk.heads import HeadSet
-from celtk.run import RunConfig, run_screen, run_select, run_test
 from celtk.report import write_report
+from celtk.run import RunConfig, run_screen, run_select, run_test
 from celtk.tasks import get_task, make_splits
-from conftest import self_consistent_task
 
 
 def test_effect_lists_fixes_and_breaks(planted):

@@ -7,8 +7,14 @@ from math import comb
 import numpy as np
 import pytest
 
-from celtk.circuits import (compare_with_circuit, critical_and_enhancing, hypergeom_tail, load_circuit,
-                            packaged_circuits, scores_from_patterns)
+from celtk.circuits import (
+    compare_with_circuit,
+    critical_and_enhancing,
+    hypergeom_tail,
+    load_circuit,
+    packaged_circuits,
+    scores_from_patterns,
+)
 from celtk.errors import DataFormatError, HeadError
 from celtk.heads import Head
 

@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from celtk.errors import CeltkError
-from celtk.stats import bootstrap_chunks, bootstrap_gains, compare_paired, holm, paired_bootstrap_ci, relative_error_reduction
+from celtk.stats import (
+    bootstrap_chunks,
+    bootstrap_gains,
+    compare_paired,
+    defined,
+    holm,
+    paired_bootstrap_ci,
+    relative_error_reduction,
+)
 
 
 @pytest.mark.parametrize("raw, adjusted", [
@@ -106,3 +114,11 @@ def test_defined_statistics_have_no_undefined_entry():
     assert c.undefined == {} and c.relative_error_reduction == pytest.approx(0.25 / 0.5)
     with pytest.raises(CeltkError, match="equal-length"):
         compare_paired(np.ones(3, dtype=bool), np.ones(4, dtype=bool))
+
+
+def test_defined_passes_values_through_and_refuses_none_by_name():
+    empty = compare_paired(np.zeros(0, bool), np.zeros(0, bool), n_boot=10)
+    assert defined(0.0, "gain") == 0.0  # a zero statistic is defined (not mistaken for missing)
+    assert defined((0.0, 0.5), "gain CI") == (0.0, 0.5)
+    with pytest.raises(CeltkError, match="gain is undefined on an empty comparison"):
+        defined(empty.gain, "gain")

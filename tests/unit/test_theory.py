@@ -8,8 +8,26 @@ import pytest
 import torch
 
 from celtk.theory import (
-    Setting, TheoryConfig, alpha_sweep, coefficients, delete_head, deletion, deletion_trajectory, event_e, grad_joint,
-    init, literal_risks, localisation, null_controls, risks, run_setting, run_theory, symmetry, train, verdicts, wilson,
+    Setting,
+    TheoryConfig,
+    alpha_sweep,
+    coefficients,
+    delete_head,
+    deletion,
+    deletion_trajectory,
+    event_e,
+    grad_joint,
+    init,
+    literal_risks,
+    localisation,
+    null_controls,
+    risks,
+    run_setting,
+    run_theory,
+    symmetry,
+    train,
+    verdicts,
+    wilson,
     winners,
 )
 from celtk.theory._checks import MIN_SEEDS
