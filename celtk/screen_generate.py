@@ -42,7 +42,14 @@ from celtk.evaluator import (
 )
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.screen import MIN_SHARED_PREFIX, call_layer, capture_forward, check_cache_filled, shared_prefix_length, with_masks
+from celtk.screen import (
+    MIN_SHARED_PREFIX,
+    call_layer,
+    capture_forward,
+    check_cache_filled,
+    shared_prefix_length,
+    with_masks,
+)
 from celtk.tasks import Task
 
 

@@ -14,8 +14,16 @@ import pytest
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.racing import (default_schedule, exhaustive_pool, geometric_schedule, pool_agreement, race, race_key,
-                          serfling_radius, subset_prepared)
+from celtk.racing import (
+    default_schedule,
+    exhaustive_pool,
+    geometric_schedule,
+    pool_agreement,
+    race,
+    race_key,
+    serfling_radius,
+    subset_prepared,
+)
 
 FIX = Path(__file__).parent.parent / "fixtures"
 
