@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from celtk.cli import main
 from celtk.errors import CeltkError
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 # numeric options of each verb, with the CLI's own range (None: no bound)
 NUMERIC = {
