@@ -71,7 +71,7 @@ class Batch:
 class ExampleResult:
     id: str
     correct: bool
-    logprob: float | list[float]
+    logprob: float | list[float] | None  # None: graded by generation, no log-probability
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -111,7 +111,13 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
     Trailing whitespace of the context moves to the continuation, so under a chat template
     whose generation prompt ends in a newline the arithmetic target `` 143`` is scored as
     ``"\n 143"``, exactly as lm-eval scores it.
-    """
+    An empty context is end-of-text, as in lm-eval's ``loglikelihood``, so the first target token
+    is scored after a real token, never after padding."""
+    if context == "":
+        if tokenizer.eos_token_id is None:
+            raise TaskError("An example has an empty prompt and the tokenizer has no end-of-text token to stand in "
+                            "for it; give every example a prompt.")
+        return [tokenizer.eos_token_id], tokenizer(continuation, add_special_tokens=False).input_ids
     n_spaces = len(context) - len(context.rstrip())
     if n_spaces > 0:
         continuation = context[-n_spaces:] + continuation
@@ -418,7 +424,7 @@ def generate_greedy(model: Model, prompts: Sequence[str], max_new_tokens: int, s
 def generation_result(task: Task, example: Example, text: str, n_tokens: int, allow_code: bool) -> ExampleResult:
     """One graded generation; ``extra`` records the text and how many tokens were generated."""
     ok = task.grade_generation(example, text, allow_code)
-    return ExampleResult(example.id, bool(ok), float("nan"), {"generation": text, "new_tokens": n_tokens})
+    return ExampleResult(example.id, bool(ok), None, {"generation": text, "new_tokens": n_tokens})
 
 
 def _evaluate_generation(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example],

@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
+import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,7 +45,24 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=1, sort_keys=False, ensure_ascii=False) + "\n"
+    """Strict JSON: NaN and infinity are refused (strict parsers reject them); write ``None`` with a reason."""
+    try:
+        return json.dumps(obj, indent=1, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError:
+        raise RunStoreError(f"Refusing to write NaN or infinity into JSON (in {_non_finite_path(obj)}); "
+                            "an undefined value must be written as null with a reason.") from None
+
+
+def _non_finite_path(obj: Any, where: str = "$") -> str:
+    """The JSON path of the first NaN/infinity in ``obj`` (for the error message)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return where
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else []
+    for key, value in items:
+        found = _non_finite_path(value, f"{where}.{key}" if isinstance(obj, dict) else f"{where}[{key}]")
+        if found:
+            return found
+    return "" if where != "$" else "the document"
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -100,18 +119,27 @@ def locked(directory: Path) -> Iterator[None]:
         handle.close()
 
 
-def check_fingerprint(path: Path, fingerprint: dict[str, Any]) -> None:
-    """Write ``fingerprint`` the first time; afterwards refuse any difference, naming the keys."""
+def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | None = None) -> None:
+    """Write ``fingerprint`` the first time; afterwards refuse any difference, naming the keys
+    (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's)."""
     path = Path(path)
     if not path.exists():
         write_json(path, fingerprint)
         return
     stored = read_json(path)
+    if not isinstance(stored, dict):
+        raise RunStoreError(f"{path} is not a fingerprint (a JSON object); delete the run directory and start again.")
     if stored != json.loads(json.dumps(fingerprint)):
         keys = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != json.loads(json.dumps(fingerprint.get(k))))
         detail = "; ".join(f"{k}: stored {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in keys[:4])
-        raise RunStoreError(f"{path.parent} holds results of a different configuration ({detail}). "
+        origin = f" (settings of {source} vs {path.name})" if source else ""
+        raise RunStoreError(f"{path.parent} holds results of a different configuration{origin} ({detail}). "
                             "Results are never mixed: use a new --out directory, or rerun with the stored settings.")
+
+
+def fingerprint_key(fingerprint: Any) -> str:
+    """A short stable hash of a fingerprint (or any JSON value): names results that depend on it."""
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def bits(values: Iterable[Any]) -> str:

@@ -16,6 +16,9 @@ from celtk.scores import HeadScore, rank
 from celtk.stats import discordance_noise
 
 
+MAX_SUBSETS = 1_000_000  # Algorithm 1 subsets one search may evaluate
+
+
 def check_pool_options(*, k: int, p: int, n_heads: int | None = None, **_: object) -> None:
     """The one check of Algorithm 1's options: 1 ≤ k ≤ p ≤ the number of screened heads."""
     for name, value in (("k", k), ("p", p)):
@@ -26,6 +29,9 @@ def check_pool_options(*, k: int, p: int, n_heads: int | None = None, **_: objec
     if k > p:
         raise ConfigError(f"k = {k} exceeds p = {p}; Algorithm 1 draws subsets from the pool of the top p heads, "
                           "so use k ≤ p (greedy and beam search all heads and take no p).")
+    if n_subsets(p, k) > MAX_SUBSETS:  # checked before any subset is materialised
+        raise ConfigError(f"p = {p}, k = {k} means {n_subsets(p, k):,} subsets to evaluate, more than the limit of "
+                          f"{MAX_SUBSETS:,}; lower p or k (the paper uses p = 10, k = 3: 165 subsets).")
 
 
 def candidate_pool(single: Iterable[HeadScore], p: int) -> list[HeadScore]:

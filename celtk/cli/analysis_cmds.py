@@ -11,8 +11,8 @@ from celtk.cli._common import console, quiet_libraries
 
 @click.command("attributes")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--length", type=int, default=40, show_default=True, help="Random tokens per copy (sequence = 2 copies).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--length", type=click.IntRange(min=1), default=40, show_default=True, help="Random tokens per copy (sequence = 2 copies).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def attributes_cmd(out, length, seed) -> None:
     """Previous-token, duplicate-token and induction scores of every head (OUT/head_attributes.json)."""
     from rich.table import Table
@@ -36,7 +36,7 @@ def attributes_cmd(out, length, seed) -> None:
 @click.command("compare")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 @click.option("--circuit", required=True, help="Circuit JSON file, or a packaged circuit (see `celtk circuits`).")
-@click.option("--top", type=int, default=10, show_default=True, help="Screen top-N compared, and critical/enhancing list length.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Screen top-N compared, and critical/enhancing list length.")
 def compare_cmd(out, circuit, top) -> None:
     """Overlap of the run's heads with a circuit, beside chance (OUT/compare-CIRCUIT.json)."""
     from rich.table import Table

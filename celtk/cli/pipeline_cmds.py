@@ -16,10 +16,10 @@ def _run_options(fn):
         click.option("--model", default=None, help="Alias, hub id, HF directory or .gguf (default smollm2-135m)."),
         click.option("--task", default=None, help="Task (default arithmetic:2da); see `celtk tasks`."),
         click.option("--data", default=None, help="Local copy of a hub task's data."),
-        click.option("--discovery", type=int, default=None, help="Discovery examples (default 200)."),
-        click.option("--heldout", type=int, default=None, help="Held-out examples (default 500)."),
-        click.option("--seed", type=int, default=None, help="Split and shot seed (default 0)."),
-        click.option("--fewshot", type=int, default=None, help="Shots per prompt (default 3)."),
+        click.option("--discovery", type=click.IntRange(min=1), default=None, help="Discovery examples (default 200)."),
+        click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default 500)."),
+        click.option("--seed", type=click.IntRange(min=0), default=None, help="Split and shot seed (default 0)."),
+        click.option("--fewshot", type=click.IntRange(min=0), default=None, help="Shots per prompt (default 3)."),
         click.option("--chat/--no-chat", default=None, help="Chat template (default off)."),
         click.option("--batch-size", type=_BATCH, default=None, help="Examples per batch, or 'auto' to fit the device's free memory (default 32)."),
         click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default cpu)."),
@@ -43,9 +43,12 @@ class _BatchSize(click.ParamType):
         if value == "auto" or isinstance(value, int):
             return value
         try:
-            return int(value)
+            size = int(value)
         except ValueError:
             self.fail(f"{value!r} is neither a whole number nor 'auto'.", param, ctx)
+        if size < 1:
+            self.fail(f"{size} is not a batch size; use a whole number ≥ 1 or 'auto'.", param, ctx)
+        return size
 
 
 _BATCH = _BatchSize()
@@ -118,11 +121,11 @@ def merge_cmd(out) -> None:
 
 @click.command("select")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--p", "p", type=int, default=10, show_default=True, help="Candidate pool size (algorithm1).")
-@click.option("--k", "k", type=int, default=3, show_default=True, help="Largest subset size.")
+@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True, help="Candidate pool size (algorithm1).")
+@click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True, help="Largest subset size.")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True,
               help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads (no pool, --p unused).")
-@click.option("--width", type=int, default=3, show_default=True, help="Beam width (beam only).")
+@click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
 def select_cmd(out, p, k, strategy, width) -> None:
     """Stage 2: search for the best head set, freeze it in OUT/selection.json."""
     from celtk.run.select import run_select
@@ -134,7 +137,7 @@ def select_cmd(out, p, k, strategy, width) -> None:
 
 @click.command("test")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--heldout", type=int, default=None, help="Held-out examples (default: as configured).")
+@click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default: as configured).")
 def test_cmd(out, heldout) -> None:
     """Held-out comparison of the frozen selection with the intact model."""
     from celtk.run.test import run_test
@@ -146,8 +149,8 @@ def test_cmd(out, heldout) -> None:
 
 @click.command("run")
 @_run_options
-@click.option("--p", "p", type=int, default=None, help="Candidate pool size (default 10).")
-@click.option("--k", "k", type=int, default=None, help="Largest subset size (default 3).")
+@click.option("--p", "p", type=click.IntRange(min=1), default=None, help="Candidate pool size (default 10).")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest subset size (default 3).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def run_cmd(config_file, out, **flags) -> None:
     """Screen, select and test in one go (each stage resumes if interrupted)."""

@@ -14,10 +14,10 @@ from celtk.registry import SCREENERS, STRATEGIES
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 @click.option("--method", type=click.Choice(SCREENERS.names()), required=True,
               help="gradient: per-head gate gradient (one backward pass). lasso: random multi-head knockouts + L1 regression.")
-@click.option("--p", "p", type=int, default=10, show_default=True, help="Pool size compared with the exhaustive screen's.")
-@click.option("--masks", type=int, default=200, show_default=True, help="Random knockout masks (lasso).")
-@click.option("--rate", type=float, default=0.05, show_default=True, help="Chance each head is knocked out in a mask (lasso).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Mask seed (lasso).")
+@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True, help="Pool size compared with the exhaustive screen's.")
+@click.option("--masks", type=click.IntRange(min=1), default=200, show_default=True, help="Random knockout masks (lasso).")
+@click.option("--rate", type=click.FloatRange(0, 1, min_open=True), default=0.05, show_default=True, help="Chance each head is knocked out in a mask (lasso).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Mask seed (lasso).")
 def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
     """Rank heads with a cheaper screener and compare its pool with the exhaustive screen (OUT/altscreen-METHOD.json)."""
     from rich.table import Table
@@ -40,14 +40,14 @@ def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
 
 @click.command("stability")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--resamples", type=int, default=20, show_default=True, help="Resamples of the discovery set.")
+@click.option("--resamples", type=click.IntRange(min=1), default=20, show_default=True, help="Resamples of the discovery set.")
 @click.option("--method", type=click.Choice(["bootstrap", "subsample"]), default="bootstrap", show_default=True)
-@click.option("--fraction", type=float, default=0.5, show_default=True, help="Subsample size as a fraction (subsample).")
+@click.option("--fraction", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True, help="Subsample size as a fraction (subsample).")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True)
-@click.option("--p", "p", type=int, default=10, show_default=True)
-@click.option("--k", "k", type=int, default=3, show_default=True)
-@click.option("--width", type=int, default=3, show_default=True, help="Beam width (beam only).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Resampling seed.")
+@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Resampling seed.")
 def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed) -> None:
     """How stable is the selection across resamples of the discovery set? (OUT/stability.json)"""
     from rich.table import Table

@@ -11,7 +11,7 @@ from celtk.cli._common import console
 
 @click.command("theory")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Write theory.json and PNG figures here.")
-@click.option("--seeds", type=int, default=2000, show_default=True, help="Seeds for Pr(E), winners and deletion.")
+@click.option("--seeds", type=click.IntRange(min=1), default=2000, show_default=True, help="Seeds for Pr(E), winners and deletion.")
 @click.option("--quick", is_flag=True, help="Small sizes (seconds), for a smoke test.")
 def theory_cmd(out, seeds, quick) -> None:
     """Train the paper's 3-head diagonal attention model on many seeds; check Theorems 4.2 and 4.3."""

@@ -26,7 +26,7 @@ from celtk.run.documents import (
     StabilityDocument,
     TestDocument,
 )
-from celtk.runstore import atomic_write_text, read_json
+from celtk.runstore import atomic_write_text, locked, read_json
 
 
 def _grid(values: list[tuple[str, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
@@ -113,8 +113,16 @@ def _load(out: Path, kind: type[Document]) -> Any:
 
 
 def write_report(out: Path, target: Path | None = None) -> Path:
-    """Write ``target`` (default ``OUT/report``) with ``index.html`` and the PNG figures; returns the page."""
+    """Write ``target`` (default ``OUT/report``) with ``index.html`` and the PNG figures; returns the page.
+    Holds the run's lock, so no stage rewrites a document while the report reads it."""
     out = Path(out)
+    if not out.is_dir():
+        raise RunStoreError(f"{out} is not a run directory; give the --out of a screened run.")
+    with locked(out):
+        return _write_report(out, target)
+
+
+def _write_report(out: Path, target: Path | None) -> Path:
     if not (out / ScreenDocument.FILE).exists():
         raise RunStoreError(f"{out} has no screen.json; the report needs at least a finished screen (celtk.run.run_screen).")
     target = Path(target) if target else out / "report"
@@ -122,6 +130,7 @@ def write_report(out: Path, target: Path | None = None) -> Path:
     screen = ScreenDocument.load(out)
     selection, diagnostics = _load(out, SelectionDocument), _load(out, DiagnosticsDocument)
     test, stability = _load(out, TestDocument), _load(out, StabilityDocument)
+    _check_one_run(out, screen, selection, test)
     attributes = read_json(out / "head_attributes.json") if (out / "head_attributes.json").exists() else None
     selected = [Head.parse(h) for h in selection.heads] if selection else []
     parts = [f"<h1>celtk report: {html.escape(out.name)}</h1>",
@@ -150,6 +159,20 @@ def write_report(out: Path, target: Path | None = None) -> Path:
             f"<style>{_STYLE}</style></head><body>{''.join(parts)}{_LOADED_CHECK}</body></html>")
     atomic_write_text(target / "index.html", page)
     return target / "index.html"
+
+
+def _check_one_run(out: Path, screen: ScreenDocument, selection, test) -> None:
+    """Every document shown must come from the same run (a new screen beside an old test is refused)."""
+    from celtk.run.integrity import (check_screen_fingerprint, check_selection_matches_screen,
+                                     check_test_matches_selection)
+
+    check_screen_fingerprint(out, screen)
+    if selection:
+        check_selection_matches_screen(out, selection, screen)
+    if test:
+        if not selection:
+            raise RunStoreError(f"{out}/test.json has no selection.json beside it; rerun select and test.")
+        check_test_matches_selection(out, test, selection)
 
 
 def _test_section(test: TestDocument) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from celtk.errors import ConfigError
 from celtk.models import Model
 from celtk.registry import SCREENERS
 from celtk.run.documents import AltscreenDocument
@@ -47,6 +48,8 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
 
     out = Path(out)
     screener = SCREENERS.get(method)
+    if masks < 1 or not 0 < rate <= 1:  # no masks would report perfect agreement from no data
+        raise ConfigError(f"altscreen needs masks ≥ 1 and 0 < rate ≤ 1, got masks = {masks}, rate = {rate}.")
     with locked(out):
         run = open_run(out, model)
         check_pool_options(k=1, p=p, n_heads=len(run.scores))

@@ -53,6 +53,9 @@ class RunConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"Unknown key(s) {', '.join(unknown)} in {where}; valid keys: {', '.join(sorted(known))}.")
+        annotations = {f.name: f.type for f in fields(cls)}
+        for key, value in values.items():
+            check_type(key, value, str(annotations[key]), where)
         return replace(cls(), **values).validated()
 
     def validated(self) -> RunConfig:
@@ -62,9 +65,33 @@ class RunConfig:
         for name in ("discovery", "heldout", "p", "k") + (() if self.batch_size == "auto" else ("batch_size",)):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if self.fewshot < 0:
-            raise ConfigError(f"fewshot must be non-negative, got {self.fewshot}.")
+        for name in ("fewshot", "seed"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be non-negative, got {getattr(self, name)}.")
         return self
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float),
+                                       "None": (type(None),)}
+
+
+def check_type(key: str, value: Any, annotation: str, where: str = "config") -> None:
+    """Refuse ``value`` unless it has a type named in ``annotation`` (e.g. ``"int | str"``).
+
+    A bool is not an int here (``discovery = true`` is a mistake, not 1), and a string is never
+    read as a bool (``chat = "no"`` is refused, not taken as true)."""
+    allowed: list[type] = []
+    for part in (p.strip() for p in annotation.split("|")):
+        if part.startswith(("list[", "tuple[")):
+            allowed += [list, tuple]
+        elif part in _TYPES:
+            allowed += _TYPES[part]
+        else:
+            return  # a type this check does not know: leave it to the field's own validation
+    ok = isinstance(value, tuple(allowed)) and not (isinstance(value, bool) and bool not in allowed)
+    if not ok:
+        raise ConfigError(f"{key} in {where} must be {annotation.replace(' | ', ' or ')}, got {value!r} "
+                          f"({type(value).__name__}).")
 
 
 def load_config_file(path: str | Path | None) -> dict[str, Any]:
@@ -73,9 +100,11 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
         return {}
     file = Path(path)
     try:
-        text = file.read_text()
+        text = file.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"Cannot read config file {path}: {error.strerror}.") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"Config file {path} is not UTF-8 text (byte {error.start}); save it as UTF-8.") from None
     try:
         data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as error:

@@ -32,6 +32,10 @@ def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str
     head_set = heads if isinstance(heads, HeadSet) else HeadSet.parse(heads)
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
+    if limit is not None and limit < 1:  # no examples would give an accuracy of NaN
+        raise ConfigError(f"limit must be at least 1 (or None for the whole split), got {limit}.")
+    if seed < 0:
+        raise ConfigError(f"seed must be non-negative, got {seed}.")
     if split not in SPLITS:
         raise ConfigError(f"Unknown split {split!r}; use one of {', '.join(SPLITS)}.")
     the_task = get_task(task, data_path=data)

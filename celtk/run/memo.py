@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,7 +12,7 @@ import numpy as np
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
-from celtk.runstore import bits, read_json, unbits, write_json
+from celtk.runstore import atomic_write_text, bits, fingerprint_key, read_json, unbits, write_json
 
 if TYPE_CHECKING:
     from celtk.screen import CachedScreener  # imports torch: not at run time
@@ -23,16 +24,20 @@ class SetMemo:
     """Per-example outcomes of head sets on the discovery set, kept on disk so any search
     (Algorithm 1, greedy, beam, stability resamples) resumes after an interruption and never
     scores a set twice. Files are ``DIR/{batch tag}-L{start layer}.json``, written atomically
-    as each start layer finishes.
+    as each start layer finishes. Outcomes hold only for one run's settings: with a ``key``
+    (a hash of the fingerprint and intact outcomes), parts stored under another key are moved aside.
 
     Args:
         directory: where the part files live.
         intact: the intact model's correctness, bool ``[n]`` (checks stored parts' length).
         screener: builds the :class:`celtk.screen.CachedScreener` on first need.
+        key: what the outcomes depend on (``DIR.key`` records it); ``None`` keeps any parts.
     """
 
     def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], CachedScreener],
-                 progress: Progress | None = None, stage: str = "select") -> None:
+                 progress: Progress | None = None, stage: str = "select", key: str | None = None) -> None:
+        if key is not None:
+            claim_parts(directory, key)
         self.directory, self._screener = directory, screener
         self._instance: CachedScreener | None = None
         self.progress, self.stage = progress, stage
@@ -63,6 +68,20 @@ class SetMemo:
         return {s: self.known[s] for s in sets}
 
 
+def claim_parts(directory: Path, key: str) -> None:
+    """Make ``directory`` hold outcomes of ``key`` only: parts of another (or no) key are moved to
+    ``DIR-stale-{old key}`` so a search under new settings never reuses them."""
+    marker = directory.with_name(directory.name + ".key")
+    old = marker.read_text().strip() if marker.exists() else "unkeyed"
+    if old == key:
+        return
+    if directory.is_dir() and any(directory.iterdir()):
+        aside = directory.with_name(f"{directory.name}-stale-{old}")
+        shutil.rmtree(aside, ignore_errors=True)  # an older copy of the same stale outcomes
+        directory.rename(aside)
+    atomic_write_text(marker, key + "\n")
+
+
 def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarray]:
     """Set outcomes finished by an earlier, interrupted search (one file per batch and start layer)."""
     known: dict[HeadSet, np.ndarray] = {}
@@ -78,4 +97,6 @@ def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarr
 def memo_for(run, progress: Progress | None = None, stage: str = "select") -> SetMemo:
     """The memo of a :class:`celtk.run.session.ScreenedRun` (``OUT/select_parts/sets``), shared by
     select, altscreen (LASSO) and stability so none scores a set another already scored."""
-    return SetMemo(run.out / "select_parts" / "sets", run.intact, lambda: run.session.screener("discovery"), progress, stage)
+    key = fingerprint_key({"fingerprint": run.session.fingerprint(), "intact": bits(run.intact)})
+    return SetMemo(run.out / "select_parts" / "sets", run.intact, lambda: run.session.screener("discovery"), progress,
+                   stage, key=key)

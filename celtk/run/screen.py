@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
@@ -13,6 +14,7 @@ from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
 from celtk.run.config import RunConfig
 from celtk.run.documents import ScreenDocument, ScreenRow
+from celtk.run.integrity import check_screen_complete
 from celtk.run.session import Session
 from celtk.runstore import bits, check_fingerprint, locked, read_json, write_csv, write_json
 from celtk.scores import HeadScore
@@ -132,9 +134,15 @@ def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
 
 
 def merge_shards(out: Path) -> ScreenDocument:
-    """Join ``out/shard-i-of-N`` screens into ``out/screen.json``; refuse gaps, repeats and mismatches."""
+    """Join ``out/shard-i-of-N`` screens into ``out/screen.json``; refuse gaps, repeats and mismatches,
+    and a directory that already holds a run of other settings (under the run's lock)."""
     out = Path(out)
-    found = sorted(out.glob("shard-*-of-*"))
+    with locked(out):
+        return _merge_shards(out)
+
+
+def _merge_shards(out: Path) -> ScreenDocument:
+    found = sorted(p for p in out.glob("shard-*-of-*") if p.is_dir() and re.fullmatch(r"shard-\d+-of-\d+", p.name))
     if not found:
         raise RunStoreError(f"No shard directories (shard-i-of-N) in {out}; screen with shard=(i, N) "
                             f"(`celtk screen --shard i/N --out {out}`) first.")
@@ -164,7 +172,8 @@ def merge_shards(out: Path) -> ScreenDocument:
         raise RunStoreError(f"Merged shards cover {len(seen)} of {expected} heads; some shard is incomplete — rerun it.")
     rows.sort(key=lambda r: Head.parse(r.head))
     merged = replace(docs[0], shard=None, heads=rows)
+    check_screen_complete(out, merged)
+    check_fingerprint(out / "fingerprint.json", prints[0], source="the shards")
     merged.save(out)
-    write_json(out / "fingerprint.json", prints[0])
     _write_screen_csv(out / "screen.csv", rows)
     return merged

@@ -14,7 +14,8 @@ from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig
 from celtk.run.documents import ScreenDocument
-from celtk.runstore import unbits
+from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
+from celtk.runstore import check_fingerprint, unbits
 from celtk.scores import HeadScore
 from celtk.tasks import Splits, Task, get_task, make_splits
 from celtk.tasks._splits import shared_examples
@@ -113,6 +114,8 @@ def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]
     if doc.shard:
         raise RunStoreError(f"{out}/screen.json is one shard; merge the shards of its parent directory first "
                             "(celtk.run.merge_shards, `celtk merge`).")
+    check_screen_complete(out, doc)
+    check_screen_fingerprint(out, doc)
     intact = np.array(unbits(doc.intact_correct))
     scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact) for r in doc.heads]
     return doc, intact, scores
@@ -137,6 +140,7 @@ def open_run(out: Path, model: Model | None = None, **overrides: Any) -> Screene
     out = Path(out)
     doc, intact, scores = load_screen(out)
     session = session_for(doc, model, **overrides)
+    check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="screen.json")
     if [e.id for e in session.splits.discovery] != doc.discovery_ids:
         raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
     return ScreenedRun(out, doc, intact, scores, session)

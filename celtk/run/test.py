@@ -9,9 +9,10 @@ from pathlib import Path
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.documents import SelectionDocument, TestDocument, TestExample
+from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument, TestExample
 from celtk.run.session import check_no_overlap, session_for
-from celtk.runstore import locked
+from celtk.run.integrity import check_selection_matches_screen
+from celtk.runstore import check_fingerprint, locked
 from celtk.stats import compare_paired, defined
 
 Progress = Callable[[str, int, int], None]
@@ -27,6 +28,9 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         session = session_for(sel, model, **({"heldout": heldout} if heldout is not None else {}))
         if session.task.config() != sel.task:
             raise RunStoreError(f"selection.json was made for task {sel.task['task']!r}, not {session.task.full_name!r}.")
+        check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
+        if (out / ScreenDocument.FILE).exists():
+            check_selection_matches_screen(out, sel, ScreenDocument.load(out))
         check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
         heads = HeadSet.parse(",".join(sel.heads))
         if progress:

@@ -153,8 +153,8 @@ class JsonlTask(Task):
         evaluation: list[Example] = []
         fewshot: list[Example] = []
         kinds, ids = set(), set()
-        with open(path, encoding="utf-8") as handle:
-            for lineno, raw in enumerate(handle, start=1):
+        with open(path, "rb") as handle:
+            for lineno, raw in enumerate(utf8_lines(handle, self.path), start=1):
                 if not raw.strip():
                     continue
                 kind, ex, split = _parse_line(self.path, lineno, raw)
@@ -175,3 +175,13 @@ class JsonlTask(Task):
     def load_pools(self) -> Pools:
         assert self._pools is not None
         return self._pools
+
+
+def utf8_lines(handle, where: str):
+    """The lines of a binary ``handle`` as text; a line that is not UTF-8 is refused with its number."""
+    for lineno, raw in enumerate(handle, start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise DataFormatError(f"{where}:{lineno}: not UTF-8 text (byte {error.start} of the line); "
+                                  "save the file as UTF-8.") from None

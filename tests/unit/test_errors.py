@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -301,6 +303,71 @@ def c_code_execution_not_opted_in(ctx):
     run_untrusted("print(1)")
 
 
+def c_config_string_for_bool(ctx):
+    from celtk.run import resolve_config
+    (ctx.tmp / "run.toml").write_text('chat = "no"\n')
+    resolve_config(ctx.tmp / "run.toml")
+
+
+def c_config_bool_for_int(ctx):
+    from celtk.run import RunConfig
+    RunConfig.from_dict({"discovery": True})
+
+
+def c_config_not_utf8(ctx):
+    from celtk.run import resolve_config
+    (ctx.tmp / "run.toml").write_bytes(b"model = '\xff\xfe'\n")
+    resolve_config(ctx.tmp / "run.toml")
+
+
+def c_negative_seed(ctx):
+    from celtk.run import RunConfig
+    RunConfig.from_dict({"seed": -1})
+
+
+def c_jsonl_not_utf8(ctx):
+    from celtk.tasks import get_task, make_splits
+    path = ctx.tmp / "task.jsonl"
+    path.write_bytes(_gen_lines(2).encode() + b'{"prompt": "caf\xe9", "target": " 1"}\n')
+    make_splits(get_task(f"jsonl:{path}"), 1, 0)
+
+
+def c_search_too_large(ctx):
+    from celtk.strategies import get_strategy
+    get_strategy("algorithm1").check(k=270, p=270)
+
+
+def c_lasso_no_masks(ctx):
+    from celtk.run import run_altscreen
+    run_altscreen(ctx.tmp, method="lasso", masks=0)
+
+
+def c_nan_into_json(ctx):
+    from celtk.runstore import write_json
+    write_json(ctx.tmp / "test.json", {"gain": 0.1, "relative_error_reduction": float("nan")})
+
+
+def c_eval_limit_zero(ctx):
+    from celtk.run import run_eval
+    run_eval(ctx.tmp / "eval", model=ctx.tiny, task="arithmetic:2da", limit=0)
+
+
+def c_partial_screen(ctx):
+    from celtk.run import run_select
+    out = _copy(ctx.run_dir, ctx.tmp)
+    doc = json.loads((out / "screen.json").read_text())
+    (out / "screen.json").write_text(json.dumps(doc | {"heads": doc["heads"][:5]}))
+    run_select(out, p=3, k=2, model=ctx.tiny)
+
+
+def c_screen_of_other_run(ctx):
+    from celtk.run import run_select
+    out = _copy(ctx.run_dir, ctx.tmp)
+    doc = json.loads((out / "screen.json").read_text())
+    (out / "screen.json").write_text(json.dumps(doc | {"task": doc["task"] | {"task": "arithmetic:2da"}}))
+    run_select(out, p=3, k=2, model=ctx.tiny)
+
+
 CASES = {
     "unknown-model": (c_unknown_model, E.ModelSourceError, r"Unknown model 'smollm2-13m'.*Did you mean: 'smollm2-135m'"),
     "model-path-missing": (c_model_path_missing, E.ModelSourceError, r"neither an HF model directory nor a \.gguf file"),
@@ -347,6 +414,38 @@ CASES = {
     "output-not-writable": (c_output_not_writable, E.RunStoreError, r"Choose a writable output directory"),
     "disk-full": (c_disk_full, E.RunStoreError, r"the disk is full\. Nothing was half-written; free space .* rerun the same command to resume"),
     "code-execution-not-opted-in": (c_code_execution_not_opted_in, E.SandboxRefusedError, r"--allow-code-execution or set CELTK_ALLOW_CODE_EXEC=1"),
+    "config-string-for-bool": (c_config_string_for_bool, E.ConfigError, r"chat in .*run\.toml must be bool, got 'no' \(str\)"),
+    "config-bool-for-int": (c_config_bool_for_int, E.ConfigError, r"discovery in config must be int, got True \(bool\)"),
+    "config-not-utf8": (c_config_not_utf8, E.ConfigError, r"run\.toml is not UTF-8 text .*save it as UTF-8"),
+    "negative-seed": (c_negative_seed, E.ConfigError, r"seed must be non-negative, got -1"),
+    "jsonl-not-utf8": (c_jsonl_not_utf8, E.DataFormatError, r"task\.jsonl:3: not UTF-8 text .*save the file as UTF-8"),
+    "search-too-large": (c_search_too_large, E.ConfigError, r"p = 270, k = 270 means 1,897,[\d,]+ subsets to evaluate, more than the limit of 1,000,000"),
+    "lasso-no-masks": (c_lasso_no_masks, E.ConfigError, r"needs masks ≥ 1 .*got masks = 0"),
+    "nan-into-json": (c_nan_into_json, E.RunStoreError, r"Refusing to write NaN or infinity into JSON \(in \$\.relative_error_reduction\); .*null with a reason"),
+    "eval-limit-zero": (c_eval_limit_zero, E.ConfigError, r"limit must be at least 1 \(or None for the whole split\), got 0"),
+    "partial-screen": (c_partial_screen, E.RunStoreError, r"screen\.json covers 5 of the model's 12 heads .*must cover every head once"),
+    "screen-of-other-run": (c_screen_of_other_run, E.RunStoreError, r"screen\.json does not belong to the run of fingerprint\.json \(task: .* in fingerprint\.json, .* in screen\.json\)"),
+}
+
+# The README's table groups the cases by family (checked below).
+FAMILIES = {
+    "model source": ["unknown-model", "model-path-missing", "gguf-missing", "dir-without-config", "corrupted-weights",
+                     "hub-unreachable"],
+    "device and dtype": ["device-unavailable", "device-malformed", "dtype-unsupported"],
+    "task": ["unknown-task", "unknown-subtask", "task-hub-unreachable", "hub-data-path-missing"],
+    "heads": ["head-malformed", "head-out-of-range", "head-twice", "ablate-out-of-range"],
+    "search options": ["k-exceeds-p", "p-exceeds-heads", "search-too-large", "lasso-no-masks"],
+    "splits": ["discovery-too-large", "discovery-plus-heldout-too-large", "negative-size", "sets-overlap",
+               "fewshot-pool-too-small", "eval-limit-zero"],
+    "data files": ["empty-task", "task-file-missing", "malformed-jsonl-line", "missing-field", "label-not-integer",
+                   "label-out-of-range", "mixed-line-kinds", "repeated-id", "jsonl-not-utf8"],
+    "settings": ["unknown-config-key", "config-string-for-bool", "config-bool-for-int", "config-not-utf8",
+                 "negative-seed", "shard-malformed", "batch-size-zero"],
+    "run directory": ["corrupted-run-file", "stage-out-of-order", "selection-from-other-model", "run-dir-other-config",
+                      "partial-screen", "screen-of-other-run", "merge-mismatched-shards", "merge-missing-shard",
+                      "directory-in-use"],
+    "output": ["output-not-writable", "disk-full", "nan-into-json"],
+    "sandbox": ["code-execution-not-opted-in"],
 }
 
 
@@ -355,7 +454,8 @@ class _Ctx:
         self.tmp, self.monkeypatch, self.tiny, self.run_dir = tmp, monkeypatch, tiny, run_dir
 
 
-_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "selection-from-other-model", "run-dir-other-config"}
+_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "selection-from-other-model", "run-dir-other-config",
+              "partial-screen", "screen-of-other-run"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -366,8 +466,33 @@ def test_bad_input_gives_one_clear_error(case, tmp_path, monkeypatch, tiny_llama
         make(_Ctx(tmp_path, monkeypatch, tiny_llama, run_dir))
     assert isinstance(caught.value, E.CeltkError)
     assert caught.value.__cause__ is None or case in {"corrupted-weights"}  # no chained library traceback to read
-    if case == "disk-full":
+    if case in {"disk-full", "nan-into-json"}:
         assert not list(tmp_path.iterdir())  # nothing half-written left behind
+    if os.environ.get("CELTK_ERROR_TABLE"):  # collect the messages for the README's table (see readme_table)
+        with open(os.environ["CELTK_ERROR_TABLE"], "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"case": case, "error": type(caught.value).__name__,
+                                     "message": _placeholders(str(caught.value), tmp_path)}) + "\n")
+
+
+def _placeholders(message: str, tmp_path: Path) -> str:
+    """A message with temporary paths written DIR and process ids N, as the README shows it."""
+    message = message.replace(str(tmp_path), "DIR")
+    message = re.sub(re.escape(str(tmp_path.parent)) + r"/[^/\s'\"]+", "DIR", message)
+    return re.sub(r"celtk pid \d+", "celtk pid N", message)
+
+
+def readme_table(records: list[dict]) -> str:
+    """The README's bad-input table, grouped by family in the order of :data:`FAMILIES`.
+
+    Regenerate: ``CELTK_ERROR_TABLE=/tmp/cases.jsonl pytest tests/unit/test_errors.py``, then
+    ``python tests/unit/test_errors.py /tmp/cases.jsonl`` prints the table."""
+    by_case = {r["case"]: r for r in records}
+    rows = ["| family | case | what you get |", "|---|---|---|"]
+    for family, cases in FAMILIES.items():
+        for case in cases:
+            text = f"{by_case[case]['error']}: {by_case[case]['message']}".replace("|", "\\|")
+            rows.append(f"| {family} | `{case}` | {text} |")
+    return "\n".join(rows) + "\n"
 
 
 def test_readme_lists_every_case():
@@ -375,3 +500,15 @@ def test_readme_lists_every_case():
     missing = [case for case in CASES if f"`{case}`" not in readme]
     assert not missing, f"README's bad-input table lacks {missing}"
     assert len(CASES) >= 25
+
+
+def test_every_case_has_one_family_and_the_readme_shows_it():
+    listed = [case for cases in FAMILIES.values() for case in cases]
+    assert sorted(listed) == sorted(CASES)  # each case in exactly one family
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    wrong = [case for family, cases in FAMILIES.items() for case in cases if f"| {family} | `{case}` |" not in readme]
+    assert not wrong, f"README's bad-input table shows these cases without their family: {wrong}"
+
+
+if __name__ == "__main__":
+    print(readme_table([json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines()]), end="")

@@ -1,0 +1,73 @@
+"""One run per directory: checks that the documents a stage reads were written by the same run
+(same task, weights, discovery set, head count), naming the file that disagrees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from celtk.errors import RunStoreError
+from celtk.heads import HeadSet, all_heads
+from celtk.runstore import read_json
+
+
+def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[Any, Any]]) -> None:
+    """Refuse when any named value differs between ``first`` and ``second`` (both files in ``out``)."""
+    differ = [name for name, (a, b) in pairs.items() if a != b]
+    if differ:
+        detail = "; ".join(f"{name}: {_short(pairs[name][0])} in {first}, {_short(pairs[name][1])} in {second}"
+                           for name in differ[:3])
+        raise RunStoreError(f"{Path(out) / second} does not belong to the run of {first} ({detail}). Results are never "
+                            f"mixed: rerun the stage that writes {second}, or use a new run directory.")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def check_screen_complete(out: Path, doc) -> None:
+    """A merged screen names every head of the model once, each with one outcome per discovery example."""
+    n = len(doc.intact_correct)
+    if not n == doc.n == len(doc.discovery_ids) == len(doc.discovery_hashes):
+        raise RunStoreError(f"{out}/screen.json is inconsistent: {doc.n} examples, {n} intact outcomes, "
+                            f"{len(doc.discovery_ids)} discovery ids; rerun the screen in a new directory.")
+    expected = [str(HeadSet((h,))) for h in all_heads(doc.n_layers, doc.n_heads)]
+    names = [row.head for row in doc.heads]
+    if sorted(names) != sorted(expected):
+        missing = sorted(set(expected) - set(names), key=expected.index)
+        extra = sorted(set(names) - set(expected)) + sorted({h for h in names if names.count(h) > 1})
+        raise RunStoreError(f"{out}/screen.json covers {len(set(names) & set(expected))} of the model's {len(expected)} "
+                            f"heads (missing {', '.join(missing[:5]) or 'none'}; unexpected or repeated "
+                            f"{', '.join(extra[:5]) or 'none'}); a screen must cover every head once — rerun or merge it.")
+    short = next((row.head for row in doc.heads if len(row.correct) != n), None)
+    if short:
+        raise RunStoreError(f"{out}/screen.json: head {short} has outcomes for a different number of examples than "
+                            f"the intact model ({n}); rerun the screen in a new directory.")
+
+
+def check_screen_fingerprint(out: Path, doc) -> None:
+    """``screen.json`` must describe the run recorded in ``fingerprint.json`` (when there is one)."""
+    path = Path(out) / "fingerprint.json"
+    if not path.exists():
+        return
+    fp = read_json(path)
+    _agree(out, "fingerprint.json", "screen.json", {
+        "task": (fp.get("task"), doc.task), "weight hash": (fp.get("weight_hash"), doc.weight_hash),
+        "discovery hash": (fp.get("discovery"), doc.splits.get("discovery_hash")),
+        "seed": (fp.get("seed"), doc.config.get("seed"))})
+
+
+def check_selection_matches_screen(out: Path, selection, screen) -> None:
+    """``selection.json`` must have been searched on this directory's ``screen.json``."""
+    _agree(out, "screen.json", "selection.json", {
+        "task": (screen.task, selection.task), "weight hash": (screen.weight_hash, selection.model.get("weight_hash")),
+        "discovery hash": (screen.splits.get("discovery_hash"), selection.discovery_hash),
+        "discovery ids": (screen.discovery_ids, selection.discovery_ids)})
+
+
+def check_test_matches_selection(out: Path, test, selection) -> None:
+    """``test.json`` must test this directory's ``selection.json``."""
+    _agree(out, "selection.json", "test.json", {
+        "heads": (selection.heads, test.heads), "task": (selection.task.get("task"), test.task),
+        "model": (selection.model.get("name"), test.model)})
