@@ -15,7 +15,6 @@ from celtk.heads import Head, HeadSet
 from celtk.scores import HeadScore, rank
 from celtk.stats import discordance_noise
 
-
 MAX_SUBSETS = 1_000_000  # Algorithm 1 subsets one search may evaluate
 
 

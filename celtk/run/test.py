@@ -10,8 +10,8 @@ from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument, TestExample
-from celtk.run.session import check_no_overlap, session_for
 from celtk.run.integrity import check_selection_matches_screen
+from celtk.run.session import check_no_overlap, session_for
 from celtk.runstore import check_fingerprint, locked
 from celtk.stats import compare_paired, defined
 
