@@ -41,10 +41,14 @@ def tokenizer():
     return tok
 
 
+from celtk.models import Architecture
+
+
 def fake_model(tokenizer, architecture="LlamaForCausalLM"):
     """A :class:`Model` without weights: prompt building needs only the tokenizer and architecture."""
     return Model(bridge=None, tokenizer=tokenizer, name="no-weights", source="test", architecture=architecture,
-                 n_layers=1, n_heads=1, n_kv_heads=1, d_head=1, d_model=1, d_vocab=len(tokenizer))
+                 n_layers=1, n_heads=1, n_kv_heads=1, d_head=1, d_model=1, d_vocab=len(tokenizer),
+                 arch=object.__new__(Architecture))  # no weights: an empty Architecture (prompts never read it)
 
 
 def freeze_today(monkeypatch, day: datetime.datetime) -> None:
