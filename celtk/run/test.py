@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from celtk.ablation import ablate
 from celtk.errors import RunStoreError
+from celtk.evaluator import EvalResult
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.documents import SelectionDocument, TestDocument, TestExample
-from celtk.run.session import check_no_overlap, session_for
-from celtk.runstore import locked
+from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument, TestExample
+from celtk.run.frozen import log_heldout
+from celtk.run.session import Session, check_no_overlap, session_for
+from celtk.runstore import bits, locked
 from celtk.stats import compare_paired
 
 Progress = Callable[[str, int, int], None]
@@ -19,19 +22,21 @@ Progress = Callable[[str, int, int], None]
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
              progress: Progress | None = None) -> TestDocument:
     """Score ``selection.json``'s heads and the intact model on the held-out set (``heldout``
-    examples, default as configured); McNemar and a paired bootstrap CI; writes ``test.json``."""
+    examples, default as configured) in two streamed passes; McNemar and a paired bootstrap CI;
+    writes ``test.json`` and appends to ``heldout_log.jsonl``. Refuses a changed discovery set,
+    shots or intact baseline."""
     out = Path(out)
     with locked(out):
         sel = SelectionDocument.load(out)
         session = session_for(sel, model, **({"heldout": heldout} if heldout is not None else {}))
         if session.task.config() != sel.task:
             raise RunStoreError(f"selection.json was made for task {sel.task['task']!r}, not {session.task.full_name!r}.")
+        check_frozen(out, sel, session)
         check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
         heads = HeadSet.parse(",".join(sel.heads))
         if progress:
             progress("test", 0, 2)
-        intact, results = session.screener("heldout").run([heads])
-        ablated = results[heads]
+        intact, ablated = score_streaming(session, "heldout", heads)
         if progress:
             progress("test", 2, 2)
         cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
@@ -45,4 +50,40 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
                                   intact_logprob=a.logprob, ablated_logprob=b.logprob)
                       for a, b in zip(intact.examples, ablated.examples)])
         document.save(out)
+        log_heldout(out, "test", [sel.heads], document.heldout_hash, n=document.n)
         return document
+
+
+def check_frozen(out: Path, sel: SelectionDocument, session: Session) -> None:
+    """Refuse a test whose discovery set, shots or intact baseline differ from the selection's."""
+    manifest = session.splits.manifest()
+    if manifest["discovery_hash"] != sel.discovery_hash:
+        raise RunStoreError(f"The discovery set drawn now (hash {manifest['discovery_hash']}) differs from the one "
+                            f"selection.json was frozen on ({sel.discovery_hash}); the task data or split settings changed.")
+    if manifest["shot_ids"] != sel.shots:
+        raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest['shot_ids']) or 'none'}) differ from "
+                            f"those of selection.json ({', '.join(sel.shots) or 'none'}); test with the selection's settings.")
+    if (out / ScreenDocument.FILE).exists():
+        stored = ScreenDocument.load(out).intact_correct
+        intact, _ = score_streaming(session, "discovery", None)
+        if bits(intact.correct) != stored:
+            raise RunStoreError(f"{out}: the intact model now scores the discovery set differently from screen.json, so "
+                                "the baseline changed (model, data, device or numerics); test on the screen's setup.")
+
+
+def score_streaming(session: Session, which: str, heads: HeadSet | None) -> tuple[EvalResult, EvalResult | None]:
+    """Two plain passes over a split, intact then under ``heads`` (none when ``None``), one batch
+    resident at a time: no layer cache, so the held-out set's size does not bound memory."""
+    from celtk.evaluator import aggregate, make_batches, score_requests
+    from celtk.screen import auto_batch
+
+    prepared, model = session.prepared(which), session.model
+    size = session.config.batch_size
+    if size == "auto":
+        size = auto_batch(model, prepared)[0]
+    batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
+    intact = aggregate(prepared, *score_requests(model, prepared, batches))
+    if heads is None:
+        return intact, None
+    with ablate(model, heads):
+        return intact, aggregate(prepared, *score_requests(model, prepared, batches))
