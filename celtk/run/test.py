@@ -65,25 +65,26 @@ def check_frozen(out: Path, sel: SelectionDocument, session: Session) -> None:
                             f"those of selection.json ({', '.join(sel.shots) or 'none'}); test with the selection's settings.")
     if (out / ScreenDocument.FILE).exists():
         stored = ScreenDocument.load(out).intact_correct
-        intact, _ = score_streaming(session, "discovery", None)
+        intact, _ = session.screener("discovery").run([])  # the path that produced the stored baseline
         if bits(intact.correct) != stored:
             raise RunStoreError(f"{out}: the intact model now scores the discovery set differently from screen.json, so "
                                 "the baseline changed (model, data, device or numerics); test on the screen's setup.")
 
 
-def score_streaming(session: Session, which: str, heads: HeadSet | None) -> tuple[EvalResult, EvalResult | None]:
-    """Two plain passes over a split, intact then under ``heads`` (none when ``None``), one batch
-    resident at a time: no layer cache, so the held-out set's size does not bound memory."""
+def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalResult, EvalResult]:
+    """Two plain passes over a split, intact then under ``heads``, one batch resident at a time:
+    no layer cache, so the held-out set's size does not bound memory."""
     from celtk.evaluator import aggregate, make_batches, score_requests
     from celtk.screen import auto_batch
 
+    if session.task.kind == "generate":  # graded by generation: the session's screener decodes
+        intact, results = session.screener(which).run([heads])
+        return intact, results[heads]
     prepared, model = session.prepared(which), session.model
     size = session.config.batch_size
     if size == "auto":
         size = auto_batch(model, prepared)[0]
     batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
-    if heads is None:
-        return intact, None
     with ablate(model, heads):
         return intact, aggregate(prepared, *score_requests(model, prepared, batches))
