@@ -350,11 +350,11 @@ class StopRule:
 
 
 def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example] | None = None) -> list[list[int]]:
-    """Each prompt's token ids as the tokenizer encodes it alone (with BOS where it adds one)."""
-    special = adds_bos(model.tokenizer)
+    """Each prompt's token ids as the tokenizer encodes it alone (with BOS where it adds one and
+    the prompt, e.g. a Llama or Gemma chat template, does not already begin with it)."""
     out = []
     for i, prompt in enumerate(prompts):
-        ids = model.tokenizer(prompt, add_special_tokens=special).input_ids
+        ids = model.tokenizer(prompt, add_special_tokens=adds_special_tokens(model.tokenizer, prompt)).input_ids
         if not ids:
             name = examples[i].id if examples is not None else i
             raise TaskError(f"Example {name}: its prompt encodes to no tokens; every prompt needs at least one token.")

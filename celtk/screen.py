@@ -229,13 +229,14 @@ class CachedScreener:
     def run(self, sets: Iterable[HeadSet], on_layer: Callable[[int, dict[HeadSet, EvalResult]], None] | None = None,
             on_intact: Callable[[EvalResult], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
         """Score every set; ``on_intact`` fires once the intact pass is done, ``on_layer(l, results)``
-        as the sets whose earliest head is in layer ``l`` finish."""
+        as the sets whose earliest head is in layer ``l`` finish. ``HeadSet()`` (the null ablation)
+        is scored through the ablated replay from layer 0, so it checks that path against the intact one."""
         sets = list(sets)
         by_start: dict[int, list[HeadSet]] = {}
         for heads in dict.fromkeys(sets):
             self.model.validate_heads(heads)
-            if len(heads):
-                by_start.setdefault(heads.heads[0].layer, []).append(heads)
+            # the null ablation (HeadSet()) replays from layer 0 like any ablation, with a mask of nothing
+            by_start.setdefault(heads.heads[0].layer if len(heads) else 0, []).append(heads)
         results: dict[HeadSet, EvalResult] = {}
         with torch.no_grad(), ablate(self.model, HeadSet()):
             prefix = self._prefix()
@@ -252,8 +253,6 @@ class CachedScreener:
                 if layer < last:
                     for state in states:
                         self._advance(prefix, state, layer)
-        if HeadSet() in set(sets):
-            results[HeadSet()] = intact
         return intact, results
 
     # -- intact passes -------------------------------------------------------------

@@ -12,6 +12,8 @@ from celtk.registry import STRATEGIES
 
 def _run_options(fn):
     options = [
+        click.option("--preset", default=None, help="Settings bundle under the config file and flags: 'paper' "
+                     "(the paper's sizes and splits for the task) or 'paper:TASK'; see the README."),
         click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False), help="JSON or TOML settings (flags override)."),
         click.option("--model", default=None, help="Alias, hub id, HF directory or .gguf (default smollm2-135m)."),
         click.option("--task", default=None, help="Task (default arithmetic:2da); see `celtk tasks`."),
@@ -21,6 +23,7 @@ def _run_options(fn):
         click.option("--seed", type=click.IntRange(min=0), default=None, help="Split and shot seed (default 0)."),
         click.option("--fewshot", type=click.IntRange(min=0), default=None, help="Shots per prompt (default 3)."),
         click.option("--chat/--no-chat", default=None, help="Chat template (default off)."),
+        click.option("--chat-date", default=None, help="ISO date chat templates see as 'today' (default 2024-07-26)."),
         click.option("--batch-size", type=_BATCH, default=None, help="Examples per batch, or 'auto' to fit the device's free memory (default 32)."),
         click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default cpu)."),
         click.option("--dtype", default=None, help="float32 (default), bfloat16, float16."),
@@ -74,6 +77,9 @@ def _print_screen(doc, top: int = 10) -> None:
 
 def _print_selection(doc) -> None:
     change = f"discovery accuracy {doc.intact_discovery_accuracy:.1%} → {doc.discovery_accuracy:.1%}"
+    if doc.forced_after_test:
+        console().print("[bold red]Selected again after the held-out test (--force): the held-out set is no longer "
+                        "untouched for this selection.[/]")
     if doc.strategy == "algorithm1":
         console().print(f"Selected [bold]{','.join(doc.heads)}[/] from pool {', '.join(doc.pool)} "
                         f"({doc.n_evaluated_subsets} subsets evaluated): {change}. "
@@ -126,12 +132,14 @@ def merge_cmd(out) -> None:
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True,
               help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads (no pool, --p unused).")
 @click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
-def select_cmd(out, p, k, strategy, width) -> None:
+@click.option("--force", is_flag=True, default=False,
+              help="Reselect after the held-out test has run (recorded in selection.json and shown by report).")
+def select_cmd(out, p, k, strategy, width, force) -> None:
     """Stage 2: search for the best head set, freeze it in OUT/selection.json."""
     from celtk.run.select import run_select
 
     with progress_bar() as progress:
-        doc = run_select(Path(out), p=p, k=k, strategy=strategy, width=width, progress=progress)
+        doc = run_select(Path(out), p=p, k=k, strategy=strategy, width=width, force=force, progress=progress)
     _print_selection(doc)
 
 

@@ -68,12 +68,14 @@ def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed)
         heads.add_row(head, f"{freq:.0%}")
     console().print(heads)
     table = Table(title=f"Distinct selections on {doc.n_heldout} held-out examples "
-                        f"(intact {doc.heldout_intact_accuracy:.1%})")
+                        f"(intact {doc.heldout_intact_accuracy:.1%}); held-out figures marked 'exploratory' "
+                        "compare selections chosen after the fact and are not tests")
     for col in ("heads", "frequency", "discovery gain", "held-out gain", "95% CI", "McNemar p"):
         table.add_column(col, justify="right")
     for row in doc.selections[:15]:
         lo, hi = row.heldout_gain_ci
-        table.add_row(",".join(row.heads) + (" *" if row.is_reference else ""), f"{row.frequency:.0%}",
+        table.add_row(",".join(row.heads) + (" *" if row.is_reference else "") + (" (exploratory)" if row.exploratory else ""),
+                      f"{row.frequency:.0%}",
                       f"{100 * row.discovery_gain:+.1f}", f"{100 * row.heldout_gain:+.1f}",
                       f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{row.heldout_mcnemar_p:.2g}")
     console().print(table)

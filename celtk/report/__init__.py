@@ -144,6 +144,8 @@ def _write_report(out: Path, target: Path | None) -> Path:
         parts.append("<h2>Selection</h2>" + f"<p>Strategy <code>{selection.strategy}</code>, "
                      f"{selection.n_evaluations} interventions evaluated; discovery accuracy "
                      f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%}.</p>"
+                     + ("<p><strong>Selected again after the held-out test (forced): the held-out set is no longer "
+                        "untouched for this selection.</strong></p>" if selection.forced_after_test else "")
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
                               [[",".join(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
                                for r in selection.ranking[:10]]))
@@ -205,8 +207,10 @@ def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocum
 
 def _stability_section(stability: StabilityDocument) -> str:
     return ("<h2>Stability</h2>" + f"<p>{stability.n_resamples} {stability.resampling} resamples; "
-            f"mean pairwise Jaccard {stability.mean_pairwise_jaccard:.2f}.</p>" + _table(
+            f"mean pairwise Jaccard {stability.mean_pairwise_jaccard:.2f}. Held-out figures of selections other "
+            "than the frozen one are exploratory: they were compared on the held-out set after the fact.</p>" + _table(
                 ["heads", "frequency", "held-out gain (pts)", "95% CI"],
-                [[",".join(r.heads), f"{r.frequency:.0%}", f"{100 * r.heldout_gain:+.1f}",
+                [[",".join(r.heads) + (" (exploratory)" if r.exploratory else ""), f"{r.frequency:.0%}",
+                  f"{100 * r.heldout_gain:+.1f}",
                   f"[{100 * r.heldout_gain_ci[0]:+.1f}, {100 * r.heldout_gain_ci[1]:+.1f}]"]
                  for r in stability.selections[:10]]))

@@ -1,4 +1,4 @@
-"""What a run depends on, and where its settings come from: defaults < config file < overrides.
+"""What a run depends on, and where its settings come from: defaults < preset < config file < overrides.
 
 The CLI, notebooks and batch scripts resolve settings with the same :func:`resolve_config`,
 so a TOML/JSON file written for one works for the others.
@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
 from celtk.errors import ConfigError
+from celtk.run.presets import preset_names, preset_values
+
+CHAT_DATE = "2024-07-26"  # celtk.evaluator.CHAT_DATE; repeated so that reading a config does not import torch
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run depends on. Precedence: defaults < config file < overrides.
+    """Everything a run depends on. Precedence: defaults < preset < config file < overrides.
 
     A new setting is one typed field here (with its default) plus, if it has a range, one
     line in :meth:`validated`."""
@@ -31,6 +35,7 @@ class RunConfig:
     seed: int = 0
     fewshot: int = 3
     chat: bool = False
+    chat_date: str = CHAT_DATE  # the date chat templates that write "today" see (ISO)
     batch_size: int | str = 32  # or "auto": fit the device's free memory
     device: str = "cpu"
     dtype: str = "float32"
@@ -41,6 +46,7 @@ class RunConfig:
     stop: list[str] | None = None  # generation stop strings (jsonl generate grading; default a newline)
     max_new_tokens: int | None = None  # generation token limit (jsonl generate grading; default 32)
     allow_code: bool = False  # let code tasks (mbpp, humaneval) run generated code in the sandbox
+    preset: str | None = None  # recorded: which preset (celtk.run.presets) filled unset settings
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -68,6 +74,13 @@ class RunConfig:
         for name in ("fewshot", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be non-negative, got {getattr(self, name)}.")
+        if self.preset is not None and self.preset not in preset_names():
+            raise ConfigError(f"Unknown preset {self.preset!r}; choose one of {', '.join(preset_names())}.")
+        try:
+            date.fromisoformat(self.chat_date)
+        except (TypeError, ValueError):
+            raise ConfigError(f"chat_date must be an ISO date (YYYY-MM-DD) such as {CHAT_DATE!r}, "
+                              f"got {self.chat_date!r}.") from None
         return self
 
 
@@ -115,7 +128,12 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
 
 
 def resolve_config(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """defaults < ``config_file`` < ``overrides`` (an override of ``None`` means "not given")."""
+    """defaults < preset < ``config_file`` < ``overrides`` (an override of ``None`` means "not given").
+
+    The preset (``preset`` in the file or overrides) fills only what neither sets; it is chosen
+    for the task the file and overrides give."""
     values = load_config_file(config_file)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if values.get("preset") is not None:
+        values = preset_values(values["preset"], values.get("task")) | values
     return RunConfig.from_dict(values, where=str(config_file) if config_file else "overrides")

@@ -120,6 +120,7 @@ class ScreenDocument(Document):
     shard: list[int] | None
     config: dict[str, Any]  # RunConfig fields and celtk_version
     heads: list[ScreenRow] = rows(ScreenRow)
+    null_ablation: dict[str, Any] | None = optional()  # fixes, damage, max_abs_logprob_diff (0, 0, ~0 expected)
 
     @property
     def n_layers(self) -> int:
@@ -194,6 +195,7 @@ class SelectionDocument(Document):
     n_evaluated_subsets: int | None = optional()
     pool: list[str] | None = optional()
     flagged_interactions: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
+    forced_after_test: bool | None = optional()  # reselected with force=True after test.json existed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +267,7 @@ class StableSelection(Record):
     heldout_gain: float
     heldout_gain_ci: list[float]
     heldout_mcnemar_p: float
+    exploratory: bool = True  # held-out figures of selections other than the frozen one: not a test
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,6 +75,9 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
 
         def on_layer(layer: int, results) -> None:
             nonlocal finished
+            results = {h: r for h, r in results.items() if len(h)}  # the null control is kept apart
+            if not results:
+                return
             rows = [_row(h, r.correct, intact_holder[0].correct).to_json()
                     for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
             _write_generations(directory, f"L{layer}", {str(h): r for h, r in results.items()})
@@ -83,13 +86,14 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
             if progress:
                 progress("screen", finished, total)
 
-        intact, _ = screener.run(todo, on_layer=on_layer, on_intact=intact_holder.append)
+        intact, scored = screener.run(todo + [HeadSet()], on_layer=on_layer, on_intact=intact_holder.append)
         _write_generations(directory, "intact", {"intact": intact})
         _check_intact(directory, intact)
+        null = null_control(intact, scored[HeadSet()])
         mine = {str(h) for h in heads}
         rows = [ScreenRow.from_json(row) for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:]))
                 for row in read_json(p)["heads"] if row["head"] in mine]
-        document = _screen_document(session, intact, rows, shard)
+        document = replace(_screen_document(session, intact, rows, shard), null_ablation=null)
         document.save(directory)
         _write_screen_csv(directory / "screen.csv", rows)
         write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2), "heads": len(todo)})
@@ -116,6 +120,14 @@ def _check_intact(directory: Path, intact) -> None:
                                 "data changed under the same name. Use a new run directory.")
     else:
         write_json(path, current)
+
+
+def null_control(intact, null) -> dict:
+    """The null ablation (no head) scored through the ablated path against the intact pass:
+    fixes = damage = 0 and log-probabilities equal up to float error when the two paths agree."""
+    score = HeadScore.compare(HeadSet(), null.correct, intact.correct)
+    diffs = [abs(a.logprob - b.logprob) for a, b in zip(intact.examples, null.examples)]
+    return {"fixes": score.fixes, "damage": score.damage, "max_abs_logprob_diff": float(max(diffs, default=0.0))}
 
 
 def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> ScreenDocument:

@@ -11,8 +11,9 @@ import numpy as np
 from celtk import __version__
 from celtk.models import Model
 from celtk.run.documents import DiagnosticsDocument, Interaction, RankedSet, SelectionDocument
+from celtk.run.frozen import log_heldout, refuse_select_after_test
 from celtk.run.memo import memo_for
-from celtk.run.session import ScreenedRun, open_run
+from celtk.run.session import ScreenedRun, open_run, verify_intact
 from celtk.runstore import locked
 from celtk.selection import n_subsets
 from celtk.strategies import SearchResult, get_strategy
@@ -21,18 +22,24 @@ Progress = Callable[[str, int, int], None]
 
 
 def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
-               model: Model | None = None, progress: Progress | None = None) -> SelectionDocument:
+               model: Model | None = None, force: bool = False, progress: Progress | None = None) -> SelectionDocument:
     """``algorithm1`` (default): pool the top-p heads, evaluate every subset of size 2..k, freeze
     the best. ``greedy`` / ``beam`` (width ``width``): search over all heads (``p`` unused).
-    Writes ``selection.json`` and ``diagnostics.json``; resumes an interrupted search."""
+    Writes ``selection.json`` and ``diagnostics.json``; resumes an interrupted search. Refused
+    once the run has been tested unless ``force`` (then recorded as ``forced_after_test``)."""
     out = Path(out)
     search = get_strategy(strategy)
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
     with locked(out):
+        forced = refuse_select_after_test(out, force)
         run = open_run(out, model)
+        verify_intact(run)
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
         result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)
         document = _selection_document(run, result, p, k)
+        if forced:
+            document = replace(document, forced_after_test=True)
+            log_heldout(out, "reselect-forced", [document.heads], "", note="select rerun with force after test")
         document.save(out)
         _diagnostics_document(result).save(out)
         return document

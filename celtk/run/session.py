@@ -42,7 +42,7 @@ class Session:
         from celtk.evaluator import prepare
 
         examples = self.splits.discovery if which == "discovery" else self.splits.heldout
-        return prepare(self.model, self.task, examples, self.splits.shots, self.config.chat)
+        return prepare(self.model, self.task, examples, self.splits.shots, self.config.chat, self.config.chat_date)
 
     def screener(self, which: str):
         """A :class:`celtk.screen.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
@@ -61,11 +61,15 @@ class Session:
         return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What results depend on (not batch size or device, which must not change them)."""
+        """What results depend on (not batch size or device, which must not change them); the
+        hash of the discovery prompts' token ids refuses any change of prompt (template, date, shot text)."""
+        from celtk.evaluator import prepared_hash
+
         c = self.config
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
-                "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "discovery": self.splits.manifest()["discovery_hash"],
-                "shots": [s.id for s in self.splits.shots], "share_prefix_exact": True}
+                "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
+                "discovery": self.splits.manifest()["discovery_hash"], "shots": [s.id for s in self.splits.shots],
+                "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True}
 
 
 def task_for(config: RunConfig) -> Task:
@@ -152,3 +156,19 @@ def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], held
     if count:
         raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made on: "
                          f"{shown}. Held-out examples must take no part in selection.")
+
+
+def verify_intact(run: ScreenedRun) -> None:
+    """Recompute the intact discovery outcomes (and the null ablation, through the ablated path)
+    and refuse unless both equal the screen's stored ``intact_correct``: one baseline per run."""
+    from celtk.runstore import bits
+
+    intact, scored = run.session.screener("discovery").run([HeadSet()])
+    stored = bits(run.intact)
+    for name, result in (("intact model", intact), ("null ablation", scored[HeadSet()])):
+        now = bits(result.correct)
+        if now != stored:
+            differ = sum(a != b for a, b in zip(now, stored))
+            raise RunStoreError(f"{run.out}: the {name} now scores {differ} of {len(stored)} discovery examples differently "
+                                "from the intact result stored in screen.json, so the baseline changed (model, data, "
+                                "device or numerics). Rerun the screen in a new run directory on this setup.")

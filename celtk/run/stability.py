@@ -10,9 +10,10 @@ import numpy as np
 
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.documents import StabilityDocument, StableSelection
+from celtk.run.documents import SelectionDocument, StabilityDocument, StableSelection
+from celtk.run.frozen import log_heldout
 from celtk.run.memo import memo_for
-from celtk.run.session import check_no_overlap, open_run
+from celtk.run.session import check_no_overlap, open_run, verify_intact
 from celtk.runstore import locked
 from celtk.stability import stability
 from celtk.stats import compare_paired, defined
@@ -25,11 +26,13 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
                   strategy: str = "algorithm1", p: int = 10, k: int = 3, width: int = 3, model: Model | None = None,
                   n_boot: int = 2000, progress: Progress | None = None) -> StabilityDocument:
     """Selections of ``strategy`` on ``resamples`` resamples of the discovery set, how often each
-    head and set is chosen, and each distinct selection's held-out gain."""
+    head and set is chosen, and each distinct selection's held-out gain: exploratory for every
+    selection but the frozen one (``selection.json``), since many are compared on the same held-out set."""
     out = Path(out)
     get_strategy(strategy).check(k=k, p=p, width=width)
     with locked(out):
         run = open_run(out, model)
+        verify_intact(run)
         memo = memo_for(run, progress, "stability")
         result = stability(run.scores, run.intact, memo, n_resamples=resamples, method=method, fraction=fraction,
                            seed=seed, strategy=strategy, p=p, k=k, width=width)
@@ -41,7 +44,11 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
         held_intact, held = session.screener("heldout").run(distinct)
         if progress:
             progress("held-out", len(distinct), len(distinct))
+        log_heldout(out, "stability", [h.names() for h in distinct], session.splits.manifest()["heldout_hash"],
+                    exploratory=True)
         full = memo(distinct)
+        # only the selection frozen before the test is a confirmatory held-out figure; the rest were chosen after
+        frozen = SelectionDocument.load(out).heads if (out / SelectionDocument.FILE).exists() else None
         rows = []
         for heads in distinct:
             cmp = compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot, seed=session.config.seed)
@@ -49,7 +56,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
                 heads=heads.names(), frequency=result.subset_frequency.get(str(heads), 0.0),
                 is_reference=heads == result.reference, discovery_gain=float(full[heads].mean() - run.intact.mean()),
                 heldout_gain=defined(cmp.gain, "gain"), heldout_gain_ci=list(defined(cmp.gain_ci, "gain CI")),
-                heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p")))
+                heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), exploratory=heads.names() != frozen))
         rows.sort(key=lambda r: (-r.frequency, r.heads))
         gains = np.array([next(r.heldout_gain for r in rows if r.heads == s.names()) for s in result.selections])
         document = StabilityDocument(

@@ -6,13 +6,16 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from celtk.ablation import ablate
 from celtk.errors import RunStoreError
+from celtk.evaluator import EvalResult
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument, TestExample
+from celtk.run.frozen import log_heldout
 from celtk.run.integrity import check_selection_matches_screen
-from celtk.run.session import check_no_overlap, session_for
-from celtk.runstore import check_fingerprint, locked
+from celtk.run.session import Session, check_no_overlap, session_for
+from celtk.runstore import bits, check_fingerprint, locked
 from celtk.stats import compare_paired, defined
 
 Progress = Callable[[str, int, int], None]
@@ -21,7 +24,9 @@ Progress = Callable[[str, int, int], None]
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
              progress: Progress | None = None) -> TestDocument:
     """Score ``selection.json``'s heads and the intact model on the held-out set (``heldout``
-    examples, default as configured); McNemar and a paired bootstrap CI; writes ``test.json``."""
+    examples, default as configured) in two streamed passes; McNemar and a paired bootstrap CI;
+    writes ``test.json`` and appends to ``heldout_log.jsonl``. Refuses a changed discovery set,
+    shots or intact baseline."""
     out = Path(out)
     with locked(out):
         sel = SelectionDocument.load(out)
@@ -31,12 +36,12 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
         if (out / ScreenDocument.FILE).exists():
             check_selection_matches_screen(out, sel, ScreenDocument.load(out))
+        check_frozen(out, sel, session)
         check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
         heads = HeadSet.parse(",".join(sel.heads))
         if progress:
             progress("test", 0, 2)
-        intact, results = session.screener("heldout").run([heads])
-        ablated = results[heads]
+        intact, ablated = score_streaming(session, "heldout", heads)
         if progress:
             progress("test", 2, 2)
         cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
@@ -53,9 +58,46 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
                                   intact_generation=a.extra.get("generation"), ablated_generation=b.extra.get("generation"))
                       for a, b in zip(intact.examples, ablated.examples)])
         document.save(out)
+        log_heldout(out, "test", [sel.heads], document.heldout_hash, n=document.n)
         return document
 
 
 def _finite(logprob):
     """A generation-graded example has no target log-probability (NaN); the document records ``None``."""
     return None if isinstance(logprob, float) and math.isnan(logprob) else logprob
+
+
+def check_frozen(out: Path, sel: SelectionDocument, session: Session) -> None:
+    """Refuse a test whose discovery set, shots or intact baseline differ from the selection's."""
+    manifest = session.splits.manifest()
+    if manifest["discovery_hash"] != sel.discovery_hash:
+        raise RunStoreError(f"The discovery set drawn now (hash {manifest['discovery_hash']}) differs from the one "
+                            f"selection.json was frozen on ({sel.discovery_hash}); the task data or split settings changed.")
+    if manifest["shot_ids"] != sel.shots:
+        raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest['shot_ids']) or 'none'}) differ from "
+                            f"those of selection.json ({', '.join(sel.shots) or 'none'}); test with the selection's settings.")
+    if (out / ScreenDocument.FILE).exists():
+        stored = ScreenDocument.load(out).intact_correct
+        intact, _ = session.screener("discovery").run([])  # the path that produced the stored baseline
+        if bits(intact.correct) != stored:
+            raise RunStoreError(f"{out}: the intact model now scores the discovery set differently from screen.json, so "
+                                "the baseline changed (model, data, device or numerics); test on the screen's setup.")
+
+
+def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalResult, EvalResult]:
+    """Two plain passes over a split, intact then under ``heads``, one batch resident at a time:
+    no layer cache, so the held-out set's size does not bound memory."""
+    from celtk.evaluator import aggregate, make_batches, score_requests
+    from celtk.screen import auto_batch
+
+    if session.task.kind == "generate":  # graded by generation: the session's screener decodes
+        intact, results = session.screener(which).run([heads])
+        return intact, results[heads]
+    prepared, model = session.prepared(which), session.model
+    size = session.config.batch_size
+    if size == "auto":
+        size = auto_batch(model, prepared)[0]
+    batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
+    intact = aggregate(prepared, *score_requests(model, prepared, batches))
+    with ablate(model, heads):
+        return intact, aggregate(prepared, *score_requests(model, prepared, batches))

@@ -77,7 +77,8 @@ def make_splits(task: Task, n_discovery: int | None, n_heldout: int | None, *, s
     With one evaluation pool (arithmetic, jsonl) the pool is shuffled once by ``seed``:
     discovery takes from the front and held-out from the back, so either set is the same
     whatever the other's size. With an official held-out split (BoolQ, HellaSwag, MBPP)
-    held-out comes from it and discovery from the training split. Examples whose content
+    held-out comes from it (all of it, in split order, or a ``seed``-ed random sample of it in
+    split order) and discovery from the training split. Examples whose content
     repeats, or equals a few-shot example, are dropped first.
     """
     pools = task.load_pools()
@@ -99,6 +100,9 @@ def make_splits(task: Task, n_discovery: int | None, n_heldout: int | None, *, s
     else:
         held_pool = _dedupe(pools.heldout, banned)
         heldout = _take(held_pool, n_heldout, "held-out", f"the official held-out split of {task.full_name}")
+        if len(heldout) < len(held_pool):  # a seeded random sample (in split order), not the split's first rows
+            keep = sorted(random.Random(f"celtk-heldout-{seed}").sample(range(len(held_pool)), len(heldout)))
+            heldout = [held_pool[i] for i in keep]
         disc_pool = _dedupe(pools.discovery, banned | {e.content_hash for e in held_pool})
         rng.shuffle(disc_pool)
         discovery = _take(disc_pool, n_discovery, "discovery", f"the discovery split of {task.full_name}")
