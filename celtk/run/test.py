@@ -19,7 +19,8 @@ Progress = Callable[[str, int, int], None]
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
              progress: Progress | None = None) -> TestDocument:
     """Score ``selection.json``'s heads and the intact model on the held-out set (``heldout``
-    examples, default as configured); McNemar and a paired bootstrap CI; writes ``test.json``."""
+    examples, default as configured); McNemar and a paired bootstrap CI, and the shrinkage from
+    the selection-biased discovery gain to the held-out gain; writes ``test.json``."""
     out = Path(out)
     with locked(out):
         sel = SelectionDocument.load(out)
@@ -43,6 +44,7 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
             heldout_hash=session.splits.manifest()["heldout_hash"],
             examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
                                   intact_logprob=a.logprob, ablated_logprob=b.logprob)
-                      for a, b in zip(intact.examples, ablated.examples)])
+                      for a, b in zip(intact.examples, ablated.examples)],
+            discovery_gain=sel.discovery_gain, shrinkage=sel.discovery_gain - cmp.gain)
         document.save(out)
         return document
