@@ -109,7 +109,8 @@ def shape_from_config(config: Any) -> Shape:
             config = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as error:
             raise ConfigError(f"Cannot read model config {path}: {error}. Give an HF config.json.") from None
-    get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
+    def get(key: str) -> Any:  # Any: config values are JSON numbers, checked for presence below
+        return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
     if isinstance(config, dict) and "text_config" in config:  # multimodal wrappers (Gemma 3)
         return shape_from_config(config["text_config"])
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if get(k) is None]
