@@ -191,7 +191,7 @@ def _test_section(test: TestDocument) -> str:
         [[",".join(test.heads), test.n, f"{test.intact_accuracy:.1%}", f"{test.ablated_accuracy:.1%}",
           f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", "undefined" if test.relative_error_reduction is None else f"{100 * test.relative_error_reduction:.1f}%",
           f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]]) + (
-        "" if test.shrinkage is None else f"<p>Shrinkage: discovery gain {100 * test.discovery_gain:+.1f} pts "
+        "" if test.shrinkage is None or test.discovery_gain is None else f"<p>Shrinkage: discovery gain {100 * test.discovery_gain:+.1f} pts "
         f"(selection-biased) − held-out gain {100 * test.gain:+.1f} pts = {100 * test.shrinkage:.1f} pts.</p>")
 
 

@@ -17,9 +17,10 @@ def _forest(path: Path, doc: TransferDocument) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in doc.variants if r.gain is not None]
+    rows = [r for r in doc.variants if r.gain is not None and r.gain_ci is not None]
     fig, ax = plt.subplots(figsize=(6.5, 0.4 * len(rows) + 1.5))
     for y, r in enumerate(rows):
+        assert r.gain is not None and r.gain_ci is not None  # kept above
         lo, hi = r.gain_ci
         colour = "tab:green" if r.holm_p is not None and r.holm_p < 0.05 and r.gain > 0 else (
             "tab:red" if r.holm_p is not None and r.holm_p < 0.05 else "tab:gray")

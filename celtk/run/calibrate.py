@@ -74,7 +74,7 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
 
 def _discordant(out: Path, sel: SelectionDocument) -> np.ndarray:
     """fixes + damage of every candidate the search scored: each screened head and each ranked set."""
-    counts = {(r.head,): r.fixes + r.damage for r in ScreenDocument.load(out).heads}
+    counts: dict[tuple[str, ...], int] = {(r.head,): r.fixes + r.damage for r in ScreenDocument.load(out).heads}
     counts.update({tuple(r.heads): r.fixes + r.damage for r in sel.ranking})
     return np.array(list(counts.values()), dtype=int)
 

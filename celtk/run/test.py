@@ -95,9 +95,7 @@ def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalR
         intact, results = session.screener(which).run([heads])
         return intact, results[heads]
     prepared, model = session.prepared(which), session.model
-    size = session.config.batch_size
-    if size == "auto":
-        size = auto_batch(model, prepared)[0]
+    size = session.config.batch_size if isinstance(session.config.batch_size, int) else auto_batch(model, prepared)[0]
     batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
     with ablate(model, heads):
