@@ -108,7 +108,8 @@ def test_test_refuses_changed_shots_or_discovery(planted, tested_run, tmp_path):
     with pytest.raises(RunStoreError, match="few-shot examples drawn now \\(none\\) differ.*x-1"):
         run_test(out, model=model, n_boot=50)
     (out / "selection.json").write_text(json.dumps(dict(selection, discovery_hash="0" * 16)))
-    with pytest.raises(RunStoreError, match="discovery set drawn now .* differs from the one selection.json"):
+    # the run-directory integrity check (selection vs screen) now names the disagreeing hash first
+    with pytest.raises(RunStoreError, match="discovery hash: '[0-9a-f]{16}' in screen.json, '0{16}' in selection.json"):
         run_test(out, model=model, n_boot=50)
 
 
