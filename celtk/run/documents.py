@@ -121,6 +121,7 @@ class ScreenDocument(Document):
     config: dict[str, Any]  # RunConfig fields and celtk_version
     heads: list[ScreenRow] = rows(ScreenRow)
     null_ablation: dict[str, Any] | None = optional()  # fixes, damage, max_abs_logprob_diff (0, 0, ~0 expected)
+    layers: list[int] | None = optional()  # a quick look screened only these layers (run_screen(layers=...))
 
     @property
     def n_layers(self) -> int:

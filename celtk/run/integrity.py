@@ -32,7 +32,8 @@ def check_screen_complete(out: Path, doc) -> None:
     if not n == doc.n == len(doc.discovery_ids) == len(doc.discovery_hashes):
         raise RunStoreError(f"{out}/screen.json is inconsistent: {doc.n} examples, {n} intact outcomes, "
                             f"{len(doc.discovery_ids)} discovery ids; rerun the screen in a new directory.")
-    expected = [str(HeadSet((h,))) for h in all_heads(doc.n_layers, doc.n_heads)]
+    chosen = set(doc.layers) if getattr(doc, "layers", None) is not None else None  # a declared layer subset
+    expected = [str(HeadSet((h,))) for h in all_heads(doc.n_layers, doc.n_heads) if chosen is None or h.layer in chosen]
     names = [row.head for row in doc.heads]
     if sorted(names) != sorted(expected):
         missing = sorted(set(expected) - set(names), key=expected.index)

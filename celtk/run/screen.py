@@ -93,7 +93,8 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         mine = {str(h) for h in heads}
         rows = [ScreenRow.from_json(row) for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:]))
                 for row in read_json(p)["heads"] if row["head"] in mine]
-        document = replace(_screen_document(session, intact, rows, shard), null_ablation=null)
+        document = replace(_screen_document(session, intact, rows, shard), null_ablation=null,
+                           layers=sorted(set(layers)) if layers is not None else None)
         document.save(directory)
         _write_screen_csv(directory / "screen.csv", rows)
         write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2), "heads": len(todo)})

@@ -93,6 +93,10 @@ def test_screen_of_some_layers_equals_those_rows_of_the_full_screen(planted, tmp
     some = run_screen(planted_config(task), tmp_path / "some", model=model, layers=[0, 2])
     assert some.heads == [r for r in full.heads if r.head.startswith(("L0H", "L2H"))] and some.heads
     assert some.intact_correct == full.intact_correct
+    assert some.layers == [0, 2] and full.layers is None
+    from celtk.run.session import load_screen
+
+    assert len(load_screen(tmp_path / "some")[2]) == 8  # a declared layer subset is complete, not partial
     with pytest.raises(ConfigError, match=r"No layer\(s\) \[7\]"):
         run_screen(planted_config(task), tmp_path / "bad", model=model, layers=[7])
 
