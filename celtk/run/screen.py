@@ -127,7 +127,11 @@ def null_control(intact, null) -> dict:
     """The null ablation (no head) scored through the ablated path against the intact pass:
     fixes = damage = 0 and log-probabilities equal up to float error when the two paths agree."""
     score = HeadScore.compare(HeadSet(), null.correct, intact.correct)
-    diffs = [abs(a.logprob - b.logprob) for a, b in zip(intact.examples, null.examples)]
+    def values(logprob) -> list[float]:  # a float, per-choice floats, or None (generation-graded)
+        return [] if logprob is None else list(logprob) if isinstance(logprob, list) else [logprob]
+
+    diffs = [abs(x - y) for a, b in zip(intact.examples, null.examples)
+             for x, y in zip(values(a.logprob), values(b.logprob))]
     return {"fixes": score.fixes, "damage": score.damage, "max_abs_logprob_diff": float(max(diffs, default=0.0))}
 
 
