@@ -70,7 +70,7 @@ def flipped(rng, intact: np.ndarray, rate: float) -> np.ndarray:
 # -- the key ---------------------------------------------------------------------------
 
 def test_race_key_orders_exactly_like_selection_ranking_key():
-    from celtk.selection import HeadScore, ranking_key  # selection imports torch; this test may
+    from celtk.scores import HeadScore, ranking_key  # the torch-free home of the key; this test may
 
     rng = np.random.default_rng(3)
     for _ in range(20):
