@@ -97,7 +97,7 @@ def test_screen_records_every_heads_generations(generate_run, planted_generate):
 def test_search_strategies_on_generate_run(generate_run, planted_generate, strategy):
     out, _ = generate_run
     model, _ = planted_generate
-    selection = run_select(out, p=4, k=2, strategy=strategy, width=2, model=model)
+    selection = run_select(out, p=4, k=2, strategy=strategy, width=2, model=model, force=True)  # the run is already tested: reselecting is recorded
     assert PLANTED in selection.heads
     assert selection.discovery_accuracy > selection.intact_discovery_accuracy
     test = run_test(out, model=model, n_boot=200)  # the held-out test of this strategy's selection
