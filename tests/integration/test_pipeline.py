@@ -55,11 +55,6 @@ def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
     run_screen(planted_config(task), tmp_path, model=model)
     selection = run_select(tmp_path, p=4, k=2, model=model)
     assert "L1H2" in selection.heads
-    test = run_test(tmp_path, model=model, n_boot=500)
-    assert test.gain > 0 and test.ablated_accuracy > test.intact_accuracy
-    assert test.gain_ci[0] > 0 and test.mcnemar_p < 0.05
-    for name in ("screen.json", "screen.csv", "selection.json", "diagnostics.json", "test.json", "config.json"):
-        assert (tmp_path / name).is_file()
     screen = json.loads((tmp_path / "screen.json").read_text())
     assert len(screen["heads"]) == model.n_layers * model.n_heads and screen["discovery_ids"]
     assert selection.n_evaluated_subsets == 6  # C(4, 2)
@@ -69,6 +64,12 @@ def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
     parts[-1].unlink()
     (tmp_path / "selection.json").unlink()
     assert run_select(tmp_path, p=4, k=2, model=model) == selection
+    # the held-out test comes last: once it has run, selecting again is refused without force
+    test = run_test(tmp_path, model=model, n_boot=500)
+    assert test.gain > 0 and test.ablated_accuracy > test.intact_accuracy
+    assert test.gain_ci[0] > 0 and test.mcnemar_p < 0.05
+    for name in ("screen.json", "screen.csv", "selection.json", "diagnostics.json", "test.json", "config.json"):
+        assert (tmp_path / name).is_file()
 
 
 def test_resume_equals_uninterrupted_and_mismatch_refused(planted, tmp_path):

@@ -157,8 +157,8 @@ def test_cli_verbs_beyond_the_paper(planted, tmp_path):
         assert result.exit_code == 0, result.output
         return result.output
 
-    ok("run", "--model", str(model_dir), "--task", task, "--discovery", "24", "--heldout", "24", "--fewshot", "0",
-       "--batch-size", "8", "--p", "3", "--k", "2", "--out", out)
+    ok("screen", "--model", str(model_dir), "--task", task, "--discovery", "24", "--heldout", "24", "--fewshot", "0",
+       "--batch-size", "8", "--out", out)
     assert "greedy search" in ok("select", out, "--strategy", "greedy", "--k", "2")
     assert "beam search" in ok("select", out, "--strategy", "beam", "--width", "2", "--k", "2")
     assert "gradient screener" in ok("altscreen", out, "--method", "gradient", "--p", "3")
@@ -167,8 +167,14 @@ def test_cli_verbs_beyond_the_paper(planted, tmp_path):
     assert "Attribute scores" in ok("attributes", out, "--length", "10")
     refused = runner.invoke(main, ["compare", out, "--circuit", "ioi-gpt2-small"])
     assert refused.exit_code == 1 and "3 × 4" in refused.output
-    assert str(tmp_path / "run" / "report" / "index.html") in ok("report", out)
     assert json.loads((tmp_path / "run" / "selection.json").read_text())["strategy"] == "beam"
+    ok("test", out)
+    assert str(tmp_path / "run" / "report" / "index.html") in ok("report", out)
+    # once the held-out set has been used, choosing again needs --force, which is recorded
+    refused = runner.invoke(main, ["select", out, "--strategy", "greedy", "--k", "2"])
+    assert refused.exit_code == 1 and "--force" in refused.output
+    ok("select", out, "--strategy", "greedy", "--k", "2", "--force")
+    assert json.loads((tmp_path / "run" / "selection.json").read_text())["forced_after_test"]
 
 
 def test_cli_stages_equal_one_library_call_each(planted, tmp_path):
