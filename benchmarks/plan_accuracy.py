@@ -90,13 +90,15 @@ def main() -> None:
     with torch.no_grad():  # fault every weight page in before any baseline (they are mapped from the file)
         for parameter in model.hf_model.parameters():
             parameter.sum()
-    rows = [measure(model, spec) for spec in CONFIGS]
     print(f"{name}, float32, MALLOC_MMAP_THRESHOLD_={FIXED_THRESHOLD}")
     print(f"{'configuration':60} {'tokens max/mean/prefix':>23} {'measured MB':>12} {'predicted MB':>13} {'ratio':>6}"
-          f" {'file MB':>8}")
-    for r in rows:
+          f" {'file MB':>8}", flush=True)
+    rows = []
+    for spec in CONFIGS:  # each row as soon as it is measured
+        r = measure(model, spec)
+        rows.append(r)
         print(f"{r['name']:60} {r['tokens']:>23} {r['measured_mb']:12.1f} {r['predicted_mb']:13.1f} {r['ratio']:6.2f}"
-              f" {r['file_mb']:8.1f}")
+              f" {r['file_mb']:8.1f}", flush=True)
     print(f"largest deviation: {max(abs(r['ratio'] - 1) for r in rows):.1%} (goal ≤ 25 %)")
 
 
