@@ -1,19 +1,14 @@
 """Planning a run before any work: FLOPs, peak memory and time of each stage, from a model's
 config alone (no weights), the task's sizes and a device's throughput.
 
-FLOPs come from :mod:`celtk.flops`. Memory follows how the stages hold activations:
+FLOPs come from :mod:`celtk.flops`; activation bytes from :mod:`celtk.activations`, term by term:
 
-* **screen / select** (:class:`celtk.screen.CachedScreener`): every batch's current layer input
-  stays resident (residual stream, attention mask and rotary tables of each batch), and one
-  pass of ``rows_per_pass`` rows (examples × ablations) holds its working set: the repeated
-  residual, the expanded mask and rotary tables, the prefix keys/values of every later layer,
-  one layer's projections, attention scores and MLP activations, and the scored logits.
-  During the intact pass one batch's inputs to every layer are held as well.
+* **screen / select** (:class:`celtk.screen.CachedScreener`): every batch's current layer input and
+  boolean mask stay resident, plus the larger of the intact pass (every layer's input of a batch
+  captured) and the widest ablated pass (``rows_per_pass`` rows through every layer, the shared
+  prefix's keys/values of every layer repeated per row, eager attention scores, one ablation's logits).
 * **test**: two plain passes (intact and ablated) over the held-out set, batch by batch.
 * **generate** tasks (MBPP): greedy generation with a KV cache, once per ablation.
-
-Byte counts name real tensors; the constant factors (how many copies of an activation a layer
-holds at once) were checked against measured peaks on CPU (``benchmarks/plan_accuracy.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from celtk.activations import ablated_pass_bytes, intact_pass_bytes, plain_pass_bytes, resident_bytes
 from celtk.errors import ConfigError
 from celtk.flops import Shape, layer_flops, screen_flops
 
@@ -132,51 +128,23 @@ def n_parameters(shape: Shape, tied: bool) -> int:
     return shape.n_layers * layer + embed * (1 if tied else 2) + shape.d_model
 
 
-def resident_bytes(shape: Shape, n_requests: int, width: int, prefix: int, dtype_bytes: int) -> float:
-    """What the cached screener keeps for every batch between layers: the residual stream
-    ``[rows, width, d_model]``, the boolean attention mask ``[rows, 1, width, prefix + width]``
-    and the rotary tables ``2 × [rows, width, d_head]`` (``width``: tokens after the shared prefix)."""
-    per_row = width * (shape.d_model + 2 * shape.d_head) * dtype_bytes + width * (prefix + width)
-    return float(n_requests * per_row)
-
-
-def pass_bytes(shape: Shape, rows: int, width: int, prefix: int, scored: int, dtype_bytes: int) -> float:
-    """One forward of ``rows`` rows through one layer at a time (the working set of a pass).
-
-    Held at once: the residual in and out, the expanded mask and rotary tables, queries, keys
-    and values (grouped heads repeated to every query head, the prefix prepended), eager
-    attention scores and probabilities, the MLP's gate, up and product activations, and the
-    prefix keys/values of every layer, repeated per row; then the logits and log-probabilities
-    (float32) of one batch's ``scored`` positions (each ablation of a pass is scored in turn).
-    """
-    keys = prefix + width
-    residual = 3 * rows * width * shape.d_model
-    tables = rows * width * 2 * shape.d_head + rows * width * keys / dtype_bytes  # rotary cos/sin, boolean mask
-    qkv = rows * width * shape.n_heads * shape.d_head + 2 * rows * keys * shape.n_heads * shape.d_head
-    attention = 2 * rows * shape.n_heads * width * keys  # eager (TransformerLens bridges force it): scores, pattern
-    mlp = 3 * rows * width * shape.d_ff
-    prefix_kv = shape.n_layers * 2 * rows * shape.n_kv_heads * prefix * shape.d_head
-    layer_peak = max(qkv + attention, mlp)
-    logits = 2 * scored * shape.d_vocab * 4
-    return float((residual + tables + layer_peak + prefix_kv) * dtype_bytes + logits)
-
-
-def _intact_extra(shape: Shape, batch_size: int, width: int, dtype_bytes: int) -> float:
-    """During the intact pass the screener holds one batch's input to every layer."""
-    return float(shape.n_layers * batch_size * width * shape.d_model * dtype_bytes)
-
-
 def cached_stage_bytes(shape: Shape, task: TaskSize, n_examples: int, batch_size: int, rows_per_pass: int,
-                       dtype_bytes: int) -> float:
-    """Peak activation bytes of the cached screener on ``n_examples`` examples."""
+                       dtype_bytes: int, layers_run: int | None = None) -> float:
+    """Peak activation bytes of the cached screener on ``n_examples`` examples: every batch's
+    layer input resident, plus the larger of the intact pass and the widest ablated pass
+    (``layers_run`` layers, all of them by default: an ablation in layer 0)."""
     n_requests = n_examples * task.choices
-    width = task.prompt_tokens - task.shared_prefix + task.continuation_tokens
-    mean_width = task.mean_prompt - task.shared_prefix + task.continuation_tokens
+    width = task.prompt_tokens - task.shared_prefix + task.continuation_tokens - 1
+    mean_width = task.mean_prompt - task.shared_prefix + task.continuation_tokens - 1
+    batch = min(batch_size, n_requests)
+    copies = max(1, min(rows_per_pass // batch, shape.n_heads))  # ablations per pass: at most one layer's heads
+    scored = batch * task.continuation_tokens
     resident = resident_bytes(shape, n_requests, mean_width, task.shared_prefix, dtype_bytes)
-    rows = max(rows_per_pass, batch_size)
-    working = pass_bytes(shape, rows, width, task.shared_prefix, batch_size * task.continuation_tokens, dtype_bytes)
-    return resident + max(working, _intact_extra(shape, batch_size, width, dtype_bytes)
-                          + pass_bytes(shape, batch_size, width, task.shared_prefix, batch_size * task.continuation_tokens, dtype_bytes))
+    ablated = ablated_pass_bytes(shape, batch * copies, width, task.shared_prefix, scored, dtype_bytes,
+                                 shape.n_layers if layers_run is None else layers_run)
+    intact = intact_pass_bytes(shape, batch, width, task.shared_prefix, scored, dtype_bytes,
+                               math.ceil(n_requests / batch))
+    return resident + max(ablated, intact)
 
 
 def _generation_flops(shape: Shape, prompt: int, new: int) -> float:
@@ -197,7 +165,7 @@ def _stage(name: str, evaluations: int, flops: float, weights: float, activation
 
 
 def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8, rows_per_pass: int | None = None,
-             dtype: str = "bfloat16", pool: int = 10, k: int = 3, test_streams: bool = False) -> list[StagePlan]:
+             dtype: str = "bfloat16", pool: int = 10, k: int = 3) -> list[StagePlan]:
     """Estimate the screen, select and test stages of one run (Algorithm 1 with ``pool``, ``k``).
 
     Args:
@@ -205,8 +173,6 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
         task: the task's sizes in tokens.
         device: sustained FLOP/s and memory.
         batch_size: examples per batch; ``rows_per_pass``: rows per forward (default = batch size).
-        test_streams: model the held-out stage as two streamed plain passes; by default as it
-            runs today, through the cached screener (every held-out batch resident).
 
     Returns:
         one :class:`StagePlan` each for ``screen``, ``select`` and ``test``.
@@ -225,7 +191,8 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
     if task.kind == "generate":
         per_example = _generation_flops(shape, task.mean_prompt, task.generate_tokens)
         kv = 2 * shape.n_layers * shape.n_kv_heads * shape.d_head * (task.prompt_tokens + task.generate_tokens)
-        working = batch_size * kv * width_bytes + pass_bytes(shape, batch_size, task.prompt_tokens, 0, batch_size, width_bytes)
+        working = batch_size * kv * width_bytes + plain_pass_bytes(shape, batch_size, task.prompt_tokens, batch_size,
+                                                                   width_bytes)
         return [_stage("screen", n_heads + 1, (n_heads + 1) * task.n_discovery * per_example, weights, working, device),
                 _stage("select", subsets, subsets * task.n_discovery * per_example, weights, working, device),
                 _stage("test", 2, 2 * task.n_heldout * per_example, weights, working, device)]
@@ -240,9 +207,9 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
     # a subset of s heads drawn across layers starts, on average, at layer L/(s+1)
     select_starts = [shape.n_layers // (s + 1) for s in range(2, k + 1) for _ in range(math.comb(pool, s))]
     disc_bytes = cached_stage_bytes(shape, task, task.n_discovery, batch_size, rows, width_bytes)
-    test_bytes = (pass_bytes(shape, batch_size, task.prompt_tokens + task.continuation_tokens, 0,
-                             batch_size * task.continuation_tokens, width_bytes) if test_streams
-                  else cached_stage_bytes(shape, task, task.n_heldout, batch_size, rows, width_bytes))
+    # the held-out stage streams: two plain passes, one batch at a time (celtk.run.test.score_streaming)
+    test_bytes = plain_pass_bytes(shape, batch_size, task.prompt_tokens + task.continuation_tokens - 1,
+                                  batch_size * task.continuation_tokens, width_bytes)
     return [_stage("screen", n_heads + 1, cached(screen_starts), weights, disc_bytes, device),
             _stage("select", subsets, cached(select_starts), weights, disc_bytes, device),
             _stage("test", 2, 2 * _plain_flops(shape, task, task.n_heldout), weights, test_bytes, device)]
@@ -261,24 +228,3 @@ def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -
                     choices=max(1, round(len(requests) / max(n_examples, 1))), shared_prefix=prefix,
                     mean_prompt_tokens=round(sum(len(r.context) for r in requests) / len(requests)))
 
-
-def peak_resident_growth(work: Any) -> tuple[Any, int]:
-    """Run ``work()`` and return its result and how far the process's peak resident memory rose
-    above its resident memory at the start, in bytes (Linux: the kernel's peak is reset first).
-
-    RSS, not ``tracemalloc``: torch allocates tensors outside Python's allocator, where
-    tracemalloc cannot see them; large tensors are mapped and unmapped, so RSS follows them.
-    """
-    import gc
-    import re
-
-    def status(field: str) -> int:
-        with open("/proc/self/status") as handle:
-            return int(re.search(rf"{field}:\s+(\d+)", handle.read()).group(1)) * 1024  # type: ignore[union-attr]
-
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")  # reset VmHWM to the current RSS
-    start = status("VmRSS")
-    result = work()
-    return result, status("VmHWM") - start

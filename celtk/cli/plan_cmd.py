@@ -68,9 +68,8 @@ def _duration(seconds: float) -> str:
 @click.option("--device", "device_name", type=click.Choice(sorted(DEVICES)), default="l40s", show_default=True)
 @click.option("--device-flops", type=float, default=None, help="Sustained FLOP/s (overrides --device).")
 @click.option("--device-memory", type=float, default=None, help="Usable device memory in bytes (overrides --device).")
-@click.option("--test-streams", is_flag=True, help="Model the held-out stage as two streamed plain passes.")
 def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_prompt_tokens, chat_tokens, fewshot_tokens,
-             batch_size, rows_per_pass, dtype, device_name, device_flops, device_memory, test_streams) -> None:
+             batch_size, rows_per_pass, dtype, device_name, device_flops, device_memory) -> None:
     """Estimate FLOPs, peak memory and time of screen, select and test, before any work."""
     from dataclasses import replace
 
@@ -90,7 +89,7 @@ def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_p
     flops, memory = DEVICES[device_name]
     device = Device(device_name, device_flops or flops, device_memory or memory)
     stages = plan_run(_config_of(config_path, model), size, device, batch_size=batch_size, rows_per_pass=rows_per_pass,
-                      dtype=dtype, test_streams=test_streams)
+                      dtype=dtype)
     table = Table(title=f"{config_path or model} · {task} ({size.n_discovery}/{size.n_heldout}) · {device.name} "
                         f"({device.flops_per_second / 1e12:.0f} TFLOP/s, {device.memory_bytes / 1e9:.0f} GB) · {dtype}")
     for column in ("stage", "evaluations", "FLOPs", "weights", "activations", "peak", "time", "fits"):
