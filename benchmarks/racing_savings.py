@@ -9,6 +9,13 @@ evaluations saved, the confidence mode's pool agreement, and wall times. A race 
 intact outcomes up front: that intact pass is timed and counted in the racing times.
 
     .venv/bin/python benchmarks/racing_savings.py --n 100 --layers 0,1,14,29 --out runs/bench_racing.json
+
+With ``--replay DIR`` it loads no model: it races on the per-example outcomes of the exhaustive
+screen stored in ``DIR/screen.json`` (every head), for each pool size in ``--ps``. A race is a
+deterministic function of those outcomes, so the evaluations it would make and its pool are exactly
+those of a live race on the same discovery set; the live mode above checks that equivalence.
+
+    .venv/bin/python benchmarks/racing_savings.py --replay runs/demo --ps 1,3,10,30
 """
 
 from __future__ import annotations
@@ -31,7 +38,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--delta", type=float, default=0.05)
     parser.add_argument("--out", default="runs/bench_racing.json")
+    parser.add_argument("--replay", default=None, help="A run directory with an exhaustive screen.json: race on it.")
+    parser.add_argument("--ps", default="1,3,10,30", help="With --replay: the pool sizes to race for.")
     args = parser.parse_args()
+    if args.replay:
+        replay(Path(args.replay), [int(p) for p in args.ps.split(",")], args.delta, args.seed)
+        return
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
     from celtk.evaluator import prepare
@@ -89,6 +101,28 @@ def main() -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+def replay(directory: Path, ps: list[int], delta: float, seed: int) -> None:
+    """Race on a stored exhaustive screen's outcomes for each pool size, in both modes."""
+    from celtk.racing import exhaustive_pool, pool_agreement, race
+    from celtk.run.session import load_screen
+
+    doc, intact, scores = load_screen(directory)
+    if doc.racing is not None:
+        raise SystemExit(f"{directory}/screen.json is a racing screen; replay needs an exhaustive one.")
+    table = {s.heads: s.correct for s in scores}
+    print(f"{doc.model_name}, {doc.task_name}: {len(table)} heads × {doc.n} examples, intact accuracy "
+          f"{doc.intact_accuracy:.2f} (replayed from {directory}/screen.json)")
+    print(f"{'p':>4}{'mode':>12}{'evals saved':>13}{'pool agrees':>13}{'uncertified':>13}  heads racing after each chunk")
+    for p in ps:
+        reference = exhaustive_pool(table, intact, p)
+        for mode in ("exact", "confidence"):
+            result = race(lambda heads, idx: {h: table[h][idx] for h in heads}, list(table), doc.n, intact, p,
+                          mode=mode, delta=delta, seed=seed)
+            assert mode == "confidence" or result.pool == reference
+            print(f"{p:>4}{mode:>12}{result.saved_fraction:>13.1%}{pool_agreement(result.pool, reference):>13.0%}"
+                  f"{len(result.uncertified):>13}  {result.schedule} → {result.racing_after}")
 
 
 if __name__ == "__main__":

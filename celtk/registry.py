@@ -1,4 +1,4 @@
-"""Name registries for search strategies and alternative screeners.
+"""Name registries for search strategies, stage-1 screens and alternative screeners.
 
 Each entry points at ``module:attribute`` and is imported on first use, so the CLI builds its
 choices from the names without importing numpy or torch, and ``celtk --help`` stays instant.
@@ -42,4 +42,10 @@ STRATEGIES = Registry("search strategy", {
 SCREENERS = Registry("screener", {
     "gradient": "celtk.run.altscreen:gradient_screener",
     "lasso": "celtk.run.altscreen:lasso_screener",
+})
+
+# stage 1 proper: a function (session, directory, heads, progress) -> celtk.run.screen.ScreenOutcome
+SCREENS = Registry("screen", {
+    "exhaustive": "celtk.run.screen:exhaustive_screen",
+    "racing": "celtk.run.racescreen:racing_screen",
 })

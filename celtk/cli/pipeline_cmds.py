@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from celtk.cli._common import console, progress_bar, resolve_config
-from celtk.registry import STRATEGIES
+from celtk.registry import SCREENS, STRATEGIES
 
 
 def _run_options(fn):
@@ -57,6 +57,15 @@ class _BatchSize(click.ParamType):
 _BATCH = _BatchSize()
 
 
+def _screen_options(fn):
+    fn = click.option("--racing-mode", type=click.Choice(["exact", "confidence"]), default=None,
+                      help="With --screen racing: 'exact' (the exhaustive pool, guaranteed; default) or 'confidence' "
+                      "(drops heads on a 95% Hoeffding–Serfling bound too; recorded).")(fn)
+    return click.option("--screen", "screen", type=click.Choice(SCREENS.names()), default=None,
+                        help="exhaustive (default): every head on every example. racing: stop scoring a head once it "
+                        "cannot enter the top-p pool (--p); only greedy/beam/stability need exhaustive.")(fn)
+
+
 def _flags(**kw):
     if "stop" in kw:  # click gives () for a repeatable option not given
         kw["stop"] = list(kw["stop"]) or None
@@ -66,13 +75,20 @@ def _flags(**kw):
 def _print_screen(doc, top: int = 10) -> None:
     from rich.table import Table
 
-    rows = sorted(doc.heads, key=lambda r: (-r.gain_count, r.damage, -r.accuracy))[:top]
+    rows = sorted((r for r in doc.heads if r.n_scored is None), key=lambda r: (-r.gain_count, r.damage, -r.accuracy))[:top]
     table = Table(title=f"Top single-head ablations on {doc.n} discovery examples (intact {doc.intact_accuracy:.1%})")
     for col in ("head", "accuracy", "gain (pts)", "fixes", "damage"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(r.head, f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", str(r.fixes), str(r.damage))
     console().print(table)
+    if doc.racing:
+        r = doc.racing
+        dropped = sum(row.n_scored is not None for row in doc.heads)
+        console().print(f"Racing screen ({r.mode} mode, top p = {r.p}): {dropped} of {len(doc.heads)} heads dropped "
+                        f"early; {r.evaluations} of {r.exhaustive_evaluations} (head, example) evaluations made, "
+                        f"{r.saved_fraction:.1%} saved." + (f" Dropped by the confidence bound alone: "
+                                                           f"{', '.join(r.uncertified)}." if r.uncertified else ""))
 
 
 def _print_selection(doc) -> None:
@@ -104,10 +120,12 @@ def _print_test(doc) -> None:
 
 @click.command("screen")
 @_run_options
+@_screen_options
+@click.option("--p", "p", type=click.IntRange(min=1), default=None, help="With --screen racing: the pool to race for (default 10).")
 @click.option("--shard", default=None, help="Screen slice i of N (i/N) into OUT/shard-i-of-N; join with `celtk merge`.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def screen_cmd(config_file, out, shard, **flags) -> None:
-    """Stage 1: ablate every head alone on the discovery set (resumable)."""
+    """Stage 1: ablate every head alone on the discovery set (resumable); --screen racing: only until it cannot enter the top p."""
     from celtk.run.screen import parse_shard, run_screen
 
     config = resolve_config(config_file, _flags(**flags))
@@ -157,6 +175,7 @@ def test_cmd(out, heldout) -> None:
 
 @click.command("run")
 @_run_options
+@_screen_options
 @click.option("--p", "p", type=click.IntRange(min=1), default=None, help="Candidate pool size (default 10).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest subset size (default 3).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")

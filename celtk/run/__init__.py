@@ -4,7 +4,7 @@
 * :mod:`~celtk.run.session` — :func:`open_run` (reopen a screened run), :class:`Session`
 * :mod:`~celtk.run.memo` — :class:`SetMemo`, the resumable store of head-set outcomes
 * :mod:`~celtk.run.documents` — typed result documents (``screen.json``, ``selection.json``, …)
-* stages: :mod:`~celtk.run.screen` (+ merge), :mod:`~celtk.run.select`, :mod:`~celtk.run.test`,
+* stages: :mod:`~celtk.run.screen` (+ merge; :mod:`~celtk.run.racescreen`, the racing screen), :mod:`~celtk.run.select`, :mod:`~celtk.run.test`,
   :mod:`~celtk.run.altscreen`, :mod:`~celtk.run.stability`, :mod:`~celtk.run.eval`, and
   :mod:`~celtk.run.full` (screen → select → test)
 

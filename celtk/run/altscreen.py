@@ -14,6 +14,7 @@ from celtk.errors import ConfigError
 from celtk.models import Model
 from celtk.registry import SCREENERS
 from celtk.run.documents import AltscreenDocument
+from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
 from celtk.run.session import ScreenedRun, open_run
 from celtk.runstore import locked
@@ -52,6 +53,7 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
         raise ConfigError(f"altscreen needs masks ≥ 1 and 0 < rate ≤ 1, got masks = {masks}, rate = {rate}.")
     with locked(out):
         run = open_run(out, model)
+        check_racing_use(run.screen, whole=f"comparing the {method} screener's ranking with the screen's")
         check_pool_options(k=1, p=p, n_heads=len(run.scores))
         result = screener(run, progress=progress, masks=masks, rate=rate, seed=seed)
         comparison = compare_rankings(run.scores, result, p)

@@ -15,6 +15,7 @@ from typing import Any
 import tomllib
 
 from celtk.errors import ConfigError
+from celtk.registry import SCREENS
 from celtk.run.presets import preset_names, preset_values
 
 CHAT_DATE = "2024-07-26"  # celtk.evaluator.CHAT_DATE; repeated so that reading a config does not import torch
@@ -41,6 +42,8 @@ class RunConfig:
     dtype: str = "float32"
     p: int = 10
     k: int = 3
+    screen: str = "exhaustive"  # stage 1's screen (celtk.registry.SCREENS): "exhaustive" or "racing" (top-p pool only)
+    racing_mode: str = "exact"  # racing screens: "exact" (the exhaustive pool) or "confidence" (celtk.racing)
     share_prefix: bool = True
     grading: str = "teacher"  # "generate": jsonl tasks graded on the greedy generation
     stop: list[str] | None = None  # generation stop strings (jsonl generate grading; default a newline)
@@ -74,6 +77,10 @@ class RunConfig:
         for name in ("fewshot", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be non-negative, got {getattr(self, name)}.")
+        if self.screen not in SCREENS:
+            raise ConfigError(f"Unknown screen {self.screen!r}; choose one of {', '.join(SCREENS.names())}.")
+        if self.racing_mode not in ("exact", "confidence"):
+            raise ConfigError(f"racing_mode must be 'exact' or 'confidence', got {self.racing_mode!r}.")
         if self.preset is not None and self.preset not in preset_names():
             raise ConfigError(f"Unknown preset {self.preset!r}; choose one of {', '.join(preset_names())}.")
         try:

@@ -19,6 +19,7 @@ from celtk.errors import RunStoreError
 from celtk.runstore import read_json, write_json
 
 SCHEMA_VERSION = 1
+UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was not scored on
 R = TypeVar("R", bound="Record")
 
 
@@ -30,6 +31,11 @@ def rows(kind: type, *, default: Any = MISSING) -> Any:
 def optional() -> Any:
     """A field left out of the file when it is ``None`` (e.g. Algorithm 1's pool for greedy)."""
     return field(default=None, metadata={"omit_none": True})
+
+
+def optional_record(kind: type) -> Any:
+    """A field holding one ``kind`` record, left out of the file when it is ``None``."""
+    return field(default=None, metadata={"omit_none": True, "record": kind})
 
 
 def _dump(value: Any) -> Any:
@@ -57,8 +63,9 @@ class Record:
                                 f"different celtk version. Rerun the stage that writes it.")
         values = {}
         for name, value in data.items():
-            kind = known[name].metadata.get("rows")
-            values[name] = [kind.from_json(v, where) for v in value] if kind and value is not None else value
+            kind, single = known[name].metadata.get("rows"), known[name].metadata.get("record")
+            values[name] = ([kind.from_json(v, where) for v in value] if kind and value is not None
+                            else single.from_json(value, where) if single and value is not None else value)
         try:
             return cls(**values)
         except TypeError as error:
@@ -101,12 +108,34 @@ class ScreenRow(Record):
     gain_count: int
     damage: int
     fixes: int
-    correct: str  # per-example correctness bits, '0101…'
+    correct: str  # per-example correctness bits, '0101…' ('-': not scored, racing screens only)
+    # racing screens: a head dropped early was scored on n_scored examples, and its accuracy, gain,
+    # damage and fixes are on those examples only (gain as a fraction of them); None = every example
+    n_scored: int | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RacingRecord(Record):
+    """How a racing screen (:mod:`celtk.run.racescreen`) went: heads were scored chunk by chunk and
+    dropped once they could not enter the top-p pool; ``pool`` heads were scored on every example."""
+
+    mode: str  # "exact" (the exhaustive pool by construction) or "confidence" (with probability ≥ 1 − delta)
+    p: int
+    delta: float | None  # confidence mode's failure probability
+    schedule: list[int]  # chunk sizes, in examples
+    racing_after: list[int]  # heads still racing after each chunk
+    order: list[int] | None  # the order examples were revealed in; None = discovery order
+    pool: list[str]  # the top p, best first
+    uncertified: list[str]  # dropped by the confidence bound alone (always empty in exact mode)
+    evaluations: int  # (head, example) evaluations made
+    exhaustive_evaluations: int  # heads × examples
+    saved_fraction: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class ScreenDocument(Document):
-    """Stage 1: every single head ablated on the discovery set (or one shard's slice)."""
+    """Stage 1: every single head ablated on the discovery set (or one shard's slice), or raced
+    (``racing``): then only the heads scored on every example (``n_scored`` unset) are complete."""
 
     FILE: ClassVar[str] = "screen.json"
     model: dict[str, Any]  # Model.describe()
@@ -122,6 +151,7 @@ class ScreenDocument(Document):
     heads: list[ScreenRow] = rows(ScreenRow)
     null_ablation: dict[str, Any] | None = optional()  # fixes, damage, max_abs_logprob_diff (0, 0, ~0 expected)
     layers: list[int] | None = optional()  # a quick look screened only these layers (run_screen(layers=...))
+    racing: RacingRecord | None = optional_record(RacingRecord)  # a racing screen (config screen = "racing")
 
     @property
     def n_layers(self) -> int:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from celtk.errors import RunStoreError
+from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet, all_heads
+from celtk.run.documents import UNSCORED
 from celtk.runstore import read_json
 
 
@@ -45,6 +46,44 @@ def check_screen_complete(out: Path, doc) -> None:
     if short:
         raise RunStoreError(f"{out}/screen.json: head {short} has outcomes for a different number of examples than "
                             f"the intact model ({n}); rerun the screen in a new directory.")
+    check_racing_rows(out, doc)
+
+
+def check_racing_rows(out: Path, doc) -> None:
+    """Only a racing screen may hold heads scored on part of the discovery set (``n_scored``), and its
+    pool must be the top p of the heads scored on every example; anything else is a partial screen."""
+    n, racing = len(doc.intact_correct), getattr(doc, "racing", None)
+    for row in doc.heads:
+        unscored = row.correct.count(UNSCORED)
+        if row.n_scored is None and unscored or row.n_scored is not None and (
+                racing is None or not 1 <= row.n_scored < n or unscored != n - row.n_scored):
+            what = "the screen is not a racing screen" if racing is None else f"its n_scored is {row.n_scored}"
+            raise RunStoreError(f"{out}/screen.json: head {row.head} has {n - unscored} of {n} outcomes but {what}; a "
+                                "screen scores every head on every example (a racing screen: every head it kept) — "
+                                "rerun the screen in a new directory.")
+    if racing is None:
+        return
+    complete = sorted((r for r in doc.heads if r.n_scored is None),
+                      key=lambda r: (-r.gain_count, r.damage, HeadSet.parse(r.head).sort_key()))
+    top = [r.head for r in complete[:racing.p]]
+    if racing.pool != top:
+        raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of the "
+                            f"heads scored on every example ({', '.join(top) or 'none'}); rerun the screen.")
+
+
+def check_racing_use(doc, *, whole: str | None = None, p: int | None = None) -> None:
+    """On a racing screen, refuse ``whole`` (a use that needs every head on every example: greedy or
+    beam search, resampling, another screener's comparison) and a pool ``p`` larger than the one raced for."""
+    racing = getattr(doc, "racing", None)
+    if racing is None:
+        return
+    if whole is not None:
+        raise ConfigError(f"This run's screen raced for the top {racing.p} heads ({racing.mode} mode), so the other heads "
+                          f"were not scored on every example, and {whole} needs every head's outcomes. Screen "
+                          "exhaustively (screen = 'exhaustive', `--screen exhaustive`) in a new directory.")
+    if p is not None and p > racing.p:
+        raise ConfigError(f"This run's screen raced for the top p = {racing.p} heads; select with p ≤ {racing.p}, or "
+                          f"screen again with p ≥ {p} (--p {p}).")
 
 
 def check_screen_fingerprint(out: Path, doc) -> None:

@@ -1,19 +1,26 @@
-"""Stage 1: ablate every head alone on the discovery set (resumable, shardable), and join shards."""
+"""Stage 1: ablate every head alone on the discovery set (resumable, shardable), and join shards.
+
+:func:`run_screen` runs the screen the config names (:data:`celtk.registry.SCREENS`): the
+exhaustive one here, or the racing one (:mod:`celtk.run.racescreen`)."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from celtk import __version__
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
+from celtk.registry import SCREENS
 from celtk.run.config import RunConfig
-from celtk.run.documents import ScreenDocument, ScreenRow
+from celtk.run.documents import UNSCORED, RacingRecord, ScreenDocument, ScreenRow
 from celtk.run.integrity import check_screen_complete
 from celtk.run.session import Session
 from celtk.runstore import bits, check_fingerprint, locked, read_json, write_csv, write_json
@@ -39,18 +46,41 @@ def shard_dir(out: Path, shard: tuple[int, int] | None) -> Path:
     return out if shard is None else out / f"shard-{shard[0]}-of-{shard[1]}"
 
 
-def _row(heads: HeadSet, correct, intact) -> ScreenRow:
+def screen_row(heads: HeadSet, correct: np.ndarray, intact: np.ndarray, scored: np.ndarray | None = None) -> ScreenRow:
+    """One head's row from its correctness (bool ``[n]``); with ``scored`` (bool ``[n]``, a racing
+    screen's head dropped early) the figures are on the scored examples and the rest are ``-``."""
+    if scored is not None and not scored.all():
+        score = HeadScore.compare(heads, correct[scored], intact[scored])
+        text = "".join(("1" if c else "0") if s else UNSCORED for c, s in zip(correct, scored))
+        m = int(scored.sum())
+        return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / m, gain_count=score.gain,
+                         damage=score.damage, fixes=score.fixes, correct=text, n_scored=m)
     score = HeadScore.compare(heads, correct, intact)
     return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / len(intact), gain_count=score.gain,
                      damage=score.damage, fixes=score.fixes, correct=bits(correct))
 
 
+@dataclass(frozen=True)
+class ScreenOutcome:
+    """What a registered screen (:data:`celtk.registry.SCREENS`) returns to :func:`run_screen`."""
+
+    intact: Any  # celtk.evaluator.EvalResult of the intact model
+    null_ablation: dict  # null_control()
+    rows: list[ScreenRow]  # one per head screened, in head order
+    racing: RacingRecord | None = None
+    evaluated: int = 0  # heads scored by this call (fewer on a resume)
+
+
 def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = None, model: Model | None = None,
                progress: Progress | None = None, layers: Sequence[int] | None = None) -> ScreenDocument:
     """Every single head (or this shard's slice; or only those in ``layers``, for a quick look) on the
-    discovery set; writes ``screen.json`` and ``screen.csv``; resumes from the per-layer parts of an
-    interrupted screen."""
+    discovery set, by the screen ``config.screen`` names (exhaustive, or racing for the top ``config.p``);
+    writes ``screen.json`` and ``screen.csv``; resumes from the parts of an interrupted screen."""
     directory = shard_dir(Path(out), shard)
+    screen = SCREENS.get(config.screen)
+    if shard is not None and config.screen != "exhaustive":
+        raise ConfigError(f"A {config.screen} screen cannot be sharded: it ranks every head against the others as it "
+                          "goes. Run it unsharded, or shard the exhaustive screen (screen = 'exhaustive').")
     with locked(directory):
         started = time.time()
         session = Session.open(config, model)
@@ -64,41 +94,49 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
             heads = [h for h in heads if h.layer in set(layers)]
         if shard is not None:
             heads = heads[shard[0]::shard[1]]  # round-robin: every shard gets shallow and deep heads
-        parts = directory / "screen_parts"
-        done = {int(p.stem[1:]) for p in parts.glob("L*.json")} if parts.is_dir() else set()
-        todo = [HeadSet((h,)) for h in heads if h.layer not in done]
-        screener = session.screener("discovery")
-        total, finished = len(heads), len(heads) - len(todo)
-        if progress:
-            progress("screen", finished, total)
-        intact_holder: list = []
-
-        def on_layer(layer: int, results) -> None:
-            nonlocal finished
-            results = {h: r for h, r in results.items() if len(h)}  # the null control is kept apart
-            if not results:
-                return
-            rows = [_row(h, r.correct, intact_holder[0].correct).to_json()
-                    for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
-            _write_generations(directory, f"L{layer}", {str(h): r for h, r in results.items()})
-            write_json(parts / f"L{layer}.json", {"layer": layer, "heads": rows})
-            finished += len(results)
-            if progress:
-                progress("screen", finished, total)
-
-        intact, scored = screener.run(todo + [HeadSet()], on_layer=on_layer, on_intact=intact_holder.append)
-        _write_generations(directory, "intact", {"intact": intact})
-        _check_intact(directory, intact)
-        null = null_control(intact, scored[HeadSet()])
-        mine = {str(h) for h in heads}
-        rows = [ScreenRow.from_json(row) for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:]))
-                for row in read_json(p)["heads"] if row["head"] in mine]
-        document = replace(_screen_document(session, intact, rows, shard), null_ablation=null,
+        outcome = screen(session, directory, heads, progress)
+        _check_intact(directory, outcome.intact)
+        document = replace(_screen_document(session, outcome.intact, outcome.rows, shard),
+                           null_ablation=outcome.null_ablation, racing=outcome.racing,
                            layers=sorted(set(layers)) if layers is not None else None)
         document.save(directory)
-        _write_screen_csv(directory / "screen.csv", rows)
-        write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2), "heads": len(todo)})
+        _write_screen_csv(directory / "screen.csv", outcome.rows)
+        write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2),
+                                               "heads": outcome.evaluated})
         return document
+
+
+def exhaustive_screen(session: Session, directory: Path, heads: list[Head], progress: Progress | None) -> ScreenOutcome:
+    """Every head on every discovery example, written per start layer to ``screen_parts/`` (a rerun
+    scores only the layers not written yet)."""
+    parts = directory / "screen_parts"
+    done = {int(p.stem[1:]) for p in parts.glob("L*.json")} if parts.is_dir() else set()
+    todo = [HeadSet((h,)) for h in heads if h.layer not in done]
+    total, finished = len(heads), len(heads) - len(todo)
+    if progress:
+        progress("screen", finished, total)
+    intact_holder: list = []
+
+    def on_layer(layer: int, results) -> None:
+        nonlocal finished
+        results = {h: r for h, r in results.items() if len(h)}  # the null control is kept apart
+        if not results:
+            return
+        rows = [screen_row(h, r.correct, intact_holder[0].correct).to_json()
+                for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
+        _write_generations(directory, f"L{layer}", {str(h): r for h, r in results.items()})
+        write_json(parts / f"L{layer}.json", {"layer": layer, "heads": rows})
+        finished += len(results)
+        if progress:
+            progress("screen", finished, total)
+
+    intact, scored = session.screener("discovery").run(todo + [HeadSet()], on_layer=on_layer,
+                                                        on_intact=intact_holder.append)
+    _write_generations(directory, "intact", {"intact": intact})
+    mine = {str(h) for h in heads}
+    rows = [ScreenRow.from_json(row) for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:]))
+            for row in read_json(p)["heads"] if row["head"] in mine]
+    return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, evaluated=len(todo))
 
 
 def _write_generations(directory: Path, name: str, results: dict) -> None:

@@ -12,6 +12,7 @@ from celtk import __version__
 from celtk.models import Model
 from celtk.run.documents import DiagnosticsDocument, Interaction, RankedSet, SelectionDocument
 from celtk.run.frozen import log_heldout, refuse_select_after_test
+from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
 from celtk.run.session import ScreenedRun, open_run, verify_intact
 from celtk.runstore import locked
@@ -33,6 +34,7 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     with locked(out):
         forced = refuse_select_after_test(out, force)
         run = open_run(out, model)
+        check_racing_use(run.screen, whole=None if strategy == "algorithm1" else f"{strategy} search", p=p)
         verify_intact(run)
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
         result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)

@@ -47,10 +47,13 @@ class Session:
     def screener(self, which: str):
         """A :class:`celtk.screen.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
         :class:`celtk.screen_generate.GenerationScreener` for a generation-graded task."""
+        return self.screener_on(self.prepared(which))
+
+    def screener_on(self, prepared: Any) -> Any:
+        """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk)."""
         from celtk.screen import CachedScreener, auto_batch
         from celtk.screen_generate import GenerationScreener
 
-        prepared = self.prepared(which)
         if self.task.kind == "generate":  # auto_batch sizes teacher-forced requests, which generation has none of
             size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
             return GenerationScreener(self.model, prepared, self.task, allow_code=self.config.allow_code,
@@ -113,7 +116,8 @@ def session_for(document: Any, model: Model | None = None, **overrides: Any) -> 
 
 
 def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]:
-    """A merged screen: the document, the intact correctness (bool ``[n]``) and one score per head."""
+    """A merged screen: the document, the intact correctness (bool ``[n]``) and one score per head
+    (of a racing screen: per head scored on every example, the pool among them)."""
     doc = ScreenDocument.load(out)
     if doc.shard:
         raise RunStoreError(f"{out}/screen.json is one shard; merge the shards of its parent directory first "
@@ -121,7 +125,9 @@ def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]
     check_screen_complete(out, doc)
     check_screen_fingerprint(out, doc)
     intact = np.array(unbits(doc.intact_correct))
-    scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact) for r in doc.heads]
+    # a racing screen's heads dropped early are left out: a search sees only heads scored on every example
+    scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact) for r in doc.heads
+              if r.n_scored is None]
     return doc, intact, scores
 
 
@@ -133,7 +139,7 @@ class ScreenedRun:
     out: Path
     screen: ScreenDocument
     intact: np.ndarray  # bool [n_discovery]
-    scores: list[HeadScore]  # one per head, in screen order
+    scores: list[HeadScore]  # one per head, in screen order (racing screens: the heads scored on every example)
     session: Session
 
 

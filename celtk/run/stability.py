@@ -12,6 +12,7 @@ from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.documents import SelectionDocument, StabilityDocument, StableSelection
 from celtk.run.frozen import log_heldout
+from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
 from celtk.run.session import check_no_overlap, open_run, verify_intact
 from celtk.runstore import locked
@@ -32,6 +33,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
     get_strategy(strategy).check(k=k, p=p, width=width)
     with locked(out):
         run = open_run(out, model)
+        check_racing_use(run.screen, whole="selection on resampled discovery sets")
         verify_intact(run)
         memo = memo_for(run, progress, "stability")
         result = stability(run.scores, run.intact, memo, n_resamples=resamples, method=method, fraction=fraction,

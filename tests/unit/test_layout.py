@@ -53,9 +53,9 @@ def test_the_no_torch_shim_does_block_torch():
 def test_registries_suggest_and_cli_choices_come_from_them():
     from click import Choice
 
-    from celtk.cli.pipeline_cmds import select_cmd
+    from celtk.cli.pipeline_cmds import run_cmd, screen_cmd, select_cmd
     from celtk.cli.search_cmds import altscreen_cmd, stability_cmd
-    from celtk.registry import SCREENERS, STRATEGIES
+    from celtk.registry import SCREENERS, SCREENS, STRATEGIES
 
     assert STRATEGIES.names() == ["algorithm1", "greedy", "beam"] and SCREENERS.names() == ["gradient", "lasso"]
     with pytest.raises(ConfigError, match="Unknown screener 'lasso2'. Did you mean: 'lasso'"):
@@ -70,6 +70,10 @@ def test_registries_suggest_and_cli_choices_come_from_them():
 
     assert choices(select_cmd, "strategy") == choices(stability_cmd, "strategy") == STRATEGIES.names()
     assert choices(altscreen_cmd, "method") == SCREENERS.names()
+    assert choices(screen_cmd, "screen") == choices(run_cmd, "screen") == SCREENS.names() == ["exhaustive", "racing"]
+    assert callable(SCREENS.get("racing")) and callable(SCREENS.get("exhaustive"))
+    with pytest.raises(ConfigError, match="Unknown screen 'racng'. Did you mean: 'racing'"):
+        SCREENS.get("racng")
     assert callable(SCREENERS.get("gradient")) and STRATEGIES.get("beam").name == "beam"
 
 

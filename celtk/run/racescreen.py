@@ -1,0 +1,116 @@
+"""Stage 1 by racing (``screen = "racing"``): every head is scored on growing chunks of the
+discovery set and dropped once it cannot enter the top-``p`` pool (:func:`celtk.racing.race`).
+Pool heads are scored on every example, so select (on the pool) and the held-out test see what
+the exhaustive screen gives them; ``screen.json`` records the mode and each head's ``n_scored``.
+
+Resumable: each chunk's outcomes are written per start layer to ``race_parts/`` (claimed for
+one mode, p, schedule, reveal order and head list); a rerun replays the race from them, which
+drops the same heads, and scores only what is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from celtk.errors import ConfigError, RunStoreError
+from celtk.heads import Head, HeadSet
+from celtk.racing import Mode, RaceResult, default_schedule, race, subset_prepared
+from celtk.run.documents import RacingRecord
+from celtk.run.memo import claim_parts
+from celtk.run.screen import ScreenOutcome, null_control, screen_row
+from celtk.run.session import Session
+from celtk.runstore import bits, fingerprint_key, read_json, unbits, write_json
+
+Progress = Callable[[str, int, int], None]
+DELTA = 0.05  # the confidence mode's failure probability, recorded in screen.json
+
+
+def racing_screen(session: Session, directory: Path, heads: list[Head], progress: Progress | None) -> ScreenOutcome:
+    """Race ``heads`` for the top ``session.config.p`` in ``session.config.racing_mode``."""
+    config = session.config
+    if session.task.kind == "generate":
+        raise ConfigError(f"The racing screen scores teacher-forced tasks; {session.task.full_name} is graded on "
+                          "generations. Screen it exhaustively (screen = 'exhaustive', `--screen exhaustive`).")
+    sets = [HeadSet((h,)) for h in heads]
+    if not 1 <= config.p <= len(sets):
+        raise ConfigError(f"A racing screen keeps the top p = {config.p} of the {len(sets)} heads screened; "
+                          f"use 1 ≤ p ≤ {len(sets)} (--p).")
+    intact, scored = session.screener("discovery").run([HeadSet()])
+    n = len(intact.examples)
+    mode: Mode = "confidence" if config.racing_mode == "confidence" else "exact"  # validated by RunConfig
+    schedule = default_schedule(n, mode)
+    order = np.random.default_rng(config.seed).permutation(n) if mode == "confidence" else np.arange(n)
+    parts = directory / "race_parts"
+    claim_parts(parts, fingerprint_key({"mode": mode, "p": config.p, "schedule": schedule, "order": order.tolist(),
+                                        "heads": [str(s) for s in sets], "intact": bits(intact.correct)}))
+    scorer = ChunkScorer(session, parts, progress, len(sets) * n)
+    result = race(scorer, sets, n, intact.correct, config.p, mode, schedule, delta=DELTA, order=order)
+    rows = [screen_row(s, result.outcomes[s], intact.correct, result.scored_mask(s)) for s in sets]
+    return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, racing_record(result),
+                         evaluated=scorer.evaluated)
+
+
+def racing_record(result: RaceResult) -> RacingRecord:
+    """The ``racing`` entry of ``screen.json``."""
+    natural = np.array_equal(result.order, np.arange(result.n))
+    return RacingRecord(mode=result.mode, p=result.p, delta=result.delta, schedule=list(result.schedule),
+                        racing_after=list(result.racing_after), order=None if natural else result.order.tolist(),
+                        pool=[str(s) for s in result.pool], uncertified=[str(s) for s in result.uncertified],
+                        evaluations=result.evaluations, exhaustive_evaluations=len(result.heads) * result.n,
+                        saved_fraction=result.saved_fraction)
+
+
+class ChunkScorer:
+    """The ``score_chunk`` of :func:`celtk.racing.race` on a run: chunk ``c``'s outcomes are kept in
+    ``parts/chunk{c}-L{layer}.json``; a head found there is served, not scored again.
+
+    Args:
+        session: the run's session (its screener settings score each chunk).
+        parts: the claimed ``race_parts`` directory.
+        progress: ``progress("screen", evaluations done, evaluations of an exhaustive screen)``.
+        total: heads × examples.
+    """
+
+    def __init__(self, session: Session, parts: Path, progress: Progress | None, total: int) -> None:
+        self.session, self.parts, self.progress, self.total = session, parts, progress, total
+        self.prepared = session.prepared("discovery")
+        self.chunk, self.done, self.evaluated = 0, 0, 0
+
+    def __call__(self, heads: list[HeadSet], indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
+        chunk, self.chunk = self.chunk, self.chunk + 1
+        known = self._stored(chunk, indices)
+        missing = [h for h in heads if h not in known]
+        self.done += (len(heads) - len(missing)) * len(indices)
+        self._report()
+        if missing:
+            screener = self.session.screener_on(subset_prepared(self.prepared, indices.tolist()))
+
+            def on_layer(layer: int, results) -> None:
+                path = self.parts / f"chunk{chunk}-L{layer}.json"
+                stored = read_json(path)["heads"] if path.exists() else {}
+                stored.update({str(h): bits(r.correct) for h, r in results.items()})
+                write_json(path, {"chunk": chunk, "indices": indices.tolist(), "heads": stored})
+                known.update({h: r.correct for h, r in results.items()})
+                self.done += len(results) * len(indices)
+                self._report()
+
+            screener.run(missing, on_layer=on_layer)
+            self.evaluated += len(missing)
+        return {h: known[h] for h in heads}
+
+    def _stored(self, chunk: int, indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
+        known: dict[HeadSet, np.ndarray] = {}
+        for path in sorted(self.parts.glob(f"chunk{chunk}-L*.json")):
+            part = read_json(path)
+            if part["indices"] != indices.tolist():
+                raise RunStoreError(f"{path} holds outcomes of other examples than chunk {chunk} of this race; "
+                                    f"delete {self.parts} and screen again.")
+            known.update({HeadSet.parse(h): np.array(unbits(b)) for h, b in part["heads"].items()})
+        return known
+
+    def _report(self) -> None:
+        if self.progress:
+            self.progress("screen", self.done, self.total)
