@@ -450,8 +450,9 @@ def c_data_not_utf8(ctx):
 def c_stored_negative_seed(ctx):
     from celtk.run import run_test
     out = _copy(ctx.run_dir, ctx.tmp)
-    config = json.loads((out / "config.json").read_text())
-    (out / "config.json").write_text(json.dumps(config | {"seed": -1}))  # as an older celtk stored it
+    for name in ("screen.json", "selection.json"):  # the seed as an older celtk stored it, after screen and select
+        doc = json.loads((out / name).read_text())
+        (out / name).write_text(json.dumps(doc | {"config": doc["config"] | {"seed": -1}}))
     run_test(out, model=ctx.tiny)
 
 
