@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import click
+
 
 def quiet_libraries() -> None:
     """Silence transformers' load bars and deprecation chatter; the CLI draws its own progress."""
@@ -54,3 +56,13 @@ def resolve_config(config_file: str | None, flags: dict[str, Any]):
     from celtk.run.config import resolve_config as resolve
 
     return resolve(config_file, flags)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A float range that also refuses nan and ±inf, which click's range check lets through (nan compares false)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number != number or number in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number

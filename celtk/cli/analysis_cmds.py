@@ -11,7 +11,7 @@ from celtk.cli._common import console, quiet_libraries
 
 @click.command("attributes")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--length", type=click.IntRange(min=1), default=40, show_default=True, help="Random tokens per copy (sequence = 2 copies).")
+@click.option("--length", type=click.IntRange(min=1, max=4096), default=40, show_default=True, help="Random tokens per copy (sequence = 2 copies; at most 4,096).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def attributes_cmd(out, length, seed) -> None:
     """Previous-token, duplicate-token and induction scores of every head (OUT/head_attributes.json)."""

@@ -30,7 +30,7 @@ def _run_options(fn):
         click.option("--grading", type=click.Choice(["teacher", "generate"]), default=None,
                      help="jsonl:PATH tasks: grade teacher-forced targets (default) or the greedy generation (exact match)."),
         click.option("--stop", multiple=True, help="With --grading generate: a stop string (repeatable; default a newline)."),
-        click.option("--max-new-tokens", type=int, default=None, help="With --grading generate: token limit (default 32)."),
+        click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="With --grading generate: token limit (default 32)."),
         click.option("--allow-code-execution/--no-allow-code-execution", "allow_code", default=None,
                      help="Let mbpp/humaneval run model-written code in the sandbox."),
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from celtk.cli._common import console
+from celtk.cli._common import FiniteFloatRange, console
 
 DEVICES = {  # sustained dense bf16 throughput assumed, usable memory
     "l40s": (120e12, 46e9),
@@ -56,18 +56,18 @@ def _duration(seconds: float) -> str:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="An HF config.json (no weights needed).")
 @click.option("--model", default=None, help="Alias, HF directory or hub id; only its config is read.")
 @click.option("--task", default="arithmetic", show_default=True, help="arithmetic, boolq, hellaswag or mbpp (paper sizes and token estimates).")
-@click.option("--discovery", type=int, default=None, help="Discovery examples (default: the paper's).")
-@click.option("--heldout", type=int, default=None, help="Held-out examples (default: the paper's).")
-@click.option("--prompt-tokens", type=int, default=None, help="Longest prompt in tokens (default: the task's estimate).")
-@click.option("--mean-prompt-tokens", type=int, default=None, help="Mean prompt in tokens.")
-@click.option("--chat-tokens", type=int, default=0, show_default=True, help="Tokens the chat template adds to each prompt.")
-@click.option("--fewshot-tokens", type=int, default=0, show_default=True, help="Tokens of shots shared by every prompt.")
-@click.option("--batch-size", type=int, default=8, show_default=True)
-@click.option("--rows-per-pass", type=int, default=None, help="Rows (examples × ablations) per forward; default = batch size.")
+@click.option("--discovery", type=click.IntRange(min=1), default=None, help="Discovery examples (default: the paper's).")
+@click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default: the paper's).")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None, help="Longest prompt in tokens (default: the task's estimate).")
+@click.option("--mean-prompt-tokens", type=click.IntRange(min=1), default=None, help="Mean prompt in tokens.")
+@click.option("--chat-tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens the chat template adds to each prompt.")
+@click.option("--fewshot-tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of shots shared by every prompt.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--rows-per-pass", type=click.IntRange(min=1), default=None, help="Rows (examples × ablations) per forward; default = batch size.")
 @click.option("--dtype", default="bfloat16", show_default=True)
 @click.option("--device", "device_name", type=click.Choice(sorted(DEVICES)), default="l40s", show_default=True)
-@click.option("--device-flops", type=float, default=None, help="Sustained FLOP/s (overrides --device).")
-@click.option("--device-memory", type=float, default=None, help="Usable device memory in bytes (overrides --device).")
+@click.option("--device-flops", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Sustained FLOP/s (overrides --device).")
+@click.option("--device-memory", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Usable device memory in bytes (overrides --device).")
 def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_prompt_tokens, chat_tokens, fewshot_tokens,
              batch_size, rows_per_pass, dtype, device_name, device_flops, device_memory) -> None:
     """Estimate FLOPs, peak memory and time of screen, select and test, before any work."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from celtk.cli._common import console, progress_bar, quiet_libraries
+from celtk.cli._common import FiniteFloatRange, console, progress_bar, quiet_libraries
 from celtk.registry import SCREENERS, STRATEGIES
 
 
@@ -15,8 +15,8 @@ from celtk.registry import SCREENERS, STRATEGIES
 @click.option("--method", type=click.Choice(SCREENERS.names()), required=True,
               help="gradient: per-head gate gradient (one backward pass). lasso: random multi-head knockouts + L1 regression.")
 @click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True, help="Pool size compared with the exhaustive screen's.")
-@click.option("--masks", type=click.IntRange(min=1), default=200, show_default=True, help="Random knockout masks (lasso).")
-@click.option("--rate", type=click.FloatRange(0, 1, min_open=True), default=0.05, show_default=True, help="Chance each head is knocked out in a mask (lasso).")
+@click.option("--masks", type=click.IntRange(min=1, max=1_000_000), default=200, show_default=True, help="Random knockout masks (lasso; each is one forward pass, at most 1,000,000 like the subset search).")
+@click.option("--rate", type=FiniteFloatRange(0, 1, min_open=True), default=0.05, show_default=True, help="Chance each head is knocked out in a mask (lasso).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Mask seed (lasso).")
 def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
     """Rank heads with a cheaper screener and compare its pool with the exhaustive screen (OUT/altscreen-METHOD.json)."""
@@ -40,9 +40,9 @@ def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
 
 @click.command("stability")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--resamples", type=click.IntRange(min=1), default=20, show_default=True, help="Resamples of the discovery set.")
+@click.option("--resamples", type=click.IntRange(min=1, max=10_000), default=20, show_default=True, help="Resamples of the discovery set (each reruns the search; at most 10,000).")
 @click.option("--method", type=click.Choice(["bootstrap", "subsample"]), default="bootstrap", show_default=True)
-@click.option("--fraction", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True, help="Subsample size as a fraction (subsample).")
+@click.option("--fraction", type=FiniteFloatRange(0, 1, min_open=True), default=0.5, show_default=True, help="Subsample size as a fraction (subsample).")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True)
 @click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True)

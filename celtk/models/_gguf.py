@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
 from celtk.errors import ModelSourceError
+from celtk.models._hf import one_line
 
 # GGUF metadata does not carry an HF architecture list; map the GGUF arch to one.
 _GGUF_ARCH_TO_HF = {
@@ -53,8 +55,13 @@ def dequantized_dir(gguf_path: Path) -> Path:
     target = cache_root() / "gguf" / f"{gguf_path.stem}-{file_hash(gguf_path)}"
     if _is_complete(target):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
+    except OSError as error:
+        raise ModelSourceError(f"Cannot use celtk's cache {cache_root()} for the dequantized {gguf_path.name}: "
+                               f"{error.strerror}. Set CELTK_CACHE to a writable directory (it holds float32 "
+                               "weights, about 4 bytes per parameter).") from None
     try:
         _dequantize_into(gguf_path, scratch)
         if target.exists():  # an incomplete leftover from an older celtk; replace it
@@ -79,8 +86,9 @@ def _dequantize_into(gguf_path: Path, out_dir: Path) -> None:
     try:
         loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    except (ValueError, OSError, KeyError) as error:
-        raise ModelSourceError(f"Could not read GGUF file {gguf_path}: {error}") from None
+    except (ValueError, OSError, KeyError, IndexError, EOFError, struct.error) as error:  # struct: a cut-off header
+        raise ModelSourceError(f"Could not read GGUF file {gguf_path}: {one_line(error)[:300]}. It is truncated or "
+                               "not a GGUF model; copy or download the .gguf file again.") from None
     settings = loaded.config.to_dict()
     settings.pop("quantization_config", None)  # save_pretrained refuses a model that says it is GGUF-quantized
     if not settings.get("architectures"):

@@ -17,6 +17,7 @@ from celtk.errors import ConfigError, HubUnreachableError, ModelSourceError, sug
 from celtk.models._aliases import ALIASES
 from celtk.models._arch import unsupported
 from celtk.models._gguf import dequantized_dir
+from celtk.models._hf import read_hf_model
 from celtk.models._model import Model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -41,6 +42,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise ConfigError(f"Device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.") from None
+    if dev.type not in ("cpu", "cuda", "mps") or (dev.type == "cpu" and dev.index not in (None, 0)):
+        raise ConfigError(f"Device {device!r} is a torch device celtk cannot run on (it runs models on cpu, cuda "
+                          "and mps, where their weights hold numbers); use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.")
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (dev.index is not None and dev.index >= count):
@@ -80,6 +84,19 @@ def transformer_lens_name(name: str) -> str | None:
         return None
 
 
+def check_hub_id(repo_id: str) -> None:
+    """Refuse what cannot be a hub model id (``a/b/c``, spaces, ``owner/``) before any lookup."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise ModelSourceError(f"Model {repo_id!r} is not a hub id, a local path or a packaged alias: a hub id is "
+                               "'owner/name' (one slash; letters, digits, '-', '_' and '.'; at most 96 characters), "
+                               "e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct'.") from None
+
+
 def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
     """Return (what from_pretrained reads, source kind, metadata)."""
     if source in ALIASES:
@@ -100,6 +117,7 @@ def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
             raise ModelSourceError(f"Unknown model {source!r}: give a packaged alias, a hub id (owner/name), a TransformerLens "
                                    f"model name (gpt2, pythia-70m), an HF model directory or a .gguf file.{suggest(source, ALIASES)}")
         source = official
+    check_hub_id(source)
     if not _in_hub_cache(source) and not _hub_reachable():
         raise HubUnreachableError(
             f"The Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and {source!r} is not in the local HF cache. "
@@ -154,13 +172,7 @@ def load_model(
     target, kind, metadata = _resolve_source(source)
     if kind != "hub":
         _check_weight_files(target, kind)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        hf_model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype)
-        tokenizer = AutoTokenizer.from_pretrained(target)
-    except OSError as error:
-        raise ModelSourceError(f"Could not load model {source!r} from {target}: {error}") from None
+    hf_model, tokenizer = read_hf_model(target, source, torch_dtype)
     return wrap_hf_model(hf_model, tokenizer, name=source, source=kind, device=torch_device,
                          local_dir=target if kind != "hub" else None, metadata=metadata)
 

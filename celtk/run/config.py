@@ -74,6 +74,8 @@ class RunConfig:
         for name in ("discovery", "heldout", "p", "k") + (() if self.batch_size == "auto" else ("batch_size",)):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be at least 1 (or unset for the default 32), got {self.max_new_tokens}.")
         for name in ("fewshot", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be non-negative, got {getattr(self, name)}.")

@@ -86,11 +86,16 @@ def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarr
     """Set outcomes finished by an earlier, interrupted search (one file per batch and start layer)."""
     known: dict[HeadSet, np.ndarray] = {}
     for path in sorted(parts.glob("*.json")) if parts.is_dir() else []:
-        for row in read_json(path)["subsets"]:
-            correct = np.array(unbits(row["correct"]))
+        doc = read_json(path)
+        try:
+            rows = [(HeadSet.parse(row["heads"]), np.array(unbits(row["correct"]))) for row in doc["subsets"]]
+        except (KeyError, TypeError, ValueError, AttributeError):  # HeadError is a ValueError
+            raise RunStoreError(f"{path} is not a part celtk wrote (it needs a 'subsets' list of head sets and outcomes); "
+                                "delete it and rerun: only its subsets are scored again.") from None
+        for heads, correct in rows:
             if correct.shape != intact.shape:
                 raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; delete {parts}.")
-            known[HeadSet.parse(row["heads"])] = correct
+            known[heads] = correct
     return known
 
 

@@ -110,7 +110,7 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
     """Every head on every discovery example, written per start layer to ``screen_parts/`` (a rerun
     scores only the layers not written yet)."""
     parts = directory / "screen_parts"
-    done = {int(p.stem[1:]) for p in parts.glob("L*.json")} if parts.is_dir() else set()
+    done = set(layer_parts(parts))
     todo = [HeadSet((h,)) for h in heads if h.layer not in done]
     total, finished = len(heads), len(heads) - len(todo)
     if progress:
@@ -134,8 +134,7 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
                                                         on_intact=intact_holder.append)
     _write_generations(directory, "intact", {"intact": intact})
     mine = {str(h) for h in heads}
-    rows = [ScreenRow.from_json(row) for p in sorted(parts.glob("L*.json"), key=lambda p: int(p.stem[1:]))
-            for row in read_json(p)["heads"] if row["head"] in mine]
+    rows = [row for _, path in sorted(layer_parts(parts).items()) for row in read_layer_part(path) if row.head in mine]
     return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, evaluated=len(todo))
 
 
@@ -186,6 +185,22 @@ def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> 
 def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
     write_csv(path, ["head", "accuracy", "gain", "gain_count", "damage", "fixes"],
               [[r.head, f"{r.accuracy:.6f}", f"{r.gain:.6f}", r.gain_count, r.damage, r.fixes] for r in rows])
+
+
+def layer_parts(parts: Path) -> dict[int, Path]:
+    """The screen's per-layer part files (``L{layer}.json``) by layer; any other file there is not celtk's and is ignored."""
+    found = (re.fullmatch(r"L(\d+)\.json", p.name) for p in parts.iterdir()) if parts.is_dir() else ()
+    return {int(m.group(1)): parts / m.group(0) for m in found if m}
+
+
+def read_layer_part(path: Path) -> list[ScreenRow]:
+    """The rows of one layer's part file; one that celtk did not write is named, with the fix."""
+    doc = read_json(path)
+    try:
+        return [ScreenRow.from_json(row) for row in doc["heads"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise RunStoreError(f"{path} is not a screen part celtk wrote (it needs a 'heads' list of screened heads); "
+                            "delete it and rerun the screen, which redoes that layer only.") from None
 
 
 def merge_shards(out: Path) -> ScreenDocument:

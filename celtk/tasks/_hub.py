@@ -7,6 +7,7 @@ cannot read at all (a dataset that needs its loading script, which ``datasets`` 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def _unreadable(what: str, error: Exception) -> CeltkError:
     """The error for a dataset or file that the installed ``datasets`` fails to read."""
     import datasets
 
-    message = f"{type(error).__name__}: {error}".strip()
+    message = re.sub(r"\s+", " ", f"{type(error).__name__}: {error}").strip()  # one line, as the CLI shows it
     if isinstance(error, (ConnectionError, TimeoutError)) or "connect" in message.lower() or "offline" in message.lower():
         return HubUnreachableError(f"Could not fetch {what} from the hub ({message}). Download it where the hub is "
                                    "reachable and pass its directory with --data PATH.")
@@ -43,12 +44,24 @@ def _unreadable(what: str, error: Exception) -> CeltkError:
                            "expected jsonl or parquet rows in the dataset's schema.")
 
 
+def _check_utf8(files: list[str]) -> None:
+    """Refuse a local json/jsonl file that is not UTF-8, naming the line (datasets would fail deep inside)."""
+    from celtk.tasks.jsonl import utf8_lines
+
+    for name in files:
+        with open(name, "rb") as handle:
+            for _ in utf8_lines(handle, name):
+                pass
+
+
 def load_json_rows(source: str) -> list[dict[str, Any]]:
     """Rows of one jsonl file: a local path or an ``hf://datasets/...`` data file (no loading script)."""
     import datasets
 
     if "://" not in source and not Path(source).is_file():
         raise TaskError(f"Data file {source!r} does not exist.")
+    if "://" not in source:
+        _check_utf8([source])
     try:
         return list(datasets.load_dataset("json", data_files=source, split="train"))
     except Exception as error:  # noqa: BLE001 - every datasets failure becomes one clear message
@@ -62,6 +75,8 @@ def load_rows(hub_id: str, config: str | None, split: str, data_path: str | None
     if data_path is not None:
         files = _local_files(data_path, split)
         builder = "parquet" if files[0].endswith(".parquet") else "json"
+        if builder == "json":
+            _check_utf8(files)
         try:
             return list(datasets.load_dataset(builder, data_files=files, split="train"))
         except Exception as error:  # noqa: BLE001

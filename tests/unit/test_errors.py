@@ -52,6 +52,20 @@ def _copy(run_dir: Path, tmp: Path) -> Path:
     return Path(shutil.copytree(run_dir, tmp / "copy"))
 
 
+def _model_dir(ctx, edit=None, drop=()) -> str:
+    """The tiny model saved as an HF directory (config, tokenizer, weights), then broken by ``edit``/``drop``."""
+    from celtk import export_ablated
+    out = Path(export_ablated(ctx.tiny, "", ctx.tmp / "ckpt"))
+    for pattern in drop:
+        for path in out.glob(pattern):
+            path.unlink()
+    if edit:
+        config = json.loads((out / "config.json").read_text())
+        edit(config)
+        (out / "config.json").write_text(json.dumps(config))
+    return str(out)
+
+
 # ---- the cases: id -> (callable taking a context, expected class, message pattern) ----
 
 def c_unknown_model(ctx):
@@ -83,6 +97,75 @@ def c_corrupted_weights(ctx):
     load_model(str(out))
 
 
+def c_gguf_truncated_header(ctx):
+    from celtk import load_model
+    from celtk.models import ALIASES
+    ctx.monkeypatch.setenv("CELTK_CACHE", str(ctx.tmp / "cache"))
+    with open(ALIASES["smollm2-135m"].locate(), "rb") as handle:
+        (ctx.tmp / "cut.gguf").write_bytes(handle.read(100))  # magic and version, then the header stops
+    load_model(str(ctx.tmp / "cut.gguf"))
+
+
+def c_model_without_tokenizer(ctx):
+    from celtk import load_model
+    load_model(_model_dir(ctx, drop=["tokenizer*", "special_tokens_map.json", "chat_template*"]))
+
+
+def c_config_wrong_type(ctx):
+    from celtk import load_model
+    load_model(_model_dir(ctx, lambda c: c.update(num_hidden_layers="two")))
+
+
+def c_config_impossible_size(ctx):
+    from celtk import load_model
+    load_model(_model_dir(ctx, lambda c: c.update(hidden_size=-64)))
+
+
+def c_config_without_model_type(ctx):
+    from celtk import load_model
+    load_model(_model_dir(ctx, lambda c: c.pop("model_type")))
+
+
+def c_unknown_model_type(ctx):
+    from celtk import load_model
+    load_model(_model_dir(ctx, lambda c: c.update(model_type="foo", architectures=["FooForCausalLM"])))
+
+
+def c_not_a_causal_lm(ctx):
+    from celtk import load_model
+    load_model(_model_dir(ctx, lambda c: c.update(model_type="t5", architectures=["T5ForConditionalGeneration"])))
+
+
+def c_architecture_not_screenable(ctx):
+    import transformers as tf
+
+    from celtk import load_model
+    out = ctx.tmp / "biogpt"
+    config = tf.BioGptConfig(vocab_size=len(ctx.tiny.tokenizer), hidden_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, intermediate_size=64)
+    tf.AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    ctx.tiny.tokenizer.save_pretrained(out)
+    load_model(str(out))
+
+
+def c_hub_id_invalid(ctx):
+    from celtk import load_model
+    load_model("a/b/c")
+
+
+def c_hub_id_with_space(ctx):
+    from celtk import load_model
+    load_model("owner/my model")
+
+
+def c_cache_is_a_file(ctx):
+    from celtk import load_model
+    (ctx.tmp / "cache").write_text("not a directory")
+    ctx.monkeypatch.setenv("CELTK_CACHE", str(ctx.tmp / "cache"))
+    (ctx.tmp / "m.gguf").write_bytes(b"GGUF")
+    load_model(str(ctx.tmp / "m.gguf"))
+
+
 def c_hub_unreachable(ctx):
     from celtk import load_model
     ctx.monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -99,6 +182,30 @@ def c_task_hub_unreachable(ctx):
 def c_device_unavailable(ctx):
     from celtk.models import resolve_device
     resolve_device("cuda:3")
+
+
+def c_device_meta(ctx):
+    from celtk.models import resolve_device
+    resolve_device("meta")
+
+
+def c_device_xla(ctx):
+    from celtk.models import resolve_device
+    resolve_device("xla")
+
+
+def c_device_cuda_absent(ctx):
+    from celtk.models import resolve_device
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    resolve_device("cuda")
+
+
+def c_device_mps_absent(ctx):
+    from celtk.models import resolve_device
+    if __import__("torch").backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    resolve_device("mps")
 
 
 def c_device_malformed(ctx):
@@ -332,6 +439,104 @@ def c_jsonl_not_utf8(ctx):
     make_splits(get_task(f"jsonl:{path}"), 1, 0)
 
 
+def c_data_not_utf8(ctx):
+    from celtk.tasks import get_task, make_splits
+    path = ctx.tmp / "boolq.jsonl"
+    row = {"question": "is it", "passage": "yes", "label": 1}
+    path.write_bytes((json.dumps(row) + "\n").encode() + b'{"question": "caf\xe9", "passage": "x", "label": 0}\n')
+    make_splits(get_task("boolq", data_path=str(path)), 1, 0)
+
+
+def c_stored_negative_seed(ctx):
+    from celtk.run import run_test
+    out = _copy(ctx.run_dir, ctx.tmp)
+    for name in ("screen.json", "selection.json"):  # the seed as an older celtk stored it, after screen and select
+        doc = json.loads((out / name).read_text())
+        (out / name).write_text(json.dumps(doc | {"config": doc["config"] | {"seed": -1}}))
+    run_test(out, model=ctx.tiny)
+
+
+def c_screen_part_not_celtks(ctx):
+    from celtk.run import RunConfig, run_screen
+    out = _copy(ctx.run_dir, ctx.tmp)
+    (out / "screen_parts" / "L1.json").write_text('{"rows": []}')
+    config = {k: v for k, v in json.loads((out / "config.json").read_text()).items() if k != "celtk_version"}
+    run_screen(RunConfig.from_dict(config), out, model=ctx.tiny)
+
+
+def c_select_part_not_celtks(ctx):
+    from celtk.run import run_select
+    out = _copy(ctx.run_dir, ctx.tmp)
+    sets = out / "select_parts" / "sets"
+    (sets / "notes.json").write_text('["my notes"]')
+    run_select(out, p=3, k=2, model=ctx.tiny)
+
+
+def c_merge_only_odd_names(ctx):
+    from celtk.run import merge_shards
+    (ctx.tmp / "shard-x-of-y").mkdir()
+    (ctx.tmp / "shard-0-of-1").write_text("a file, not a shard directory")
+    merge_shards(ctx.tmp)
+
+
+def c_output_read_only(ctx):
+    from celtk.runstore import write_json
+    (ctx.tmp / "ro").mkdir()
+    _on_read_only(ctx.tmp / "ro", lambda: write_json(ctx.tmp / "ro" / "screen.json", {}))
+
+
+def c_cache_read_only(ctx):
+    from celtk import load_model
+    (ctx.tmp / "cache").mkdir()
+    ctx.monkeypatch.setenv("CELTK_CACHE", str(ctx.tmp / "cache"))
+    (ctx.tmp / "m.gguf").write_bytes(b"GGUF")
+    _on_read_only(ctx.tmp / "cache", lambda: load_model(str(ctx.tmp / "m.gguf")))
+
+
+def _on_read_only(directory: Path, action) -> None:
+    """Run ``action`` with ``directory`` read-only: by its mode when not root, else (root writes through any
+    mode) in a forked child that mounts it read-only in a private mount namespace. A CeltkError it raises
+    is raised again here, of the same class and message."""
+    import ctypes
+    import pickle
+
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        try:
+            return action()
+        finally:
+            directory.chmod(0o755)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            ms_rdonly, ms_remount, ms_bind, ms_rec, ms_private = 1, 32, 4096, 16384, 1 << 18
+            path = str(directory).encode()
+            if (libc.unshare(0x00020000) or libc.mount(b"none", b"/", None, ms_rec | ms_private, None)
+                    or libc.mount(path, path, None, ms_bind, None)
+                    or libc.mount(b"none", path, None, ms_bind | ms_remount | ms_rdonly, None)):
+                os.write(write, pickle.dumps(("skip", "no private mount namespace here")))
+            else:
+                try:
+                    action()
+                    os.write(write, pickle.dumps(("ok", "")))
+                except E.CeltkError as error:
+                    os.write(write, pickle.dumps((type(error).__name__, str(error))))
+                except BaseException as error:  # noqa: BLE001 - reported to the parent as a failure
+                    os.write(write, pickle.dumps(("traceback", repr(error))))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as handle:
+        kind, message = pickle.loads(handle.read())
+    os.waitpid(pid, 0)
+    if kind == "skip":
+        pytest.skip(message)
+    assert kind not in ("ok", "traceback"), f"a read-only {directory} gave {kind}: {message}"
+    raise getattr(E, kind)(message)
+
+
 def c_search_too_large(ctx):
     from celtk.strategies import get_strategy
     get_strategy("algorithm1").check(k=270, p=270)
@@ -374,9 +579,24 @@ CASES = {
     "gguf-missing": (c_gguf_missing, E.ModelSourceError, r"GGUF file .* does not exist; give the path of a \.gguf file"),
     "dir-without-config": (c_dir_without_config, E.ModelSourceError, r"has no config\.json; give an HF model directory"),
     "corrupted-weights": (c_corrupted_weights, E.ModelSourceError, r"model\.safetensors is corrupted or truncated .*Copy or download"),
+    "gguf-truncated-header": (c_gguf_truncated_header, E.ModelSourceError, r"Could not read GGUF file .*cut\.gguf: .*truncated or not a GGUF model; copy or download"),
+    "model-without-tokenizer": (c_model_without_tokenizer, E.ModelSourceError, r"has no usable tokenizer in .*copy the same model's tokenizer files"),
+    "config-wrong-type": (c_config_wrong_type, E.ModelSourceError, r"config\.json of .* has a wrong value: .*num_hidden_layers.* expected int, got str .*'two'"),
+    "config-impossible-size": (c_config_impossible_size, E.ModelSourceError, r"Could not build model .*negative dimension -64.*must describe the same model"),
+    "config-without-model-type": (c_config_without_model_type, E.ModelSourceError, r"has no model_type; an HF config\.json names its model type"),
+    "unknown-model-type": (c_unknown_model_type, E.ArchitectureError, r"'FooForCausalLM' cannot be screened: this transformers does not know its model type 'foo'.*tested: "),
+    "not-a-causal-lm": (c_not_a_causal_lm, E.ArchitectureError, r"'T5ForConditionalGeneration' cannot be screened: model type 't5' has no causal language model.*tested: "),
+    "architecture-not-screenable": (c_architecture_not_screenable, E.ArchitectureError, r"'BioGptForCausalLM' cannot be screened: .*tested: .*LlamaForCausalLM"),
+    "hub-id-invalid": (c_hub_id_invalid, E.ModelSourceError, r"'a/b/c' is not a hub id, a local path or a packaged alias: a hub id is 'owner/name'"),
+    "hub-id-with-space": (c_hub_id_with_space, E.ModelSourceError, r"'owner/my model' is not a hub id.*letters, digits"),
+    "cache-is-a-file": (c_cache_is_a_file, E.ModelSourceError, r"Cannot use celtk's cache .*: Not a directory\. Set CELTK_CACHE to a writable directory"),
     "hub-unreachable": (c_hub_unreachable, E.HubUnreachableError, r"hub is unreachable .*pass --model DIR"),
     "task-hub-unreachable": (c_task_hub_unreachable, E.HubUnreachableError, r"Could not fetch aps/super_glue/boolq .*from the hub.*pass its directory with --data PATH"),
     "device-unavailable": (c_device_unavailable, E.ConfigError, r"Device 'cuda:3' is not available.*Use --device cpu"),
+    "device-meta": (c_device_meta, E.ConfigError, r"Device 'meta' is a torch device celtk cannot run on .*use 'cpu', 'cuda'"),
+    "device-xla": (c_device_xla, E.ConfigError, r"Device 'xla' is a torch device celtk cannot run on"),
+    "device-cuda-absent": (c_device_cuda_absent, E.ConfigError, r"Device 'cuda' is not available: this machine has 0 CUDA device\(s\)\. Use --device cpu"),
+    "device-mps-absent": (c_device_mps_absent, E.ConfigError, r"Device 'mps' is not available on this machine\. Use --device cpu"),
     "device-malformed": (c_device_malformed, E.ConfigError, r"'gpu0' is not a torch device; use 'cpu', 'cuda'"),
     "dtype-unsupported": (c_dtype_unsupported, E.ConfigError, r"dtype 'float8' is not supported; use one of float32"),
     "unknown-task": (c_unknown_task, E.TaskError, r"Unknown task 'arithmatic'\. Did you mean: 'arithmetic'"),
@@ -419,6 +639,13 @@ CASES = {
     "config-not-utf8": (c_config_not_utf8, E.ConfigError, r"run\.toml is not UTF-8 text .*save it as UTF-8"),
     "negative-seed": (c_negative_seed, E.ConfigError, r"seed must be non-negative, got -1"),
     "jsonl-not-utf8": (c_jsonl_not_utf8, E.DataFormatError, r"task\.jsonl:3: not UTF-8 text .*save the file as UTF-8"),
+    "data-not-utf8": (c_data_not_utf8, E.DataFormatError, r"boolq\.jsonl:2: not UTF-8 text \(byte 17 of the line\); save the file as UTF-8"),
+    "stored-negative-seed": (c_stored_negative_seed, E.ConfigError, r"seed must be non-negative, got -1"),
+    "screen-part-not-celtks": (c_screen_part_not_celtks, E.RunStoreError, r"screen_parts/L1\.json is not a screen part celtk wrote .*delete it and rerun the screen"),
+    "select-part-not-celtks": (c_select_part_not_celtks, E.RunStoreError, r"sets/notes\.json is not a part celtk wrote .*delete it and rerun"),
+    "merge-only-odd-names": (c_merge_only_odd_names, E.RunStoreError, r"No shard directories \(shard-i-of-N\) in .*; screen with shard=\(i, N\)"),
+    "output-read-only": (c_output_read_only, E.RunStoreError, r"Cannot write in .*/ro: (Read-only file system|Permission denied)\. Choose a writable output directory"),
+    "cache-read-only": (c_cache_read_only, E.ModelSourceError, r"Cannot use celtk's cache .*/cache for the dequantized m\.gguf: (Read-only file system|Permission denied)\. Set CELTK_CACHE"),
     "search-too-large": (c_search_too_large, E.ConfigError, r"p = 270, k = 270 means 1,897,[\d,]+ subsets to evaluate, more than the limit of 1,000,000"),
     "lasso-no-masks": (c_lasso_no_masks, E.ConfigError, r"needs masks ≥ 1 .*got masks = 0"),
     "nan-into-json": (c_nan_into_json, E.RunStoreError, r"Refusing to write NaN or infinity into JSON \(in \$\.relative_error_reduction\); .*null with a reason"),
@@ -431,20 +658,28 @@ CASES = {
 FAMILIES = {
     "model source": ["unknown-model", "model-path-missing", "gguf-missing", "dir-without-config", "corrupted-weights",
                      "hub-unreachable"],
-    "device and dtype": ["device-unavailable", "device-malformed", "dtype-unsupported"],
+    "model directories": ["gguf-truncated-header", "model-without-tokenizer", "config-wrong-type", "config-impossible-size",
+                          "config-without-model-type", "unknown-model-type", "not-a-causal-lm",
+                          "architecture-not-screenable"],
+    "cache directory": ["cache-is-a-file", "cache-read-only"],
+    "hub ids": ["hub-id-invalid", "hub-id-with-space"],
+    "device and dtype": ["device-unavailable", "device-cuda-absent", "device-mps-absent", "device-meta", "device-xla",
+                         "device-malformed", "dtype-unsupported"],
     "task": ["unknown-task", "unknown-subtask", "task-hub-unreachable", "hub-data-path-missing"],
     "heads": ["head-malformed", "head-out-of-range", "head-twice", "ablate-out-of-range"],
     "search options": ["k-exceeds-p", "p-exceeds-heads", "search-too-large", "lasso-no-masks"],
     "splits": ["discovery-too-large", "discovery-plus-heldout-too-large", "negative-size", "sets-overlap",
                "fewshot-pool-too-small", "eval-limit-zero"],
     "data files": ["empty-task", "task-file-missing", "malformed-jsonl-line", "missing-field", "label-not-integer",
-                   "label-out-of-range", "mixed-line-kinds", "repeated-id", "jsonl-not-utf8"],
+                   "label-out-of-range", "mixed-line-kinds", "repeated-id", "jsonl-not-utf8", "data-not-utf8"],
     "settings": ["unknown-config-key", "config-string-for-bool", "config-bool-for-int", "config-not-utf8",
-                 "negative-seed", "shard-malformed", "batch-size-zero"],
+                 "shard-malformed", "batch-size-zero"],
+    "seeds": ["negative-seed", "stored-negative-seed"],
     "run directory": ["corrupted-run-file", "stage-out-of-order", "selection-from-other-model", "run-dir-other-config",
                       "partial-screen", "screen-of-other-run", "merge-mismatched-shards", "merge-missing-shard",
                       "directory-in-use"],
-    "output": ["output-not-writable", "disk-full", "nan-into-json"],
+    "odd files beside shards and parts": ["screen-part-not-celtks", "select-part-not-celtks", "merge-only-odd-names"],
+    "output": ["output-not-writable", "output-read-only", "disk-full", "nan-into-json"],
     "sandbox": ["code-execution-not-opted-in"],
 }
 
@@ -455,7 +690,8 @@ class _Ctx:
 
 
 _NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "selection-from-other-model", "run-dir-other-config",
-              "partial-screen", "screen-of-other-run"}
+              "partial-screen", "screen-of-other-run", "stored-negative-seed", "screen-part-not-celtks",
+              "select-part-not-celtks"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -472,6 +708,20 @@ def test_bad_input_gives_one_clear_error(case, tmp_path, monkeypatch, tiny_llama
         with open(os.environ["CELTK_ERROR_TABLE"], "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"case": case, "error": type(caught.value).__name__,
                                      "message": _placeholders(str(caught.value), tmp_path)}) + "\n")
+
+
+def test_odd_files_beside_screen_parts_are_ignored(run_dir, tiny_llama, tmp_path):
+    """Files celtk did not write beside its layer parts (``Lx.json`` used to end in a ValueError traceback)
+    are left alone, and the resumed screen is the same document."""
+    from celtk.run import RunConfig, run_screen
+    out = _copy(run_dir, tmp_path)
+    for name in ("Lx.json", "L1.json.bak", "notes.txt", "L01x.json"):
+        (out / "screen_parts" / name).write_text("not celtk's")
+    (out / "shard-x-of-y").mkdir()
+    config = {k: v for k, v in json.loads((out / "config.json").read_text()).items() if k != "celtk_version"}
+    run_screen(RunConfig.from_dict(config), out, model=tiny_llama)
+    assert json.loads((out / "screen.json").read_text())["heads"] == json.loads((run_dir / "screen.json").read_text())["heads"]
+    assert (out / "screen_parts" / "Lx.json").read_text() == "not celtk's"
 
 
 def _placeholders(message: str, tmp_path: Path) -> str:

@@ -188,3 +188,76 @@ def test_empty_prompt_is_scored_after_end_of_text_as_lm_eval_does(tiny_llama, tm
     batched = evaluate(tiny_llama, task, examples, config=EvalConfig(batch_size=6))
     in_batch = next(r for r in batched.examples if r.id == "empty")
     assert abs(in_batch.logprob - alone.examples[0].logprob) < 1e-4
+
+
+def _numeric_params():
+    """(verb, option, type) for every numeric option of every verb, found by walking the CLI."""
+    import click
+
+    from celtk.cli.pipeline_cmds import _BatchSize
+
+    found = []
+    for verb, command in sorted(main.commands.items()):
+        for param in command.params:
+            if isinstance(param, click.Option) and isinstance(param.type, (click.types.IntParamType,
+                                                                              click.types.FloatParamType, _BatchSize)):
+                found.append((verb, param.opts[0], param.type))
+    return found
+
+
+def _required_args(command, tmp: Path) -> list[str]:
+    """Values for a verb's required arguments and options, so that parsing reaches the numeric option."""
+    import click
+
+    args: list[str] = []
+    for param in command.params:
+        if not param.required:
+            continue
+        value = param.type.choices[0] if isinstance(param.type, click.Choice) else str(tmp)
+        args += [value] if isinstance(param, click.Argument) else [param.opts[0], value]
+    return args
+
+
+def _out_of_range(kind) -> list[str]:
+    """Values outside ``kind``'s range: below its minimum (or -1), above its maximum, nan and ±inf for floats."""
+    import click
+
+    low = getattr(kind, "min", None)
+    values = ["-1" if low is None else str(low if getattr(kind, "min_open", False) else low - 1)]
+    if getattr(kind, "max", None) is not None:
+        values.append(str(kind.max + 1))
+    if isinstance(kind, click.types.FloatParamType):
+        values += ["nan", "inf", "-inf"]
+    return values
+
+
+def test_every_numeric_option_of_every_verb_has_a_range():
+    """A numeric option without a lower bound lets -1 through to the library (plan's did, and --max-new-tokens)."""
+    import click
+
+    from celtk.cli.pipeline_cmds import _BatchSize
+
+    params = _numeric_params()
+    assert len(params) >= 40  # the walk found the verbs' options
+    unbounded = [(verb, opt) for verb, opt, kind in params if not isinstance(kind, _BatchSize) and getattr(kind, "min", None) is None]
+    assert not unbounded, f"numeric options without a lower bound: {unbounded}"
+    lets_nan_through = []
+    for _, opt, kind in params:
+        if isinstance(kind, click.FloatRange):
+            try:
+                kind.convert("nan", None, None)
+                lets_nan_through.append(opt)
+            except click.BadParameter:
+                pass
+    assert not lets_nan_through, f"float options that take nan (a range check alone does): {lets_nan_through}"
+
+
+@pytest.mark.parametrize("verb,option,kind", _numeric_params(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_numeric_option_refuses_out_of_range_values_in_one_line(verb, option, kind, tmp_path):
+    """-1 (or below the minimum), above the maximum, nan and ±inf: a usage error naming the option, before any work."""
+    for value in _out_of_range(kind):
+        args = [verb, *_required_args(main.commands[verb], tmp_path), option, value]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, (args, result.output)
+        assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+    assert not any(tmp_path.iterdir())  # nothing written
