@@ -72,7 +72,8 @@ def selected(planted, smol_tokenizer, tmp_path_factory):
     intact = _last_logits(model, ids)[:, choice]
     ablated = _last_logits(model, ids, ",".join(selection.heads))[:, choice]
     margin_i, margin_a = intact[:, 0] - intact[:, 1], ablated[:, 0] - ablated[:, 1]
-    lines = [{"prompt": p, "choices": list(CHOICES), "label": int(mi < 0)}
+    # jsonl multiple-choice lines are scored after a " " delimiter (lm-eval's), so the choices are written without it
+    lines = [{"prompt": p, "choices": [c[1:] for c in CHOICES], "label": int(mi < 0)}
              for p, i, mi, ma in zip(prompts, ids, margin_i.tolist(), margin_a.tolist())
              if mi * ma > 0 and min(abs(mi), abs(ma)) > 1e-2
              and all(model.tokenizer(p + c).input_ids == i + [t] for c, t in zip(CHOICES, choice))]
