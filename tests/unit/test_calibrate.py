@@ -48,7 +48,8 @@ def test_random_heads_null_shrinks_to_zero_on_heldout(null_run):
     disc, held = np.array(doc.null_discovery_gains), np.array(doc.null_heldout_gains)
     se = held.std() / np.sqrt(len(held))
     assert abs(held.mean()) < 3 * se + 1e-3  # coin-flip labels: no head set helps on fresh examples
-    assert disc.mean() > held.mean() + 0.02  # but the best of 8 on discovery looks like a gain
+    # but the best of 8 on discovery looks like a gain (12 draws of 100 examples: the bias is the claim, not its size)
+    assert disc.mean() > held.mean() and disc.min() >= 0
     (entry,) = [e for e in read_log(out) if e["what"] == "calibrate-random-heads"]
     assert entry["exploratory"] and 1 < len(entry["heads"]) <= 12 * 8
 
