@@ -18,6 +18,10 @@ from celtk.stats import discordance_noise
 MAX_SUBSETS = 1_000_000  # Algorithm 1 subsets one search may evaluate
 
 
+NOISE_RULE = ("descriptive, not a test: |gap| > 1.96 * sqrt(fixes + damage) of the subset, in examples; the gap's "
+              "null spread also holds the singles' noise, and no correction is made for the number of subsets")
+
+
 def check_pool_options(*, k: int, p: int, n_heads: int | None = None, **_: object) -> None:
     """The one check of Algorithm 1's options: 1 ≤ k ≤ p ≤ the number of screened heads."""
     for name, value in (("k", k), ("p", p)):
@@ -78,7 +82,11 @@ def select(single: Iterable[HeadScore], intact: np.ndarray, evaluate_set: Callab
 
 def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], intact: np.ndarray) -> dict:
     """Additivity gaps, the pairwise interaction matrix, and fix/damage overlaps between pool heads,
-    all in numbers of examples (keys ``gain_count``, ``additive_gain_count``, ``gap``, ``noise``)."""
+    all in numbers of examples (keys ``gain_count``, ``additive_gain_count``, ``gap``, ``noise``).
+
+    ``flagged`` is descriptive, not a test: ``noise`` is the spread of the subset's own paired
+    count, but the gap also carries each single's noise and their covariances on shared examples,
+    and it is checked on every subset without correction. A flag says "look here", not "p < 0.05"."""
     single = {next(iter(s.heads)): s for s in pool}
     heads = list(single)
     rows, flagged = [], []
@@ -100,4 +108,4 @@ def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], inta
                "damage": [[int((damage[a] & damage[b]).sum()) for b in heads] for a in heads]}
     return {"pool": [str(h) for h in heads], "subsets": rows, "pairwise_interaction": matrix, "overlap": overlap,
             "flagged": flagged,
-            "noise_rule": "|gap| > 1.96 * sqrt(fixes + damage) of the subset, in examples"}
+            "noise_rule": NOISE_RULE}

@@ -26,9 +26,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from celtk.cli import analysis_cmds, eval_cmd, info, pipeline_cmds, search_cmds, theory_cmd
+    from celtk.cli import analysis_cmds, eval_cmd, info, pipeline_cmds, search_cmds, theory_cmd, transfer_cmd
 
-    for module in (info, eval_cmd, pipeline_cmds, search_cmds, analysis_cmds, theory_cmd):
+    for module in (info, eval_cmd, pipeline_cmds, search_cmds, analysis_cmds, theory_cmd, transfer_cmd):
         for command in module.COMMANDS:
             main.add_command(command)
     main.add_command(__import__("celtk.cli.plan_cmd", fromlist=["plan_cmd"]).plan_cmd)  # celtk plan

@@ -92,14 +92,16 @@ def _print_screen(doc, top: int = 10) -> None:
 
 
 def _print_selection(doc) -> None:
-    change = f"discovery accuracy {doc.intact_discovery_accuracy:.1%} → {doc.discovery_accuracy:.1%}"
+    change = (f"discovery accuracy {doc.intact_discovery_accuracy:.1%} → {doc.discovery_accuracy:.1%} "
+              f"(gain {100 * doc.discovery_gain:+.1f} pts, selection-biased: the best of the candidates on the "
+              "examples that chose it; `celtk test` gives the honest held-out gain)")
     if doc.forced_after_test:
         console().print("[bold red]Selected again after the held-out test (--force): the held-out set is no longer "
                         "untouched for this selection.[/]")
     if doc.strategy == "algorithm1":
         console().print(f"Selected [bold]{','.join(doc.heads)}[/] from pool {', '.join(doc.pool)} "
                         f"({doc.n_evaluated_subsets} subsets evaluated): {change}. "
-                        f"{len(doc.flagged_interactions)} subset(s) flagged as non-additive.")
+                        f"{len(doc.flagged_interactions)} subset(s) flagged as non-additive (descriptive, not a test).")
     else:
         console().print(f"Selected [bold]{','.join(doc.heads)}[/] by {doc.strategy} search "
                         f"({doc.n_evaluations} interventions evaluated, the screen included): {change}.")
@@ -116,6 +118,9 @@ def _print_test(doc) -> None:
                   f"[{100 * lo:+.2f}, {100 * hi:+.2f}]", "undefined" if doc.relative_error_reduction is None else f"{100 * doc.relative_error_reduction:.1f}%",
                   f"{doc.mcnemar_p:.3g}", f"{doc.fixes}/{doc.damage}")
     console().print(table)
+    if doc.shrinkage is not None:
+        console().print(f"Shrinkage: discovery gain {100 * doc.discovery_gain:+.2f} pts (selection-biased) − held-out "
+                        f"gain {100 * doc.gain:+.2f} pts = {100 * doc.shrinkage:.2f} pts.")
 
 
 @click.command("screen")

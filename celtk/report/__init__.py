@@ -18,6 +18,7 @@ import numpy as np
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head
+from celtk.report.transfer import transfer_section
 from celtk.run.documents import (
     DiagnosticsDocument,
     Document,
@@ -143,7 +144,8 @@ def _write_report(out: Path, target: Path | None) -> Path:
     if selection:
         parts.append("<h2>Selection</h2>" + f"<p>Strategy <code>{selection.strategy}</code>, "
                      f"{selection.n_evaluations} interventions evaluated; discovery accuracy "
-                     f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%}.</p>"
+                     f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%} "
+                     f"(selection-biased: {html.escape(selection.discovery_gain_note)}).</p>"
                      + ("<p><strong>Selected again after the held-out test (forced): the held-out set is no longer "
                         "untouched for this selection.</strong></p>" if selection.forced_after_test else "")
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
@@ -157,6 +159,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
         parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
     if stability:
         parts.append(_stability_section(stability))
+    parts.append(transfer_section(out, target, _table, _figure))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>celtk report: {html.escape(out.name)}</title>"
             f"<style>{_STYLE}</style></head><body>{''.join(parts)}{_LOADED_CHECK}</body></html>")
     atomic_write_text(target / "index.html", page)
@@ -187,7 +190,9 @@ def _test_section(test: TestDocument) -> str:
          "McNemar p", "fixes / damage"],
         [[",".join(test.heads), test.n, f"{test.intact_accuracy:.1%}", f"{test.ablated_accuracy:.1%}",
           f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", "undefined" if test.relative_error_reduction is None else f"{100 * test.relative_error_reduction:.1f}%",
-          f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]])
+          f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]]) + (
+        "" if test.shrinkage is None or test.discovery_gain is None else f"<p>Shrinkage: discovery gain {100 * test.discovery_gain:+.1f} pts "
+        f"(selection-biased) − held-out gain {100 * test.gain:+.1f} pts = {100 * test.shrinkage:.1f} pts.</p>")
 
 
 def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocument | None, selected: list[Head]) -> list[str]:

@@ -20,6 +20,8 @@ from celtk.runstore import read_json, write_json
 
 SCHEMA_VERSION = 1
 UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was not scored on
+DISCOVERY_GAIN_NOTE = ("selection-biased: the best of the searched candidates, measured on the examples that chose it; "
+                       "the held-out gain (test.json) is the honest estimate")
 R = TypeVar("R", bound="Record")
 
 
@@ -207,7 +209,7 @@ class SelectionDocument(Document):
     FILE: ClassVar[str] = "selection.json"
     heads: list[str]
     discovery_accuracy: float
-    discovery_gain: float
+    discovery_gain: float  # selection-biased: the best of n_evaluations candidates on the examples that chose it
     intact_discovery_accuracy: float
     model: dict[str, Any]
     task: dict[str, Any]
@@ -227,6 +229,7 @@ class SelectionDocument(Document):
     pool: list[str] | None = optional()
     flagged_interactions: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
     forced_after_test: bool | None = optional()  # reselected with force=True after test.json existed
+    discovery_gain_note: str = DISCOVERY_GAIN_NOTE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,8 +257,8 @@ class TestExample(Record):
     id: str
     intact_correct: bool
     ablated_correct: bool
-    intact_logprob: float | None
-    ablated_logprob: float | None
+    intact_logprob: float | list[float] | None  # per choice on a multiple-choice task; None: graded by generation
+    ablated_logprob: float | list[float] | None
     intact_generation: str | None = optional()  # generation-graded tasks: what each model wrote
     ablated_generation: str | None = optional()
 
@@ -283,6 +286,8 @@ class TestDocument(Document):
     n_boot: int
     heldout_hash: str
     examples: list[TestExample] = rows(TestExample)
+    discovery_gain: float | None = optional()  # selection-biased, copied from selection.json
+    shrinkage: float | None = optional()  # discovery_gain − gain: how much of the searched gain did not hold
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,3 +356,96 @@ class AltscreenDocument(Document):
         document = cls.load(directory, cls.file(method))
         timing = Path(directory) / f"altscreen-{method}-timing.json"
         return replace(document, seconds=read_json(timing)["seconds"]) if timing.exists() else document
+
+
+# ---------------------------------------------------------------------------------------------
+# transfer.json and calibration-NULL.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferRow(Record):
+    """The frozen selection against the intact model under one variant, on held-out examples.
+    Fields the statistics leave undefined (n = 0) are ``None``, with the reason in ``undefined``."""
+
+    variant: str
+    kind: str  # original / shots / zero-shot / subtask / task / chat / model
+    task: str
+    model: str
+    fewshot: int
+    shot_seed: int
+    chat: bool
+    n: int
+    intact_accuracy: float | None
+    ablated_accuracy: float | None
+    gain: float | None
+    gain_ci: list[float] | None
+    fixes: int
+    damage: int
+    mcnemar_p: float | None
+    holm_p: float | None  # Holm-adjusted across every row of the grid
+    heldout_hash: str
+    intact_correct: str  # per-example bits, '0101…'
+    ablated_correct: str
+    undefined: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LanguageModelLoss(Record):
+    """Mean next-token negative log-likelihood (nats) on plain text, intact against ablated;
+    ``delta_ci`` resamples the text's windows (pairs) with replacement."""
+
+    source: str
+    n_windows: int
+    n_tokens: int
+    intact_nll: float
+    ablated_nll: float
+    delta: float  # ablated − intact: positive means the ablation costs language modelling
+    delta_ci: list[float]
+    ci_level: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferDocument(Document):
+    """Does the selection hold? Intact against ablated under a grid of variants (``transfer.json``)."""
+
+    FILE: ClassVar[str] = "transfer.json"
+    heads: list[str]
+    model: str
+    task: str
+    discovery_gain: float  # selection-biased (see SelectionDocument)
+    n_boot: int
+    ci_level: float
+    variants: list[TransferRow] = rows(TransferRow)
+    lm_loss: LanguageModelLoss | None = optional()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str = ""):
+        data = dict(data)
+        if data.get("lm_loss") is not None:
+            data["lm_loss"] = LanguageModelLoss.from_json(data["lm_loss"], where)
+        return super().from_json(data, where)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationDocument(Document):
+    """The best discovery gain a search finds under a null of no effect, and its held-out
+    counterpart, over ``repeats`` draws (``calibration-NULL.json``); gains are fractions."""
+
+    null: str  # random-heads / permutation
+    repeats: int
+    seed: int
+    n_candidates: int  # candidate sets the best is taken over, per repeat
+    set_size: int
+    null_discovery_gains: list[float]  # per repeat: the best candidate's discovery gain
+    null_heldout_gains: list[float]  # per repeat: that candidate's held-out gain
+    observed_discovery_gain: float
+    observed_heldout_gain: float | None  # from test.json, where it exists
+    p_value: float  # (1 + #{null best >= observed}) / (1 + repeats)
+    validity: str
+
+    @staticmethod
+    def file(null: str) -> str:
+        return f"calibration-{null}.json"
+
+    def save(self, directory: Path, name: str | None = None) -> None:
+        super().save(directory, name or self.file(self.null))

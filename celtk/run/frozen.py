@@ -36,9 +36,13 @@ def read_log(out: Path) -> list[dict[str, Any]]:
         raise RunStoreError(f"{path} is damaged ({error}); it is append-only, so restore it rather than edit it.") from None
 
 
+CONFIRMATORY = ("test", "transfer")  # held-out uses that score the frozen selection itself
+
+
 def tested(out: Path) -> bool:
-    """Whether the frozen selection of ``out`` has met the held-out set (``test.json`` or a logged test)."""
-    return (Path(out) / "test.json").exists() or any(e["what"] == "test" for e in read_log(out))
+    """Whether the frozen selection of ``out`` has met the held-out set (``test.json``, or a logged
+    test or transfer: either shows the selection's held-out results)."""
+    return (Path(out) / "test.json").exists() or any(e["what"] in CONFIRMATORY for e in read_log(out))
 
 
 def refuse_select_after_test(out: Path, force: bool) -> bool:
@@ -46,7 +50,7 @@ def refuse_select_after_test(out: Path, force: bool) -> bool:
     if not tested(out):
         return False
     if not force:
-        raise RunStoreError(f"{out} has already been tested on its held-out set; selecting again would choose with "
+        raise RunStoreError(f"{out} has already been tested on its held-out set (celtk test or transfer); selecting again would choose with "
                             "knowledge of held-out results. Use a new run directory, or pass force=True (`--force`), "
                             "which is recorded in selection.json and the report.")
     return True

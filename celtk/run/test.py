@@ -24,9 +24,9 @@ Progress = Callable[[str, int, int], None]
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
              progress: Progress | None = None) -> TestDocument:
     """Score ``selection.json``'s heads and the intact model on the held-out set (``heldout``
-    examples, default as configured) in two streamed passes; McNemar and a paired bootstrap CI;
-    writes ``test.json`` and appends to ``heldout_log.jsonl``. Refuses a changed discovery set,
-    shots or intact baseline."""
+    examples, default as configured) in two streamed passes; McNemar and a paired bootstrap CI, and
+    the shrinkage from the selection-biased discovery gain to the held-out gain; writes ``test.json``
+    and appends to ``heldout_log.jsonl``. Refuses a changed discovery set, shots or intact baseline."""
     out = Path(out)
     with locked(out):
         sel = SelectionDocument.load(out)
@@ -56,7 +56,8 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
             examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
                                   intact_logprob=_finite(a.logprob), ablated_logprob=_finite(b.logprob),
                                   intact_generation=a.extra.get("generation"), ablated_generation=b.extra.get("generation"))
-                      for a, b in zip(intact.examples, ablated.examples)])
+                      for a, b in zip(intact.examples, ablated.examples)],
+            discovery_gain=sel.discovery_gain, shrinkage=sel.discovery_gain - defined(cmp.gain, "gain"))
         document.save(out)
         log_heldout(out, "test", [sel.heads], document.heldout_hash, n=document.n)
         return document

@@ -1,0 +1,101 @@
+"""``celtk transfer / calibrate``: does a selection hold beyond the prompts it was found on, and
+does its discovery gain stand above what the search finds by chance?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from celtk.cli._common import console, progress_bar
+
+
+def _names(text: str | None) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else []
+
+
+def _seeds(ctx, param, value: str | None) -> list[int]:
+    try:
+        return [int(s) for s in _names(value)]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of whole numbers, e.g. 1,2,3.") from None
+
+
+def _pts(value: float | None) -> str:
+    return "undefined" if value is None else f"{100 * value:+.1f}"
+
+
+def _print_transfer(doc) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"Transfer of {','.join(doc.heads)} (held-out examples only; discovery gain "
+                        f"{100 * doc.discovery_gain:+.1f} pts is selection-biased)")
+    for col in ("variant", "task", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p",
+                "Holm p", "fixes/damage"):
+        table.add_column(col, justify="right")
+    for r in doc.variants:
+        ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
+        table.add_row(r.variant, r.task, f"{r.fewshot} (seed {r.shot_seed})" + (" chat" if r.chat else ""), str(r.n),
+                      "undefined" if r.intact_accuracy is None else f"{r.intact_accuracy:.1%}",
+                      "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain), ci,
+                      "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}",
+                      "undefined" if r.holm_p is None else f"{r.holm_p:.3g}", f"{r.fixes}/{r.damage}")
+    console().print(table)
+    if doc.lm_loss:
+        lm = doc.lm_loss
+        console().print(f"Language-modelling loss on {lm.source} ({lm.n_tokens} tokens): {lm.intact_nll:.4f} → "
+                        f"{lm.ablated_nll:.4f} nats/token (Δ {lm.delta:+.4f}, {lm.ci_level:.0%} CI "
+                        f"[{lm.delta_ci[0]:+.4f}, {lm.delta_ci[1]:+.4f}]).")
+
+
+@click.command("transfer")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--shots-seeds", callback=_seeds, default="1,2,3,4,5", show_default=True, help="Other few-shot draws (seeds).")
+@click.option("--zero-shot/--no-zero-shot", default=True, show_default=True, help="Add the zero-shot variant.")
+@click.option("--subtasks", default=None, help="Neighbouring subtasks of the run's task family, e.g. 2ds,3da.")
+@click.option("--tasks", default=None, help="Other tasks (side effects), e.g. boolq,arithmetic:1dc.")
+@click.option("--chat", is_flag=True, help="Add the chat-template variant.")
+@click.option("--other-model", "other_models", multiple=True, help="Another model of the same shape (repeatable).")
+@click.option("--plain-text", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Plain text for the language-modelling loss, intact against ablated.")
+@click.option("--heldout", type=int, default=None, help="Held-out examples per variant (default: as configured).")
+@click.option("--n-boot", type=int, default=10_000, show_default=True, help="Bootstrap resamples.")
+def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_models, plain_text, heldout, n_boot) -> None:
+    """The frozen selection against the intact model under a grid of variants, on held-out examples; writes OUT/transfer.json."""
+    from celtk.run.documents import SelectionDocument
+    from celtk.run.transfer import run_transfer, variant_grid
+
+    task = SelectionDocument.load(Path(out)).task["task"]
+    grid = variant_grid(task, shot_seeds=shots_seeds, zero_shot=zero_shot, subtasks=_names(subtasks),
+                        tasks=_names(tasks), chat=chat, models=other_models)
+    with progress_bar() as progress:
+        doc = run_transfer(Path(out), grid, heldout=heldout, plain_text=plain_text, n_boot=n_boot, progress=progress)
+    _print_transfer(doc)
+
+
+@click.command("calibrate")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--null", "null", type=click.Choice(["permutation", "random-heads"]), default="permutation", show_default=True,
+              help="permutation: relabel each scored candidate's discordant examples (stored outcomes, no model). "
+                   "random-heads: best of random head sets of the selection's size (forward passes).")
+@click.option("--repeats", type=int, default=200, show_default=True, help="Null draws.")
+@click.option("--candidates", "n_candidates", type=int, default=20, show_default=True, help="Random sets per draw (random-heads).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
+    """The best discovery gain a search finds under no effect, beside the run's; writes OUT/calibration-NULL.json."""
+    import numpy as np
+
+    from celtk.run.calibrate import run_calibration
+
+    with progress_bar() as progress:
+        doc = run_calibration(Path(out), null=null, repeats=repeats, seed=seed, n_candidates=n_candidates, progress=progress)
+    disc, held = np.array(doc.null_discovery_gains), np.array(doc.null_heldout_gains)
+    console().print(f"Null '{doc.null}' ({doc.validity}), {doc.repeats} draws over {doc.n_candidates} candidates:")
+    console().print(f"  best discovery gain: median {100 * np.median(disc):+.1f} pts, 95th percentile "
+                    f"{100 * np.quantile(disc, 0.95):+.1f}; its held-out gain: mean {100 * held.mean():+.1f} pts.")
+    held_obs = "" if doc.observed_heldout_gain is None else f", held-out {100 * doc.observed_heldout_gain:+.1f} pts"
+    console().print(f"  observed: discovery {100 * doc.observed_discovery_gain:+.1f} pts (selection-biased){held_obs}; "
+                    f"share of null bests at or above it p = {doc.p_value:.3g}.")
+
+
+COMMANDS = [transfer_cmd, calibrate_cmd]
