@@ -58,8 +58,8 @@ def _print_transfer(doc) -> None:
 @click.option("--other-model", "other_models", multiple=True, help="Another model of the same shape (repeatable).")
 @click.option("--plain-text", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Plain text for the language-modelling loss, intact against ablated.")
-@click.option("--heldout", type=int, default=None, help="Held-out examples per variant (default: as configured).")
-@click.option("--n-boot", type=int, default=10_000, show_default=True, help="Bootstrap resamples.")
+@click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples per variant (default: as configured).")
+@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True, help="Bootstrap resamples (at most 1,000,000).")
 def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_models, plain_text, heldout, n_boot) -> None:
     """The frozen selection against the intact model under a grid of variants, on held-out examples; writes OUT/transfer.json."""
     from celtk.run.documents import SelectionDocument
@@ -78,9 +78,9 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
 @click.option("--null", "null", type=click.Choice(["permutation", "random-heads"]), default="permutation", show_default=True,
               help="permutation: relabel each scored candidate's discordant examples (stored outcomes, no model). "
                    "random-heads: best of random head sets of the selection's size (forward passes).")
-@click.option("--repeats", type=int, default=200, show_default=True, help="Null draws.")
-@click.option("--candidates", "n_candidates", type=int, default=20, show_default=True, help="Random sets per draw (random-heads).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1, max=100_000), default=200, show_default=True, help="Null draws (at most 100,000).")
+@click.option("--candidates", "n_candidates", type=click.IntRange(min=1, max=100_000), default=20, show_default=True, help="Random sets per draw (random-heads; at most 100,000).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
     """The best discovery gain a search finds under no effect, beside the run's; writes OUT/calibration-NULL.json."""
     import numpy as np
