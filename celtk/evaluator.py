@@ -163,7 +163,7 @@ def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Ex
         template = tokenizer.get_chat_template()
     except ValueError:
         raise ConfigError(f"--chat needs a chat template, but the tokenizer of {model.name} has none; "
-                          "drop --chat or use an instruction-tuned model.") from None
+                          "drop chat=True (--chat) or use an instruction-tuned model.") from None
     kwargs = {"enable_thinking": False} if "smollm3" in model.architecture.lower() else {}
     return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True,
                                          chat_template=dated_template(template, chat_date), **kwargs)

@@ -48,9 +48,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (dev.index is not None and dev.index >= count):
-            raise ConfigError(f"Device {device!r} is not available: this machine has {count} CUDA device(s). Use --device cpu.")
+            raise ConfigError(f"Device {device!r} is not available: this machine has {count} CUDA device(s). Use device='cpu' (--device cpu).")
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"Device {device!r} is not available on this machine. Use --device cpu.")
+        raise ConfigError(f"Device {device!r} is not available on this machine. Use device='cpu' (--device cpu).")
     return dev
 
 
@@ -121,7 +121,7 @@ def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
     if not _in_hub_cache(source) and not _hub_reachable():
         raise HubUnreachableError(
             f"The Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and {source!r} is not in the local HF cache. "
-            f"Download it elsewhere (e.g. `huggingface-cli download {source} --local-dir DIR`), copy DIR here and pass --model DIR, "
+            f"Download it elsewhere (e.g. `huggingface-cli download {source} --local-dir DIR`), copy DIR here and load it with load_model('DIR') (--model DIR), "
             "or use a packaged alias such as 'smollm2-135m'."
         )
     return source, "hub", {}

@@ -43,7 +43,7 @@ def preset_values(name: str, task: str | None) -> dict[str, Any]:
     family = (task or "arithmetic").split(":", 1)[0]
     if family not in PAPER:
         raise ConfigError(f"Preset 'paper' has no settings for task {task!r}; the paper used "
-                          f"{', '.join(PAPER)}. Drop --preset or choose one of those tasks.")
+                          f"{', '.join(PAPER)}. Drop the preset (--preset) or choose one of those tasks.")
     values = dict(PAPER[family])
     values.pop("task")  # keep the configured task (e.g. one arithmetic subtask)
     return values

@@ -92,7 +92,7 @@ def draw_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
     if k > len(pool):
         from celtk.errors import TaskError
 
-        raise TaskError(f"--fewshot {k} needs {k} shots but the few-shot pool has only {len(pool)} examples.")
+        raise TaskError(f"fewshot={k} (--fewshot {k}) needs {k} shots but the few-shot pool has only {len(pool)} examples.")
     return random.Random(seed).sample(pool, k)
 
 

