@@ -20,10 +20,20 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+LOG_WIDTH = 160  # columns when writing to a file or pipe, where rich would assume 80 and cut the tables' cells
+
+
 def console(stderr: bool = False):
+    """A rich console; not on a terminal (a log file, a pipe, a Slurm output) it is 160 columns wide
+    unless ``COLUMNS`` says otherwise, so wide result tables stay readable."""
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else LOG_WIDTH
+    return Console(stderr=stderr, width=width)
 
 
 @contextmanager

@@ -61,3 +61,23 @@ def test_cli_user_errors_have_no_traceback(tmp_path, args, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+
+
+def test_tables_written_to_a_log_are_not_cut(monkeypatch, capsys):
+    """Off a terminal (a log file, a Slurm output) rich would assume 80 columns and cut a wide
+    table's cells to '…'; celtk's console is 160 wide there unless COLUMNS says otherwise."""
+    from rich.table import Table
+
+    from celtk.cli._common import console
+
+    def render() -> str:
+        table = Table(*[f"column {i}" for i in range(10)])
+        table.add_row(*["shots seed=2" for _ in range(10)])
+        console().print(table)
+        return capsys.readouterr().out
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    wide = render()
+    assert wide.count("shots seed=2") == 10 and "…" not in wide
+    monkeypatch.setenv("COLUMNS", "80")
+    assert "…" in render()  # an explicit width is honoured
