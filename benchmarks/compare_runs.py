@@ -9,12 +9,16 @@ after, then
 Every JSON document in both directories is compared: byte for byte first; if the bytes differ, the parsed
 documents are compared with the allowed keys removed (at any depth) from the NEW side only, and renamed keys
 mapped back to their old names, so a key the new code *adds* or *renames* is tolerated but a changed or removed
-value is not. Exit status 0 when every file matches.
+value is not. CSV files likewise: a column of the NEW file named in --allow-added that the old file lacks is dropped
+before the rows are compared (e.g. `--allow-added n_scored` for screen.csv's racing column). Exit status 0 when
+every file matches.
 Wall times (`timing.json`) and the lock file are skipped: they differ between any two runs.
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -39,6 +43,15 @@ def matches(old: Any, new: Any, added: set[str], renamed: dict[str, str]) -> boo
     return bool(old == new)
 
 
+def csv_matches(old: str, new: str, added: set[str]) -> bool:
+    """Whether the CSV text ``new`` equals ``old`` once the columns in ``added`` that ``old`` lacks are dropped."""
+    old_rows, new_rows = list(csv.reader(io.StringIO(old))), list(csv.reader(io.StringIO(new)))
+    if not old_rows or not new_rows:
+        return old_rows == new_rows
+    keep = [i for i, name in enumerate(new_rows[0]) if name in old_rows[0] or name not in added]
+    return [[row[i] for i in keep if i < len(row)] for row in new_rows] == old_rows
+
+
 def compare(old: Path, new: Path, allowed: set[str], renamed: dict[str, str]) -> list[tuple[str, str]]:
     """One (relative path, verdict) per file of either run; verdicts: identical, identical-modulo-added, DIFFERENT,
     MISSING-IN-NEW, ONLY-IN-NEW."""
@@ -56,6 +69,8 @@ def compare(old: Path, new: Path, allowed: set[str], renamed: dict[str, str]) ->
         elif a.read_bytes() == b.read_bytes():
             rows.append((name, "identical"))
         elif name.endswith(".json") and matches(json.loads(a.read_text()), json.loads(b.read_text()), allowed, renamed):
+            rows.append((name, "identical-modulo-added"))
+        elif name.endswith(".csv") and csv_matches(a.read_text(), b.read_text(), allowed):
             rows.append((name, "identical-modulo-added"))
         else:
             rows.append((name, "DIFFERENT"))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from celtk.circuits import compare_with_circuit, critical_and_enhancing, head_attribute_scores, load_circuit
+from celtk.errors import ConfigError
 from celtk.heads import Head
 from celtk.models import Model
 from celtk.run.documents import ScreenDocument, SelectionDocument
@@ -42,16 +43,34 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, b
 
 def run_compare(out: Path, circuit: str, *, top: int = 10) -> dict[str, Any]:
     """Overlap of the run's selection and screen ranking with ``circuit`` (a file or packaged name),
-    and the run's task-critical vs enhancing heads. Needs no model."""
+    and the run's task-critical vs enhancing heads. Needs no model.
+
+    On a racing screen only the top-``p`` pool has a rank on the whole discovery set (the other heads
+    were dropped early or, kept to the end, may rank below dropped ones): the ranking is the pool,
+    ``top`` must be at most ``p``, the mean ranks and the critical heads (the bottom of the ranking)
+    are ``None``, and ``racing`` says why."""
     from celtk.run.session import load_screen
 
     out = Path(out)
     loaded = load_circuit(circuit)
     doc, _, scores = load_screen(out)
+    racing = doc.racing
+    if racing is not None and top > racing.p:
+        raise ConfigError(f"This run's screen raced for the top p = {racing.p} heads, so only those are ranked on every "
+                          f"discovery example; compare with top ≤ {racing.p} (--top {racing.p}), or screen exhaustively "
+                          "(screen = 'exhaustive', `--screen exhaustive`) in a new directory to rank every head.")
     selection = _selected_heads(out)
     ranking = [str(next(iter(s.heads.heads))) for s in rank(scores)]
+    if racing is not None:
+        ranking = ranking[:racing.p]
     report = compare_with_circuit(loaded, doc.n_layers, doc.n_heads, selection, ranking, top)
-    report["critical_vs_enhancing"] = critical_and_enhancing([r.to_json() for r in doc.heads], n=top)
+    report["critical_vs_enhancing"] = None if racing else critical_and_enhancing([r.to_json() for r in doc.heads], n=top)
+    if racing is not None:
+        report |= {"mean_rank_of_circuit_heads": None, "mean_rank_by_chance": None,
+                   "racing": {"mode": racing.mode, "p": racing.p, "ranked": ranking,
+                              "note": f"a racing screen ranks only its top {racing.p} heads on the whole discovery set; "
+                                      "circuit heads outside them have no rank (null), and task-critical heads need "
+                                      "an exhaustive screen"}}
     report["run_selection"] = selection
     slug = Path(str(circuit)).stem.replace("_", "-")
     with locked(out):

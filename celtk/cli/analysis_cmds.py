@@ -52,6 +52,9 @@ def compare_cmd(out, circuit, top) -> None:
         table.add_row(key.replace("_", " "), str(o["n"]), str(o["overlap"]), f"{o['expected_by_chance']:.2f}",
                       f"{o['p_at_least']:.2g}", ", ".join(f"{s['head']} ({s['role']})" for s in o["shared"]) or "—")
     console().print(table)
+    if doc.get("racing"):
+        console().print(f"Racing screen: {doc['racing']['note']}.")
+        return
     console().print(f"Mean screen rank of circuit heads: {doc['mean_rank_of_circuit_heads']:.0f} "
                     f"(chance {doc['mean_rank_by_chance']:.0f}; 1 = removal helps most).")
     ce = doc["critical_vs_enhancing"]

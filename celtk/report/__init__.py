@@ -39,7 +39,30 @@ def _grid(values: list[tuple[str, float | int]], n_layers: int, n_heads: int) ->
     return grid
 
 
-def _heatmap(path: Path, grid: np.ndarray, title: str, cmap: str, label: str, mark: list[Head], center: bool) -> None:
+def screen_grids(screen: ScreenDocument) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The heatmaps' values: single-head gain (accuracy points) and damage (examples), each
+    ``[n_layers, n_heads]``, and the heads a racing screen dropped early (bool, same shape). A dropped
+    head's figures are on part of the discovery set only, so its cells are NaN, never a measured value."""
+    shape = (screen.n_layers, screen.n_heads)
+    complete = [r for r in screen.heads if r.n_scored is None]
+    gain = _grid([(r.head, r.gain) for r in complete], *shape) * 100
+    damage = _grid([(r.head, r.damage) for r in complete], *shape)
+    dropped = np.isfinite(_grid([(r.head, 1) for r in screen.heads if r.n_scored is not None], *shape))
+    return gain, damage, dropped
+
+
+def _dropped_caption(screen: ScreenDocument) -> str:
+    """What the hatched cells are, on a racing screen with dropped heads; empty otherwise."""
+    counts = [r.n_scored for r in screen.heads if r.n_scored is not None]
+    if not counts:
+        return ""
+    scored = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+    return (f"; hatched: {len(counts)} of {len(screen.heads)} heads the racing screen dropped early (scored on "
+            f"{scored} of {screen.n} examples: no gain on the whole set)")
+
+
+def _heatmap(path: Path, grid: np.ndarray, title: str, cmap: str, label: str, mark: list[Head], center: bool,
+             hatched: np.ndarray | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,6 +72,9 @@ def _heatmap(path: Path, grid: np.ndarray, title: str, cmap: str, label: str, ma
     bound = np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 1.0
     bound = bound or 1.0
     image = ax.imshow(grid, aspect="auto", cmap=cmap, vmin=-bound if center else 0, vmax=bound, origin="upper")
+    for layer, head_index in np.argwhere(np.zeros(grid.shape, bool) if hatched is None else hatched):  # not measured
+        ax.add_patch(matplotlib.patches.Rectangle((head_index - 0.5, layer - 0.5), 1, 1, fill=False, hatch="///",
+                                                  lw=0, ec="0.55"))
     for head in mark:
         ax.add_patch(matplotlib.patches.Rectangle((head.head - 0.5, head.layer - 0.5), 1, 1, fill=False, lw=2, ec="black"))
     ax.set_xlabel("head")
@@ -196,13 +222,14 @@ def _test_section(test: TestDocument) -> str:
 
 
 def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocument | None, selected: list[Head]) -> list[str]:
-    shape = (screen.n_layers, screen.n_heads)
-    gain = _grid([(r.head, r.gain) for r in screen.heads], *shape) * 100
-    damage = _grid([(r.head, r.damage) for r in screen.heads], *shape)
-    _heatmap(target / "gain.png", gain, "Single-head gain (accuracy points; boxes: selected)", "RdBu", "gain (points)", selected, True)
-    _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong", selected, False)
-    figures = [_figure(target / "gain.png", "Gain of removing each head alone on the discovery set"),
-               _figure(target / "damage.png", "Damage of removing each head alone")]
+    gain, damage, dropped = screen_grids(screen)
+    _heatmap(target / "gain.png", gain, "Single-head gain (accuracy points; boxes: selected)", "RdBu", "gain (points)", selected,
+             True, dropped)
+    _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong", selected,
+             False, dropped)
+    note = _dropped_caption(screen)
+    figures = [_figure(target / "gain.png", f"Gain of removing each head alone on the discovery set{note}"),
+               _figure(target / "damage.png", f"Damage of removing each head alone{note}")]
     if diagnostics and diagnostics.pairwise_interaction is not None and diagnostics.pool is not None:
         _matrix(target / "interactions.png", diagnostics.pairwise_interaction, diagnostics.pool,
                 "Pairwise interactions in the candidate pool")

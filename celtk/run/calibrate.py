@@ -75,9 +75,18 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
 
 def _discordant(out: Path, sel: SelectionDocument) -> np.ndarray:
     """fixes + damage of every candidate the search scored: each screened head and each ranked set."""
-    counts: dict[tuple[str, ...], int] = {(r.head,): r.fixes + r.damage for r in ScreenDocument.load(out).heads}
+    counts = screen_discordant(ScreenDocument.load(out))
     counts.update({tuple(r.heads): r.fixes + r.damage for r in sel.ranking})
     return np.array(list(counts.values()), dtype=int)
+
+
+def screen_discordant(screen: ScreenDocument) -> dict[tuple[str, ...], int]:
+    """fixes + damage of each screened head on the whole discovery set. A racing screen's head dropped
+    early has them on its ``n_scored`` examples only: its count is scaled to the ``n`` examples at the
+    same discordance rate (as the held-out null does), not read as a count on all ``n``, which would
+    shrink its null gains and make the p-value too small."""
+    return {(r.head,): r.fixes + r.damage if r.n_scored is None else int(np.rint((r.fixes + r.damage) * screen.n / r.n_scored))
+            for r in screen.heads}
 
 
 def permutation_null(discordant: np.ndarray, n_disc: int, n_held: int, repeats: int,

@@ -47,17 +47,15 @@ def shard_dir(out: Path, shard: tuple[int, int] | None) -> Path:
 
 
 def screen_row(heads: HeadSet, correct: np.ndarray, intact: np.ndarray, scored: np.ndarray | None = None) -> ScreenRow:
-    """One head's row from its correctness (bool ``[n]``); with ``scored`` (bool ``[n]``, a racing
-    screen's head dropped early) the figures are on the scored examples and the rest are ``-``."""
-    if scored is not None and not scored.all():
-        score = HeadScore.compare(heads, correct[scored], intact[scored])
-        text = "".join(("1" if c else "0") if s else UNSCORED for c, s in zip(correct, scored))
-        m = int(scored.sum())
-        return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / m, gain_count=score.gain,
-                         damage=score.damage, fixes=score.fixes, correct=text, n_scored=m)
-    score = HeadScore.compare(heads, correct, intact)
-    return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / len(intact), gain_count=score.gain,
-                     damage=score.damage, fixes=score.fixes, correct=bits(correct))
+    """One head's row from its correctness (bool ``[n]``) on the examples ``scored`` (bool ``[n]``;
+    ``None``: all). A racing screen's head dropped early has figures on its scored examples only,
+    ``-`` for the rest of its bits, and ``n_scored`` set; a head scored on every example has it unset."""
+    mask = np.ones(len(intact), dtype=bool) if scored is None else np.asarray(scored, dtype=bool)
+    score = HeadScore.compare(heads, np.asarray(correct)[mask], np.asarray(intact)[mask])
+    m = int(mask.sum())
+    text = "".join(("1" if c else "0") if s else UNSCORED for c, s in zip(correct, mask))
+    return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / m, gain_count=score.gain,
+                     damage=score.damage, fixes=score.fixes, correct=text, n_scored=m if m < len(intact) else None)
 
 
 @dataclass(frozen=True)
@@ -183,8 +181,11 @@ def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> 
 
 
 def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
-    write_csv(path, ["head", "accuracy", "gain", "gain_count", "damage", "fixes"],
-              [[r.head, f"{r.accuracy:.6f}", f"{r.gain:.6f}", r.gain_count, r.damage, r.fixes] for r in rows])
+    """``screen.csv``: one line per head; ``n_scored`` is the number of discovery examples the head was
+    scored on (every one, except a racing screen's heads dropped early), so the column is always a count."""
+    write_csv(path, ["head", "accuracy", "gain", "gain_count", "damage", "fixes", "n_scored"],
+              [[r.head, f"{r.accuracy:.6f}", f"{r.gain:.6f}", r.gain_count, r.damage, r.fixes,
+                len(r.correct) if r.n_scored is None else r.n_scored] for r in rows])
 
 
 def layer_parts(parts: Path) -> dict[int, Path]:

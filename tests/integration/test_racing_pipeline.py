@@ -3,6 +3,7 @@ exhaustive screen's pool with the same rows, so select and the held-out test giv
 results, while skipping (head, example) evaluations; it resumes; a racing screen is refused
 where it cannot stand in for an exhaustive one, and a genuinely partial screen is still refused."""
 
+import csv
 import json
 import shutil
 from dataclasses import replace
@@ -11,12 +12,16 @@ import numpy as np
 import pytest
 from conftest import planted_config
 
+from celtk.analysis import run_compare
 from celtk.errors import ConfigError, RunStoreError
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.racing import exhaustive_pool
+from celtk.report import screen_grids, write_report
 from celtk.run import run_screen, run_select, run_test
+from celtk.run.calibrate import screen_discordant
+from celtk.run.screen import screen_row
 from celtk.run.session import load_screen
-from celtk.runstore import unbits
+from celtk.runstore import bits, unbits
 
 # the planted head alone leads; the eleven harmless heads tie behind it, so with p = 1 they are
 # raced off once the examples left cannot close the gap (with p ≥ 2 a tie keeps them all racing)
@@ -174,3 +179,91 @@ def test_confidence_racing_is_recorded_and_keeps_pool_heads_complete(planted, sc
     full = screens[0]
     reference = exhaustive_pool(outcomes(full), np.array(unbits(full.intact_correct)), P)
     assert racing.pool == [str(h) for h in reference]  # here the bound held (separated heads)
+
+
+def test_screen_csv_counts_the_examples_each_head_was_scored_on(screens):
+    """screen.csv's n_scored: n_scored of screen.json for a dropped head, the discovery size for the rest."""
+    full, raced, exhaustive, racing = screens
+    for doc, directory in ((raced, racing), (full, exhaustive)):
+        with open(directory / "screen.csv", newline="") as f:
+            lines = list(csv.DictReader(f))
+        assert [line["head"] for line in lines] == [r.head for r in doc.heads]
+        assert [int(line["n_scored"]) for line in lines] == [r.n_scored or doc.n for r in doc.heads]
+        assert [int(line["gain_count"]) for line in lines] == [r.gain_count for r in doc.heads]
+    counts = [int(line["n_scored"]) for line in csv.DictReader((racing / "screen.csv").read_text().splitlines())]
+    assert min(counts) < raced.n and counts.count(raced.n) == sum(r.n_scored is None for r in raced.heads) >= P
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_screen_row_on_a_mask_equals_the_row_of_the_scored_examples(seed):
+    """A partial row's figures are those of the scored examples alone; an all-true mask is the full row."""
+    rng = np.random.default_rng(seed)
+    n, heads = 30, HeadSet.parse("L0H1")
+    correct, intact, mask = rng.random(n) < 0.6, rng.random(n) < 0.5, rng.random(n) < 0.5
+    mask[0] = True  # at least one example scored
+    partial, alone = screen_row(heads, correct, intact, mask), screen_row(heads, correct[mask], intact[mask])
+    assert (partial.accuracy, partial.gain, partial.gain_count, partial.damage, partial.fixes) == (
+        alone.accuracy, alone.gain, alone.gain_count, alone.damage, alone.fixes)
+    assert partial.n_scored == mask.sum() < n and alone.n_scored is None
+    assert partial.correct.replace("-", "") == alone.correct and [c == "-" for c in partial.correct] == list(~mask)
+    full = screen_row(heads, correct, intact)
+    assert screen_row(heads, correct, intact, np.ones(n, dtype=bool)) == full
+    assert full.correct == bits(correct) and full.gain == (correct.sum() - intact.sum()) / n and full.n_scored is None
+
+
+def test_report_heatmaps_leave_dropped_heads_unmeasured_and_say_so(screens, tmp_path):
+    """Dropped heads' cells are blank and hatched, with the n_scored range in the caption; an exhaustive
+    screen's heatmaps are every head's measured figures, with no such caption."""
+    full, raced, exhaustive, racing = screens
+    gain, damage, dropped = screen_grids(raced)
+    for row in raced.heads:
+        head = Head.parse(row.head)
+        cell = (head.layer, head.head)
+        assert dropped[cell] == (row.n_scored is not None)
+        if row.n_scored is None:
+            assert (gain[cell], damage[cell]) == (100 * row.gain, row.damage)
+        else:
+            assert np.isnan(gain[cell]) and np.isnan(damage[cell])
+    counts = [r.n_scored for r in raced.heads if r.n_scored]
+    scored = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+    text = write_report(racing, tmp_path / "racing").read_text()
+    assert (f"hatched: {len(counts)} of {len(raced.heads)} heads the racing screen dropped early (scored on "
+            f"{scored} of {raced.n} examples") in text
+    gain, damage, dropped = screen_grids(full)
+    assert not dropped.any() and np.isfinite(gain).all() and np.isfinite(damage).all()
+    assert "dropped early" not in write_report(exhaustive, tmp_path / "exhaustive").read_text()
+
+
+def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
+    """On a racing screen the ranking is the pool: a dropped circuit head has no rank, the mean ranks and
+    the critical heads (the bottom of the ranking) are left out, and a top beyond p is refused."""
+    full, raced, exhaustive, racing = screens
+    dropped = next(r.head for r in raced.heads if r.n_scored)
+    circuit = tmp_path / "circuit.json"
+    circuit.write_text(json.dumps({"name": "planted", "n_layers": raced.n_layers, "n_heads": raced.n_heads,
+                                   "heads": [{"head": "L1H2", "role": "planted"}, {"head": dropped, "role": "other"}]}))
+    report = run_compare(racing, str(circuit), top=P)
+    assert report["circuit_head_ranks"] == {"L1H2": 1, dropped: None} and report["racing"]["ranked"] == raced.racing.pool
+    assert report["mean_rank_of_circuit_heads"] is None and report["critical_vs_enhancing"] is None
+    assert report[f"screen_top{P}"]["overlap"] == 1
+    with pytest.raises(ConfigError, match=r"raced for the top p = 1 heads.*--top 1"):
+        run_compare(racing, str(circuit), top=3)
+    exhaustive_report = run_compare(exhaustive, str(circuit), top=3)
+    assert exhaustive_report["circuit_head_ranks"]["L1H2"] == 1 and exhaustive_report["circuit_head_ranks"][dropped] > 1
+    assert "racing" not in exhaustive_report and exhaustive_report["critical_vs_enhancing"] is not None
+
+
+def test_calibration_counts_a_dropped_head_at_its_discordance_rate_on_the_whole_set(screens):
+    """The permutation null reads each head's fixes + damage on all n examples; a dropped head's count
+    on its n_scored examples is scaled to n, and a complete head's is the exhaustive count."""
+    full, raced, *_ = screens
+    intact = np.array(unbits(raced.intact_correct))
+    row = next(r for r in raced.heads if r.n_scored)
+    mask = np.array([c != "-" for c in row.correct])
+    flipped = intact.copy()
+    flipped[np.flatnonzero(mask)[:3]] ^= True  # three discordant examples among the scored ones
+    edited = replace(raced, heads=[screen_row(HeadSet.parse(r.head), flipped, intact, mask) if r is row else r
+                                   for r in raced.heads])
+    counts, exhaustive = screen_discordant(edited), screen_discordant(full)
+    assert counts[(row.head,)] == round(3 * raced.n / row.n_scored) > 3
+    assert all(counts[(r.head,)] == exhaustive[(r.head,)] for r in raced.heads if r.n_scored is None)

@@ -39,3 +39,18 @@ def test_directory_verdicts(tmp_path):
     (new / "extra.json").write_text("{}")
     rows = dict(compare_runs.compare(old, new, {"schema_version"}, {}))
     assert rows == {"a.json": "identical-modulo-added", "b.csv": "MISSING-IN-NEW", "extra.json": "ONLY-IN-NEW"}
+
+
+def test_an_added_csv_column_is_tolerated_only_when_named(tmp_path):
+    old = "head,gain_count\nL0H0,3\nL0H1,-1\n"
+    assert compare_runs.csv_matches(old, "head,gain_count,n_scored\nL0H0,3,40\nL0H1,-1,12\n", {"n_scored"})
+    assert not compare_runs.csv_matches(old, "head,gain_count,n_scored\nL0H0,3,40\nL0H1,-1,12\n", set())
+    assert not compare_runs.csv_matches(old, "head,gain_count,n_scored\nL0H0,3,40\nL0H1,-2,12\n", {"n_scored"})
+    assert not compare_runs.csv_matches(old, "head,n_scored\nL0H0,40\nL0H1,12\n", {"n_scored"})  # a column removed
+    assert not compare_runs.csv_matches(old, "head,gain_count\nL0H0,3\n", {"n_scored"})  # a row removed
+    for run, text in (("old", old), ("new", "head,gain_count,n_scored\nL0H0,3,40\nL0H1,-1,12\n")):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "screen.csv").write_text(text)
+    assert compare_runs.compare(tmp_path / "old", tmp_path / "new", {"n_scored"}, {}) == [
+        ("screen.csv", "identical-modulo-added")]
+    assert compare_runs.compare(tmp_path / "old", tmp_path / "new", set(), {}) == [("screen.csv", "DIFFERENT")]
