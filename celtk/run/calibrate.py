@@ -121,16 +121,19 @@ def random_heads_null(out: Path, sel: SelectionDocument, repeats: int, n_candida
     draws = [[HeadSet(tuple(heads[i] for i in rng.choice(len(heads), size, replace=False))) for _ in range(n_candidates)]
              for _ in range(repeats)]
     unique = list(dict.fromkeys(s for draw in draws for s in draw))
-    gains = {}
-    for step, which in enumerate(("discovery", "heldout")):
-        if progress:
-            progress("calibrate", step, 2)
-        intact, results = session.screener(which).run(unique)
-        if which == "heldout":  # random sets, not the selection: exploratory, not a test of it
-            log_heldout(out, "calibrate-random-heads", [h.names() for h in unique],
-                        session.splits.manifest()["heldout_hash"], exploratory=True)
-        gains[which] = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in unique}
+    if progress:
+        progress("calibrate", 0, 2)
+    intact, results = session.screener("discovery").run(unique)
+    discovery = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in unique}
+    best = [max(draw, key=lambda s: discovery[s]) for draw in draws]
+    if progress:
+        progress("calibrate", 1, 2)
+    chosen = list(dict.fromkeys(best))  # only each draw's best reaches the held-out set
+    intact, results = session.screener("heldout").run(chosen)
+    # random sets, not the selection: exploratory, not a test of it
+    log_heldout(out, "calibrate-random-heads", [h.names() for h in chosen], session.splits.manifest()["heldout_hash"],
+                exploratory=True)
+    heldout = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in chosen}
     if progress:
         progress("calibrate", 2, 2)
-    best = [max(draw, key=lambda s: gains["discovery"][s]) for draw in draws]
-    return np.array([gains["discovery"][b] for b in best]), np.array([gains["heldout"][b] for b in best])
+    return np.array([discovery[b] for b in best]), np.array([heldout[b] for b in best])
