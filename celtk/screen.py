@@ -58,7 +58,10 @@ class _RecordKV:
 
 
 class _PrefixKV:
-    """A stand-in KV cache that prepends fixed prefix keys/values (one row per batch row)."""
+    """A stand-in KV cache that prepends fixed prefix keys/values: ``keys[layer]`` ``[g, kv_head, prefix, d_head]``
+    holds one prefix per set, and batch row ``b·g + j`` attends to set ``j``'s. Each layer's keys/values
+    are written once into one buffer (the prefix broadcast over the batch), the same numbers as
+    concatenating a per-row copy of the prefix with the row's own, without making that copy."""
 
     def __init__(self, keys: dict[int, Tensor], values: dict[int, Tensor]) -> None:
         self.keys, self.values = keys, values
@@ -66,7 +69,18 @@ class _PrefixKV:
 
     def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         self.consulted.add(layer_idx)
-        return torch.cat([self.keys[layer_idx], k], dim=-2), torch.cat([self.values[layer_idx], v], dim=-2)
+        return _prefixed(self.keys[layer_idx], k), _prefixed(self.values[layer_idx], v)
+
+
+def _prefixed(prefix: Float[Tensor, "g kv_head prefix d_head"],
+              own: Float[Tensor, "rows kv_head pos d_head"]) -> Float[Tensor, "rows kv_head prefix_pos d_head"]:
+    """``cat([prefix of set r % g for each row r, own], dim=-2)``, written straight into one buffer."""
+    g, p = prefix.shape[0], prefix.shape[2]
+    rows, heads, pos, d = own.shape
+    out = own.new_empty(rows, heads, p + pos, d)
+    out.view(rows // g, g, heads, p + pos, d)[:, :, :, :p] = prefix
+    out[:, :, p:] = own
+    return out
 
 
 @dataclass
@@ -303,8 +317,7 @@ class CachedScreener:
         rows = state.resid.shape[0]
         cache = None
         if prefix is not None:
-            cache = _PrefixKV({layer: prefix.keys[layer].expand(rows, -1, -1, -1)},
-                              {layer: prefix.values[layer].expand(rows, -1, -1, -1)})
+            cache = _PrefixKV({layer: prefix.keys[layer]}, {layer: prefix.values[layer]})
         state.resid = call_layer(self.model, layer, state.resid, state.layer_kwargs[layer], rows, 1, cache)
 
     # -- ablated passes ------------------------------------------------------------
@@ -339,9 +352,7 @@ class CachedScreener:
         rows, g = state.resid.shape[0], len(sets)
         cache = None
         if prefix_kv is not None:  # row b·g + j attends to set j's prefix
-            per_row = "g kv_head prefix d_head -> (batch g) kv_head prefix d_head"
-            cache = _PrefixKV({i: repeat(k, per_row, batch=rows) for i, k in prefix_kv.keys.items()},
-                              {i: repeat(v, per_row, batch=rows) for i, v in prefix_kv.values.items()})
+            cache = _PrefixKV(prefix_kv.keys, prefix_kv.values)
         hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=g)
         with with_masks(self.model, _row_masks(self.model, sets, rows)):
             for index in range(layer, len(state.layer_kwargs)):

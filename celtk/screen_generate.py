@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers.cache_utils import DynamicLayer
 
 from celtk.ablation import ablate
 from celtk.evaluator import (
@@ -120,13 +121,62 @@ def row_masks(model: Model, row_sets: Sequence[HeadSet]) -> ExitStack:
     return with_masks(model, masks)
 
 
-def left_padded(kv: Tensor, lengths: Sequence[int], prefix: int) -> Tensor:
+def left_padded(kv: Tensor, lengths: Sequence[int], prefix: int, room: int = 0) -> Tensor:
     """Keys or values ``[rows, heads, prefix + S, d]`` of right-padded prompts, moved so that each row's
-    padding comes first (HF's left-padded layout, in which decoding appends at the end)."""
-    width = kv.shape[2]
+    padding comes first (HF's left-padded layout, in which decoding appends at the end), at the front
+    of a buffer with ``room`` spare columns (``[rows, heads, prefix + S + room, d]``, the spare ones unset)."""
+    rows, heads, width, d = kv.shape
     shift = torch.tensor([width - prefix - n for n in lengths])[:, None]
     index = (torch.arange(width)[None, :] - shift) % width
-    return kv.gather(2, index[:, None, :, None].expand_as(kv).to(kv.device))
+    out = kv.new_empty(rows, heads, width + room, d)
+    torch.gather(kv, 2, index[:, None, :, None].expand_as(kv).to(kv.device), out=out[:, :, :width])
+    return out
+
+
+class RoomyLayer(DynamicLayer):
+    """A full-attention cache layer whose keys/values sit at the front of buffers with ``room`` spare
+    columns: each decoding step writes its column in place, where HF's ``DynamicLayer`` concatenates
+    (a copy of the whole cache per layer and step, most of a CPU decode step's time). The keys/values
+    it returns hold the same numbers as ``DynamicLayer``'s; past ``room`` the buffers double."""
+
+    def __init__(self, keys: Tensor, values: Tensor, width: int) -> None:
+        """``keys``/``values``: buffers ``[rows, heads, columns, d]`` whose first ``width`` columns are set."""
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._keys, self._values = keys, values
+        self._expose(width)
+
+    def _expose(self, width: int) -> tuple[Tensor, Tensor]:
+        self.width = width
+        self.keys, self.values = keys, values = self._keys[:, :, :width], self._values[:, :, :width]
+        return keys, values
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        start, end = self.width, self.width + key_states.shape[-2]
+        if end > self._keys.shape[-2]:
+            self._keys, self._values = (_with_room(t[:, :, :start], max(end, 2 * start) - start)
+                                        for t in (self._keys, self._values))
+        self._keys[:, :, start:end] = key_states
+        self._values[:, :, start:end] = value_states
+        return self._expose(end)
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        self._keys, self._values = self._keys[indices], self._values[indices]
+        self._expose(self.width)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)  # checks the sign as HF does
+        self._expose(self.width - abs(tokens_to_remove))
+
+    def get_seq_length(self) -> int:
+        return self.width
+
+
+def _with_room(t: Tensor, room: int) -> Tensor:
+    """``t`` ``[rows, heads, width, d]`` copied to the front of a buffer with ``room`` more columns."""
+    out = t.new_empty(t.shape[0], t.shape[1], t.shape[2] + room, t.shape[3])
+    out[:, :, :t.shape[2]] = t
+    return out
 
 
 class GenerationScreener:
@@ -300,10 +350,14 @@ class GenerationScreener:
                 row_sets: list[HeadSet], examples: list[int], emit: Callable[[int, Future], None]) -> None:
         """Greedy decoding of every row from its prompt keys/values; each finished row is graded and leaves."""
         tok, p = self.model.tokenizer, self.prefix_len
-        cache = new_cache(self.model)
+        cache, width = new_cache(self.model), kv[0][0].shape[-2]
         for index in sorted(kv):
-            cache.update(left_padded(kv[index][0], lengths, p), left_padded(kv[index][1], lengths, p), index)
-        width = kv[0][0].shape[-2]
+            if type(cache.layers[index]) is DynamicLayer:  # sliding-window layers keep their own update
+                room = self.rule.max_new_tokens
+                cache.layers[index] = RoomyLayer(left_padded(kv[index][0], lengths, p, room),
+                                                 left_padded(kv[index][1], lengths, p, room), width)
+            else:
+                cache.update(left_padded(kv[index][0], lengths, p), left_padded(kv[index][1], lengths, p), index)
         mask = torch.tensor([[0] * (width - p - n) + [1] * (p + n) for n in lengths])
         positions = torch.tensor([p + n for n in lengths])
         made: list[list[int]] = [[] for _ in lengths]

@@ -23,6 +23,9 @@ class _Group(click.Group):
 def main() -> None:
     """celtk — find attention heads whose removal improves a model on a task (Capability
     Enhancement Localization), prove the gain on held-out data, and explain it."""
+    from celtk.allocator import keep_freed_memory
+
+    keep_freed_memory()  # CPU decoding refaults freed tensors' pages otherwise (see celtk.allocator)
 
 
 def _register() -> None:
