@@ -75,7 +75,7 @@ def _flags(**kw):
 def _print_screen(doc, top: int = 10) -> None:
     from rich.table import Table
 
-    rows = sorted((r for r in doc.heads if r.n_scored is None), key=lambda r: (-r.gain_count, r.damage, -r.accuracy))[:top]
+    rows = sorted((r for r in doc.heads if r.complete), key=lambda r: (-r.gain_count, r.damage, -r.accuracy))[:top]
     table = Table(title=f"Top single-head ablations on {doc.n} discovery examples (intact {doc.intact_accuracy:.1%})")
     for col in ("head", "accuracy", "gain (pts)", "fixes", "damage"):
         table.add_column(col, justify="right")
@@ -84,7 +84,7 @@ def _print_screen(doc, top: int = 10) -> None:
     console().print(table)
     if doc.racing:
         r = doc.racing
-        dropped = sum(row.n_scored is not None for row in doc.heads)
+        dropped = sum(not row.complete for row in doc.heads)
         console().print(f"Racing screen ({r.mode} mode, top p = {r.p}): {dropped} of {len(doc.heads)} heads dropped "
                         f"early; {r.evaluations} of {r.exhaustive_evaluations} (head, example) evaluations made, "
                         f"{r.saved_fraction:.1%} saved." + (f" Dropped by the confidence bound alone: "

@@ -115,6 +115,11 @@ class ScreenRow(Record):
     # damage and fixes are on those examples only (gain as a fraction of them); None = every example
     n_scored: int | None = optional()
 
+    @property
+    def complete(self) -> bool:
+        """Scored on every discovery example: every head, except those a racing screen dropped early."""
+        return self.n_scored is None
+
 
 @dataclass(frozen=True, kw_only=True)
 class RacingRecord(Record):

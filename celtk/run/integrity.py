@@ -55,7 +55,7 @@ def check_racing_rows(out: Path, doc) -> None:
     n, racing = len(doc.intact_correct), getattr(doc, "racing", None)
     for row in doc.heads:
         unscored = row.correct.count(UNSCORED)
-        if row.n_scored is None and unscored or row.n_scored is not None and (
+        if row.complete and unscored or not row.complete and (
                 racing is None or not 1 <= row.n_scored < n or unscored != n - row.n_scored):
             what = "the screen is not a racing screen" if racing is None else f"its n_scored is {row.n_scored}"
             raise RunStoreError(f"{out}/screen.json: head {row.head} has {n - unscored} of {n} outcomes but {what}; a "
@@ -63,7 +63,7 @@ def check_racing_rows(out: Path, doc) -> None:
                                 "rerun the screen in a new directory.")
     if racing is None:
         return
-    complete = sorted((r for r in doc.heads if r.n_scored is None),
+    complete = sorted((r for r in doc.heads if r.complete),
                       key=lambda r: (-r.gain_count, r.damage, HeadSet.parse(r.head).sort_key()))
     top = [r.head for r in complete[:racing.p]]
     if racing.pool != top:

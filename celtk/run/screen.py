@@ -185,7 +185,7 @@ def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
     scored on (every one, except a racing screen's heads dropped early), so the column is always a count."""
     write_csv(path, ["head", "accuracy", "gain", "gain_count", "damage", "fixes", "n_scored"],
               [[r.head, f"{r.accuracy:.6f}", f"{r.gain:.6f}", r.gain_count, r.damage, r.fixes,
-                len(r.correct) if r.n_scored is None else r.n_scored] for r in rows])
+                len(r.correct) if r.complete else r.n_scored] for r in rows])
 
 
 def layer_parts(parts: Path) -> dict[int, Path]:

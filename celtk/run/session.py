@@ -127,7 +127,7 @@ def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]
     intact = np.array(unbits(doc.intact_correct))
     # a racing screen's heads dropped early are left out: a search sees only heads scored on every example
     scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact) for r in doc.heads
-              if r.n_scored is None]
+              if r.complete]
     return doc, intact, scores
 
 
