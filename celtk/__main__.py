@@ -1,3 +1,3 @@
-from celtk.cli import main
+from celtk.cli import run
 
-main()
+run()

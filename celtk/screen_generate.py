@@ -133,11 +133,17 @@ def left_padded(kv: Tensor, lengths: Sequence[int], prefix: int, room: int = 0) 
     return out
 
 
+ROOM = 32  # decode columns reserved up front per row and layer
+
+
 class RoomyLayer(DynamicLayer):
     """A full-attention cache layer whose keys/values sit at the front of buffers with ``room`` spare
     columns: each decoding step writes its column in place, where HF's ``DynamicLayer`` concatenates
     (a copy of the whole cache per layer and step, most of a CPU decode step's time). The keys/values
-    it returns hold the same numbers as ``DynamicLayer``'s; past ``room`` the buffers double."""
+    it returns hold the same numbers as ``DynamicLayer``'s; past ``room`` the buffers double. It serves
+    the screener's decode loop (``update``, ``batch_select_indices``, ``crop``); the other cache
+    operations (beam reordering, repeats, reset, offloading) are refused. The views it returns share
+    the buffers: after a ``crop``, the next ``update`` overwrites columns an earlier view still covers."""
 
     def __init__(self, keys: Tensor, values: Tensor, width: int) -> None:
         """``keys``/``values``: buffers ``[rows, heads, columns, d]`` whose first ``width`` columns are set."""
@@ -165,11 +171,18 @@ class RoomyLayer(DynamicLayer):
         self._expose(self.width)
 
     def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)  # checks the sign as HF does
-        self._expose(self.width - abs(tokens_to_remove))
+        super().crop(tokens_to_remove)  # HF's meaning of the argument, and its bounds
+        assert self.keys is not None  # set by every _expose
+        self._expose(self.keys.shape[-2])
 
     def get_seq_length(self) -> int:
         return self.width
+
+    def _refused(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("RoomyLayer serves the generation screener's decode loop only; "
+                                  "use transformers' DynamicLayer for beam search, repeats, reset or offloading.")
+
+    reorder_cache = batch_repeat_interleave = reset = offload = prefetch = _refused
 
 
 def _with_room(t: Tensor, room: int) -> Tensor:
@@ -353,7 +366,7 @@ class GenerationScreener:
         cache, width = new_cache(self.model), kv[0][0].shape[-2]
         for index in sorted(kv):
             if type(cache.layers[index]) is DynamicLayer:  # sliding-window layers keep their own update
-                room = self.rule.max_new_tokens
+                room = min(self.rule.max_new_tokens, ROOM)  # long limits (code tasks) grow by doubling
                 cache.layers[index] = RoomyLayer(left_padded(kv[index][0], lengths, p, room),
                                                  left_padded(kv[index][1], lengths, p, room), width)
             else:

@@ -23,9 +23,15 @@ class _Group(click.Group):
 def main() -> None:
     """celtk — find attention heads whose removal improves a model on a task (Capability
     Enhancement Localization), prove the gain on held-out data, and explain it."""
+
+
+def run() -> None:
+    """The ``celtk`` executable: keeps freed memory for reuse (process-wide, so here and not in
+    :func:`main`, which tests invoke in their own process), then runs the command line."""
     from celtk.allocator import keep_freed_memory
 
     keep_freed_memory()  # CPU decoding refaults freed tensors' pages otherwise (see celtk.allocator)
+    main()
 
 
 def _register() -> None:

@@ -5,7 +5,7 @@ the per-row copy concatenated with each row's own keys/values."""
 
 from __future__ import annotations
 
-import ctypes.util
+import os
 import subprocess
 import sys
 
@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from celtk.allocator import glibc
 from celtk.screen import _PrefixKV
 from celtk.screen_generate import RoomyLayer, left_padded
 
@@ -53,13 +54,28 @@ def test_left_padded_moves_each_rows_padding_first_and_leaves_room() -> None:
     assert torch.equal(left_padded(kv, [3, 1], prefix=2), out[:, :, :5])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not ctypes.util.find_library("c"), reason="glibc only")
-def test_keep_freed_memory_takes_effect_on_glibc() -> None:
+@pytest.mark.skipif(not glibc(), reason="glibc only")
+def test_keep_freed_memory_takes_effect_on_glibc_and_can_be_opted_out() -> None:
     """In a child process, since the setting is process-wide. Its effect on page faults is measured
     by ``benchmarks/generation_speed.py`` (``--allocator keep`` against ``--allocator glibc``)."""
     code = "from celtk.allocator import keep_freed_memory; print(keep_freed_memory())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split()[-1] == "True"
+
+    def took_effect(**env: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, **env})
+        return done.stdout.split()[-1]
+
+    assert took_effect() == "True"
+    assert took_effect(CELTK_KEEP_FREED_MEMORY="0") == "False"
+
+
+def test_roomy_layer_refuses_cache_operations_it_does_not_keep_in_step() -> None:
+    layer = RoomyLayer(torch.zeros(2, 1, 5, 2), torch.zeros(2, 1, 5, 2), 3)
+    for call in (lambda: layer.reorder_cache(torch.tensor([1, 0])), lambda: layer.batch_repeat_interleave(2), layer.reset):
+        with pytest.raises(NotImplementedError, match="DynamicLayer"):
+            call()
+    layer.crop(-5)  # past its length: empty, as DynamicLayer's crop leaves it
+    assert layer.get_seq_length() == 0 and layer.keys.shape[-2] == 0
 
 
 def test_prefix_written_once_equals_per_row_copy_concatenated() -> None:
