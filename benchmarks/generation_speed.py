@@ -78,6 +78,8 @@ def main() -> None:
     from celtk.allocator import keep_freed_memory
 
     kept = keep_freed_memory() if args.allocator == "keep" else False
+    if args.allocator == "keep" and not kept:
+        parser.error("--allocator keep did not take effect here (glibc only, CELTK_KEEP_FREED_MEMORY unset); use --allocator glibc")
 
     from celtk import Head, HeadSet, get_task, load_model
     from celtk.evaluator import prepare

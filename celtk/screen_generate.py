@@ -364,9 +364,9 @@ class GenerationScreener:
         """Greedy decoding of every row from its prompt keys/values; each finished row is graded and leaves."""
         tok, p = self.model.tokenizer, self.prefix_len
         cache, width = new_cache(self.model), kv[0][0].shape[-2]
+        room = min(self.rule.max_new_tokens, ROOM)  # long limits (code tasks) grow by doubling
         for index in sorted(kv):
             if type(cache.layers[index]) is DynamicLayer:  # sliding-window layers keep their own update
-                room = min(self.rule.max_new_tokens, ROOM)  # long limits (code tasks) grow by doubling
                 cache.layers[index] = RoomyLayer(left_padded(kv[index][0], lengths, p, room),
                                                  left_padded(kv[index][1], lengths, p, room), width)
             else:

@@ -53,7 +53,7 @@ def screen_grids(screen: ScreenDocument) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def _dropped_caption(screen: ScreenDocument) -> str:
     """What the hatched cells are, on a racing screen with dropped heads; empty otherwise."""
-    counts = [r.n_scored for r in screen.heads if r.n_scored is not None]  # the dropped heads'
+    counts = [r.n_scored for r in screen.heads if r.n_scored is not None]  # dropped heads (not r.complete), narrowed for the type checker
     if not counts:
         return ""
     scored = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
