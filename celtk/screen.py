@@ -23,7 +23,7 @@ rows, row ``b·g + j`` being example ``b`` under ablation ``j`` (einops ``(batch
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,13 +34,15 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from celtk.ablation import ablate, ablate_rows
-from celtk.errors import KVCacheIgnoredError
+from celtk.errors import ConfigError, KVCacheIgnoredError
 from celtk.evaluator import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
+from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.models._arch import CACHE_KEYWORDS
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
+REPLAYS = ("auto", "fused", "bridge")
 
 
 class _RecordKV:
@@ -230,11 +232,23 @@ class CachedScreener:
         batch_size: examples per batch.
         rows_per_pass: the largest number of rows (examples × ablations) in one forward.
         share_prefix: run a prefix shared by all requests once per ablation.
+        replay: how layers are re-run: ``fused`` (:mod:`celtk.fused`, Llama-family layers with fused
+            attention, no bridge hooks), ``bridge`` (the TransformerLens blocks under hook_z hooks), or
+            ``auto`` (fused where the architecture allows, else bridge). Both compute the same numbers
+            (tests/unit/test_fused.py checks each layer with ``torch.equal``); the intact pass runs the
+            bridge's decoder, so the null ablation (``HeadSet()``) checks the replay against it in every run.
     """
 
     def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
-                 share_prefix: bool = True) -> None:
+                 share_prefix: bool = True, replay: str = "auto") -> None:
+        if replay not in REPLAYS:
+            raise ConfigError(f"Unknown replay {replay!r}; choose one of {', '.join(REPLAYS)}.")
         self.model, self.prepared = model, prepared
+        self.fused: list[FusedLayer] | None = fused_layers(model) if replay != "bridge" else None
+        if replay == "fused" and self.fused is None:
+            raise ConfigError(f"The fused replay does not cover {model.architecture}'s decoder layers (it covers "
+                              f"{', '.join(FUSED_LAYERS)}); use replay='bridge' or 'auto'.")
+        self.replay = "bridge" if self.fused is None else "fused"
         self.batch_size, self.rows_per_pass = batch_size, max(rows_per_pass, batch_size)
         self.prefix_len = shared_prefix_length(prepared.requests) if share_prefix else 0
         if self.prefix_len < MIN_SHARED_PREFIX:
@@ -269,6 +283,16 @@ class CachedScreener:
                         self._advance(prefix, state, layer)
         return intact, results
 
+    def _layer(self, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
+               copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | None = None
+               ) -> Float[Tensor, "rows pos d_model"]:
+        """Block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations), heads ``mask`` marks zeroed."""
+        if self.fused is None:
+            with ablate_rows(self.model, index, mask) if mask is not None else nullcontext():
+                return call_layer(self.model, index, hidden, kwargs, rows, copies, cache)
+        return self.fused[index](hidden, _expand(kwargs.get("attention_mask"), rows, copies),
+                                 _expand(kwargs.get("position_embeddings"), rows, copies), cache, mask)
+
     # -- intact passes -------------------------------------------------------------
     def _prefix(self) -> _Prefix | None:
         if not self.prefix_len:
@@ -277,7 +301,7 @@ class CachedScreener:
         resid, kwargs, _ = capture_forward(self.model, input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
         record, hidden = _RecordKV(), resid[0]
         for index in range(len(resid)):  # once more through our own loop, to record the intact keys/values
-            hidden = call_layer(self.model, index, hidden, kwargs[index], 1, 1, record)
+            hidden = self._layer(index, hidden, kwargs[index], 1, 1, record)
         return _Prefix(self.prefix_len, resid, kwargs, record.keys, record.values)
 
     def _batches(self) -> list[Batch]:
@@ -318,7 +342,7 @@ class CachedScreener:
         cache = None
         if prefix is not None:
             cache = _PrefixKV({layer: prefix.keys[layer]}, {layer: prefix.values[layer]})
-        state.resid = call_layer(self.model, layer, state.resid, state.layer_kwargs[layer], rows, 1, cache)
+        state.resid = self._layer(layer, state.resid, state.layer_kwargs[layer], rows, 1, cache)
 
     # -- ablated passes ------------------------------------------------------------
     def _score_start_layer(self, prefix: _Prefix | None, states: list[_BatchState], layer: int,
@@ -341,10 +365,9 @@ class CachedScreener:
         if prefix is None:
             return None
         g, record = len(sets), _RecordKV()
-        hidden = prefix.resid[layer].expand(g, -1, -1)
-        with with_masks(self.model, _row_masks(self.model, sets, 1)):
-            for index in range(layer, len(prefix.resid)):
-                hidden = call_layer(self.model, index, hidden, prefix.layer_kwargs[index], 1, g, record)
+        hidden, masks = prefix.resid[layer].expand(g, -1, -1), _row_masks(self.model, sets, 1)
+        for index in range(layer, len(prefix.resid)):
+            hidden = self._layer(index, hidden, prefix.layer_kwargs[index], 1, g, record, masks.get(index))
         return record
 
     def _score_chunk(self, state: _BatchState, layer: int, sets: list[HeadSet],
@@ -354,9 +377,9 @@ class CachedScreener:
         if prefix_kv is not None:  # row b·g + j attends to set j's prefix
             cache = _PrefixKV(prefix_kv.keys, prefix_kv.values)
         hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=g)
-        with with_masks(self.model, _row_masks(self.model, sets, rows)):
-            for index in range(layer, len(state.layer_kwargs)):
-                hidden = call_layer(self.model, index, hidden, state.layer_kwargs[index], rows, g, cache)
+        masks = _row_masks(self.model, sets, rows)
+        for index in range(layer, len(state.layer_kwargs)):
+            hidden = self._layer(index, hidden, state.layer_kwargs[index], rows, g, cache, masks.get(index))
         final = self.model.arch.final_norm(hidden)
         return [score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j) for j in range(g)]
 

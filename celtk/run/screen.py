@@ -100,7 +100,7 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         document.save(directory)
         _write_screen_csv(directory / "screen.csv", outcome.rows)
         write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2),
-                                               "heads": outcome.evaluated})
+                                               "heads": outcome.evaluated, "replay": session.replay()})
         return document
 
 

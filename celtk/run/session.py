@@ -63,6 +63,15 @@ class Session:
             sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
         return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)
 
+    def replay(self) -> str:
+        """How the screener re-runs layers: ``fused`` or ``bridge`` (:class:`celtk.screen.CachedScreener`),
+        or ``generation`` (the generation screener's own decoding). Recorded in ``timing.json``."""
+        from celtk.fused import fused_layers
+
+        if self.task.kind == "generate":
+            return "generation"
+        return "bridge" if fused_layers(self.model) is None else "fused"
+
     def fingerprint(self) -> dict[str, Any]:
         """What results depend on (not batch size or device, which must not change them); the
         hash of the discovery prompts' token ids refuses any change of prompt (template, date, shot text)."""

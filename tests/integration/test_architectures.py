@@ -117,9 +117,10 @@ def _arithmetic(model):
 
 def test_guard_fires_when_layers_take_the_cache_under_another_keyword(tiny_llama, monkeypatch):
     # A future transformers that renames the layer's cache keyword: the layer swallows the old one in **kwargs.
+    # The bridge replay passes the cache under that keyword (the fused replay calls the HF modules itself).
     monkeypatch.setattr(tiny_llama, "arch", dataclasses.replace(tiny_llama.arch, cache_keyword="cache"))
     with pytest.raises(KVCacheIgnoredError, match="Decoder layer 0 of LlamaForCausalLM ran without consulting the KV cache.*'cache'"):
-        CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4).run([HeadSet.parse("L1H0")])
+        CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4, replay="bridge").run([HeadSet.parse("L1H0")])
 
 
 def test_guard_fires_when_one_layer_ignores_the_decoders_cache(tiny_llama, monkeypatch):

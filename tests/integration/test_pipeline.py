@@ -23,15 +23,18 @@ def test_cached_screener_equals_plain_for_every_head(tiny_model, share_prefix):
     prepared = prepare(tiny_model, task, splits.discovery, splits.shots)
     sets = [HeadSet((h,)) for h in all_heads(tiny_model.n_layers, tiny_model.n_heads)]
     sets += [HeadSet.parse("L0H1,L2H3"), HeadSet.parse("L1H0,L1H3,L2H2")]
-    screener = CachedScreener(tiny_model, prepared, batch_size=5, rows_per_pass=15, share_prefix=share_prefix)
-    assert (screener.prefix_len > 0) == share_prefix
-    intact_c, cached = screener.run(sets)
     intact_p, plain = screen_plain(tiny_model, prepared, sets, batch_size=5)
-    assert np.array_equal(intact_c.correct, intact_p.correct)
-    for s in sets:
-        assert np.array_equal(cached[s].correct, plain[s].correct), s
-        np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-5)
-    assert any(not np.allclose([e.logprob for e in cached[s].examples], [e.logprob for e in intact_c.examples]) for s in sets)
+    for replay in ("fused", "bridge"):  # the fast replay and the bridge blocks under hook_z hooks
+        screener = CachedScreener(tiny_model, prepared, batch_size=5, rows_per_pass=15, share_prefix=share_prefix,
+                                  replay=replay)
+        assert (screener.prefix_len > 0) == share_prefix and screener.replay == replay
+        intact_c, cached = screener.run(sets)
+        np.testing.assert_allclose([e.logprob for e in intact_c.examples], [e.logprob for e in intact_p.examples], atol=1e-5)
+        assert np.array_equal(intact_c.correct, intact_p.correct)
+        for s in sets:
+            assert np.array_equal(cached[s].correct, plain[s].correct), s
+            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-5)
+        assert any(not np.allclose([e.logprob for e in cached[s].examples], [e.logprob for e in intact_c.examples]) for s in sets)
 
 
 def test_cached_screener_exact_on_gemma3_sliding_window(smol_tokenizer):
@@ -235,6 +238,7 @@ def test_same_command_twice_gives_byte_identical_results(planted, tmp_path):
         if not name.endswith("timing.json"):  # timing.json (stages), run_timing.json (the CLI's wall time)
             assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     assert (outs[0] / "screen.csv").read_bytes() == (outs[1] / "screen.csv").read_bytes()
+    assert json.loads((outs[0] / "timing.json").read_text())["replay"] == "fused"  # a Llama: the fused replay ran
 
 
 def test_auto_batch_fits_memory_and_changes_no_result(tiny_llama):

@@ -1,0 +1,140 @@
+"""A fused forward for Llama-family decoder layers: the cached screener's replay without the bridge.
+
+TransformerLens's bridge runs each attention block through its own re-implementation of eager
+attention with a dozen hook points per layer, and copies every key/value head once per query head
+(``repeat_kv``) before the score product. The screener needs one of those hooks, ``hook_z``, and its
+effect, a head's ``z`` zeroed before the output projection, is one masked fill. A :class:`FusedLayer`
+runs a decoder layer from the Hugging Face modules the bridge wraps, calling each of them as the HF
+layer does (norms, projections, q/k norms, rotary embedding, activation), with the same eager
+attention arithmetic (:func:`grouped_attention`: scaled scores, the decoder's own additive mask for
+that layer, a float32 softmax) but without the key/value copies, and the ablated heads' ``z``
+zeroed per row between attention and the output projection.
+
+Only layers whose HF class is one of :data:`FUSED_LAYERS`, and whose modules are the ones read here,
+are fused; every other decoder (Gemma-3, GPT-2, GPT-NeoX, ...) replays through the bridge. On CPU
+the fused layer's output equals the bridge block's under celtk's hook_z row masks bit for bit
+(``tests/unit/test_fused.py``, ``torch.equal`` on tiny Llama, Qwen2, SmolLM3, Mistral and Qwen3
+models); the screens built on it are checked against :func:`celtk.ablation.ablate` for every head
+(``tests/integration/test_pipeline.py``, ``test_architectures.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+# HF decoder layers whose forward a FusedLayer reproduces: pre-norm attention and gated MLP, RMSNorm
+# ``weight * x̂``, RoPE (``use_rope`` switches it per layer in SmolLM3), optional q/k/v biases (Qwen2)
+# and q/k RMSNorms over the head dimension before RoPE (Qwen3).
+FUSED_LAYERS = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer",
+                "SmolLM3DecoderLayer")
+_LAYER_MODULES = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
+_ATTN_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP_MODULES = ("gate_proj", "up_proj", "down_proj", "act_fn")
+# Attention features a FusedLayer does not reproduce; a layer whose attention has any is not fused.
+_UNFUSED_ATTENTION = ("sinks", "attn_logit_softcapping", "q_gate", "rotary_fn")
+
+
+def _hf(module: Any) -> Any:
+    """The HF module inside a bridge component (or the module itself)."""
+    return getattr(module, "original_component", None) or module
+
+
+@dataclass(frozen=True, eq=False)
+class FusedLayer:
+    """One decoder layer's HF modules, called without the bridge's hooks.
+
+    Attributes:
+        index: the layer's index (passed to the KV cache's ``update``).
+        modules: ``name -> HF module`` for the norms, projections, optional q/k norms and the MLP.
+        n_heads, n_kv_heads, d_head: attention shape; scaling: the score scale HF uses.
+        rope: whether the layer applies its rotary embedding (SmolLM3's NoPE layers do not).
+    """
+
+    index: int
+    modules: dict[str, Any]
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    scaling: float
+    rope: bool
+
+    def __call__(self, hidden: Float[Tensor, "rows pos d_model"], attention_mask: Tensor | None,
+                 position_embeddings: tuple[Tensor, Tensor] | None, cache: Any = None,
+                 head_mask: Bool[Tensor, "rows head_index"] | None = None) -> Float[Tensor, "rows pos d_model"]:
+        """The layer's output on ``hidden`` with the heads ``head_mask`` marks zeroed in each row.
+
+        ``attention_mask`` is the decoder's additive (or boolean) mask for this layer, broadcastable
+        to ``[rows, head_index, pos, keys]``; ``cache``, when given, is asked for the keys and values
+        to attend to, as an HF cache is (``update(k, v, layer_idx)``)."""
+        m = self.modules
+        rows, pos, _ = hidden.shape
+        x = m["input_layernorm"](hidden)
+        q = m["q_proj"](x).view(rows, pos, self.n_heads, self.d_head)
+        k = m["k_proj"](x).view(rows, pos, self.n_kv_heads, self.d_head)
+        v = m["v_proj"](x).view(rows, pos, self.n_kv_heads, self.d_head).transpose(1, 2)
+        if "q_norm" in m:
+            q, k = m["q_norm"](q), m["k_norm"](k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        if self.rope and position_embeddings is not None:
+            from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+            q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
+        if cache is not None:
+            k, v = cache.update(k, v, self.index)
+        z = grouped_attention(q, k, v, attention_mask, self.scaling)
+        if head_mask is not None:  # hook_z: zero the ablated heads' z before the output projection
+            z = z.masked_fill(head_mask.to(z.device)[:, :, None, None], 0.0)
+        hidden = hidden + m["o_proj"](z.transpose(1, 2).reshape(rows, pos, self.n_heads * self.d_head))
+        x = m["post_attention_layernorm"](hidden)
+        return hidden + m["down_proj"](m["act_fn"](m["gate_proj"](x)) * m["up_proj"](x))
+
+
+def grouped_attention(q: Float[Tensor, "rows head_index pos d_head"], k: Float[Tensor, "rows kv_head keys d_head"],
+                      v: Float[Tensor, "rows kv_head keys d_head"], mask: Tensor | None, scaling: float
+                      ) -> Float[Tensor, "rows head_index pos d_head"]:
+    """Eager attention as HF's and the bridge's (scores scaled after the product, the additive mask,
+    a float32 softmax), with each key/value head's query heads stacked along the positions instead
+    of the keys and values copied once per query head (``repeat_kv``): query head ``j·G + i`` reads
+    key/value head ``j``, so ``[rows, head_index, pos]`` is ``[rows, kv_head, (G pos)]``."""
+    rows, heads, pos, d = q.shape
+    kv_heads, keys = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    scores = torch.matmul(q.reshape(rows, kv_heads, group * pos, d), k.transpose(-2, -1)) * scaling
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            mask = torch.zeros((), dtype=scores.dtype).masked_fill(~mask, torch.finfo(scores.dtype).min)
+        mask = mask[..., -pos:, :keys].to(scores.dtype)  # [rows or 1, 1 or head_index, pos, keys]
+        mask = mask[:, :, None] if mask.shape[1] == 1 else mask.unflatten(1, (kv_heads, group))
+        scores = (scores.view(rows, kv_heads, group, pos, keys) + mask).view(rows, kv_heads, group * pos, keys)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(weights, v).view(rows, heads, pos, d)
+
+
+def fused_layers(model: Any) -> list[FusedLayer] | None:
+    """A :class:`FusedLayer` per decoder layer of ``model``, or ``None`` when any layer is not one
+    this module reproduces (the screener then replays through the bridge)."""
+    layers = []
+    for index, block in enumerate(model.arch.blocks):
+        layer = _hf(block)
+        if type(layer).__name__ not in FUSED_LAYERS or not all(hasattr(layer, n) for n in _LAYER_MODULES):
+            return None
+        attn, mlp = _hf(layer.self_attn), _hf(layer.mlp)
+        if not all(hasattr(attn, n) for n in _ATTN_MODULES) or not all(hasattr(mlp, n) for n in _MLP_MODULES):
+            return None
+        if any(getattr(attn, n, None) is not None for n in _UNFUSED_ATTENTION):
+            return None
+        modules = {n: _hf(getattr(attn, n)) for n in _ATTN_MODULES}
+        modules |= {n: _hf(getattr(mlp, n)) for n in _MLP_MODULES}
+        modules |= {n: _hf(getattr(layer, n)) for n in ("input_layernorm", "post_attention_layernorm")}
+        if getattr(attn, "q_norm", None) is not None:
+            modules |= {"q_norm": _hf(attn.q_norm), "k_norm": _hf(attn.k_norm)}
+        if not all(isinstance(modules[n], torch.nn.Linear) for n in (*_ATTN_MODULES, "gate_proj", "up_proj", "down_proj")):
+            return None
+        layers.append(FusedLayer(index, modules, model.n_heads, model.n_kv_heads, model.d_head,
+                                 float(getattr(attn, "scaling", model.d_head ** -0.5)), bool(getattr(attn, "use_rope", True))))
+    return layers
