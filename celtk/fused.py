@@ -5,16 +5,19 @@ attention with a dozen hook points per layer, and copies every key/value head on
 (``repeat_kv``) before the score product. The screener needs one of those hooks, ``hook_z``, and its
 effect, a head's ``z`` zeroed before the output projection, is one masked fill. A :class:`FusedLayer`
 runs a decoder layer from the Hugging Face modules the bridge wraps, calling each of them as the HF
-layer does (norms, projections, q/k norms, rotary embedding, activation), with the same eager
+layer does (norms, projections, q/k norms, activation; the decoder's rotary cos/sin through HF's
+``apply_rotary_pos_emb``), with the same eager
 attention arithmetic (:func:`grouped_attention`: scaled scores, the decoder's own additive mask for
 that layer, a float32 softmax) but without the key/value copies, and the ablated heads' ``z``
 zeroed per row between attention and the output projection.
 
 Only layers whose HF class is one of :data:`FUSED_LAYERS`, and whose modules are the ones read here,
-are fused; every other decoder (Gemma-3, GPT-2, GPT-NeoX, ...) replays through the bridge. On CPU
-the fused layer's output equals the bridge block's under celtk's hook_z row masks bit for bit
-(``tests/unit/test_fused.py``, ``torch.equal`` on tiny Llama, Qwen2, SmolLM3, Mistral and Qwen3
-models); the screens built on it are checked against :func:`celtk.ablation.ablate` for every head
+are fused; every other decoder (Gemma-3, GPT-2, GPT-NeoX, ...) replays through the bridge, and so
+does any screen of a model that carries hooks of its own (:func:`has_hooks`). On CPU in float32
+and bfloat16 the fused layer's output equals the bridge block's under celtk's hook_z row masks bit
+for bit (``tests/unit/test_fused.py``, ``torch.equal`` on tiny Llama, Qwen2, SmolLM3, Mistral and
+Qwen3 models; in float16 the grouped score product can differ by one unit in the last place); the
+screens built on it are checked against :func:`celtk.ablation.ablate` for every head
 (``tests/integration/test_pipeline.py``, ``test_architectures.py``).
 """
 
@@ -105,14 +108,34 @@ def grouped_attention(q: Float[Tensor, "rows head_index pos d_head"], k: Float[T
     kv_heads, keys = k.shape[1], k.shape[2]
     group = heads // kv_heads
     scores = torch.matmul(q.reshape(rows, kv_heads, group * pos, d), k.transpose(-2, -1)) * scaling
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            mask = torch.zeros((), dtype=scores.dtype).masked_fill(~mask, torch.finfo(scores.dtype).min)
-        mask = mask[..., -pos:, :keys].to(scores.dtype)  # [rows or 1, 1 or head_index, pos, keys]
-        mask = mask[:, :, None] if mask.shape[1] == 1 else mask.unflatten(1, (kv_heads, group))
-        scores = (scores.view(rows, kv_heads, group, pos, keys) + mask).view(rows, kv_heads, group * pos, keys)
+    if mask is None:  # as the bridge: causal, the last ``pos`` of ``keys`` positions querying
+        mask = torch.ones(pos, keys, dtype=torch.bool, device=q.device).tril(keys - pos)[None, None]
+    if mask.ndim != 4:
+        raise ValueError(f"grouped_attention takes a 4-D attention mask [rows, 1 or head_index, pos, keys], "
+                         f"got shape {tuple(mask.shape)}")
+    if mask.dtype == torch.bool:
+        mask = torch.zeros((), dtype=scores.dtype, device=scores.device).masked_fill(~mask, torch.finfo(scores.dtype).min)
+    mask = mask[..., -pos:, :keys].to(scores.dtype)  # [rows or 1, 1 or head_index, pos, keys]
+    mask = mask[:, :, None] if mask.shape[1] == 1 else mask.unflatten(1, (kv_heads, group))
+    scores = (scores.view(rows, kv_heads, group, pos, keys) + mask).view(rows, kv_heads, group * pos, keys)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     return torch.matmul(weights, v).view(rows, heads, pos, d)
+
+
+def _bridge_only_math(layer: Any) -> bool:
+    """Whether the bridge computes this layer's attention differently from the HF layer in a way a
+    FusedLayer does not follow: Ministral's llama-4 query scale (the bridge applies it from
+    ``rope_parameters``), compatibility mode's -inf masks, dropout in training mode."""
+    attn = _hf(layer.self_attn)
+    rope = getattr(getattr(attn, "config", None), "rope_parameters", None)
+    return ((isinstance(rope, dict) and rope.get("llama_4_scaling_beta") is not None)
+            or bool(getattr(layer.self_attn, "compatibility_mode", False)) or layer.self_attn.training)
+
+
+def has_hooks(model: Any) -> bool:
+    """Whether any module of the bridge has a forward hook or pre-hook (someone's ``ablate()``, a
+    probe, a patch): those act in the bridge's blocks, which the fused replay does not run."""
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.bridge.modules())
 
 
 def fused_layers(model: Any) -> list[FusedLayer] | None:
@@ -126,7 +149,7 @@ def fused_layers(model: Any) -> list[FusedLayer] | None:
         attn, mlp = _hf(layer.self_attn), _hf(layer.mlp)
         if not all(hasattr(attn, n) for n in _ATTN_MODULES) or not all(hasattr(mlp, n) for n in _MLP_MODULES):
             return None
-        if any(getattr(attn, n, None) is not None for n in _UNFUSED_ATTENTION):
+        if any(getattr(attn, n, None) is not None for n in _UNFUSED_ATTENTION) or _bridge_only_math(layer):
             return None
         modules = {n: _hf(getattr(attn, n)) for n in _ATTN_MODULES}
         modules |= {n: _hf(getattr(mlp, n)) for n in _MLP_MODULES}

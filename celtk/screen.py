@@ -36,7 +36,7 @@ from torch import Tensor
 from celtk.ablation import ablate, ablate_rows
 from celtk.errors import ConfigError, KVCacheIgnoredError
 from celtk.evaluator import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
-from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers
+from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.models._arch import CACHE_KEYWORDS
@@ -234,7 +234,8 @@ class CachedScreener:
         share_prefix: run a prefix shared by all requests once per ablation.
         replay: how layers are re-run: ``fused`` (:mod:`celtk.fused`, Llama-family layers with fused
             attention, no bridge hooks), ``bridge`` (the TransformerLens blocks under hook_z hooks), or
-            ``auto`` (fused where the architecture allows, else bridge). Both compute the same numbers
+            ``auto`` (fused where the architecture allows and the model carries no hooks of its own,
+            else bridge). Both compute the same numbers
             (tests/unit/test_fused.py checks each layer with ``torch.equal``); the intact pass runs the
             bridge's decoder, so the null ablation (``HeadSet()``) checks the replay against it in every run.
     """
@@ -248,7 +249,7 @@ class CachedScreener:
         if replay == "fused" and self.fused is None:
             raise ConfigError(f"The fused replay does not cover {model.architecture}'s decoder layers (it covers "
                               f"{', '.join(FUSED_LAYERS)}); use replay='bridge' or 'auto'.")
-        self.replay = "bridge" if self.fused is None else "fused"
+        self.requested, self.replay = replay, "bridge" if self.fused is None else "fused"
         self.batch_size, self.rows_per_pass = batch_size, max(rows_per_pass, batch_size)
         self.prefix_len = shared_prefix_length(prepared.requests) if share_prefix else 0
         if self.prefix_len < MIN_SHARED_PREFIX:
@@ -260,6 +261,7 @@ class CachedScreener:
         as the sets whose earliest head is in layer ``l`` finish. ``HeadSet()`` (the null ablation)
         is scored through the ablated replay from layer 0, so it checks that path against the intact one."""
         sets = list(sets)
+        self._check_hooks()
         by_start: dict[int, list[HeadSet]] = {}
         for heads in dict.fromkeys(sets):
             self.model.validate_heads(heads)
@@ -282,6 +284,17 @@ class CachedScreener:
                     for state in states:
                         self._advance(prefix, state, layer)
         return intact, results
+
+    def _check_hooks(self) -> None:
+        """Hooks already on the model (an outer ``ablate()``, a probe) act only in the bridge's blocks:
+        replay through them, or refuse when the fused replay was asked for by name."""
+        fused = fused_layers(self.model) if self.requested != "bridge" else None
+        if fused is not None and has_hooks(self.model):
+            if self.requested == "fused":
+                raise ConfigError("The model carries hooks of its own (an ablate() or a probe around this screen), which "
+                                  "the fused replay would bypass; remove them, or screen with replay='bridge' or 'auto'.")
+            fused = None
+        self.fused, self.replay = fused, "bridge" if fused is None else "fused"
 
     def _layer(self, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
                copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | None = None

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_tiny
+from conftest import make_tiny, tiny_hf_model
 
-from celtk.ablation import ablate_rows
+from celtk.ablation import ablate, ablate_rows
 from celtk.errors import ConfigError
 from celtk.fused import fused_layers
 from celtk.screen import CachedScreener, call_layer, capture_forward
@@ -41,7 +41,18 @@ def _empty():
 
 
 def test_each_fused_layer_equals_the_bridge_block_under_hook_z_row_masks(fused_model):
-    model = fused_model
+    _check_layers(fused_model)
+
+
+def test_fused_layers_equal_the_bridge_blocks_in_bfloat16(smol_tokenizer):
+    from celtk.models import wrap_hf_model
+
+    # bfloat16 weights: the float32 softmax is cast back before the value product, as in the bridge
+    _check_layers(wrap_hf_model(tiny_hf_model("llama", len(smol_tokenizer)).to(torch.bfloat16), smol_tokenizer,
+                                name="tiny-llama-bf16"))
+
+
+def _check_layers(model):
     layers = fused_layers(model)
     assert layers is not None and CachedScreener(model, _empty()).replay == "fused"
     gen = torch.Generator().manual_seed(0)
@@ -61,3 +72,35 @@ def test_each_fused_layer_equals_the_bridge_block_under_hook_z_row_masks(fused_m
             assert torch.equal(fused[real], bridge[real]), (index, (fused[real] - bridge[real]).abs().max())
             intact = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"))
             assert (intact[0] - fused[0]).abs().max() > 1e-3 and torch.equal(intact[1], fused[1])  # the mask bites, per row
+
+
+def test_a_model_carrying_its_own_hooks_replays_through_the_bridge(smol_tokenizer):
+    from celtk.evaluator import prepare
+    from celtk.heads import HeadSet
+    from celtk.tasks import get_task, make_splits
+
+    model = make_tiny("llama", smol_tokenizer)
+    task = get_task("arithmetic")
+    splits = make_splits(task, 6, 0, fewshot=2, seed=2)
+    prepared = prepare(model, task, splits.discovery, splits.shots)
+    with ablate(model, "L2H1"):  # an outer ablation: the intact pass and every replay must see it
+        screener = CachedScreener(model, prepared, batch_size=3)
+        intact, results = screener.run([HeadSet(), HeadSet.parse("L0H0")])
+        assert screener.replay == "bridge"
+        assert [e.logprob for e in results[HeadSet()].examples] == [e.logprob for e in intact.examples]
+        with pytest.raises(ConfigError, match="carries hooks of its own.*replay='bridge'"):
+            CachedScreener(model, prepared, batch_size=3, replay="fused").run([HeadSet()])
+    assert CachedScreener(model, prepared, batch_size=3).run([HeadSet()]) and fused_layers(model) is not None
+
+
+def test_a_llama4_query_scale_is_left_to_the_bridge(smol_tokenizer):
+    import transformers as tf
+
+    from celtk.models import wrap_hf_model
+
+    config = tf.LlamaConfig(vocab_size=len(smol_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, pad_token_id=0,
+                            rope_parameters={"rope_type": "default", "rope_theta": 1e4, "llama_4_scaling_beta": 0.5,
+                                             "original_max_position_embeddings": 8})
+    model = wrap_hf_model(tf.AutoModelForCausalLM.from_config(config).eval(), smol_tokenizer, name="tiny-llama4-scale")
+    assert fused_layers(model) is None  # the bridge scales queries by position; the fused layer would not
