@@ -22,6 +22,7 @@ from collections import Counter
 
 import numpy as np
 import torch
+from peers import matmul_gflops  # benchmarks/peers.py: the same matmul rate
 
 OP_CLASSES = {  # operator -> class, for the profile's summary
     "aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "attention", "aten::baddbmm": "attention",
@@ -31,17 +32,6 @@ OP_CLASSES = {  # operator -> class, for the profile's summary
     "aten::mean": "element-wise", "aten::rsqrt": "element-wise", "aten::neg": "element-wise", "aten::masked_fill": "element-wise",
     "aten::_log_softmax": "scoring", "aten::argmax": "scoring", "aten::gather": "scoring",
 }
-
-
-def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best / 1e9
 
 
 def gemm_rate(m: int, k: int, n: int, repeats: int = 10) -> float:

@@ -133,9 +133,13 @@ def _bridge_only_math(layer: Any) -> bool:
 
 
 def has_hooks(model: Any) -> bool:
-    """Whether any module of the bridge has a forward hook or pre-hook (someone's ``ablate()``, a
-    probe, a patch): those act in the bridge's blocks, which the fused replay does not run."""
-    return any(m._forward_hooks or m._forward_pre_hooks for m in model.bridge.modules())
+    """Whether any of the bridge's hook points (``hook_z``, ``hook_resid_pre``, ...) carries a hook
+    (someone's ``ablate()``, a probe, a patch): those act in the bridge's blocks, which the fused
+    replay does not run. Only hook points count: the bridge registers pre-hooks of its own on its
+    norm components during its first forward."""
+    from transformer_lens.hook_points import HookPoint
+
+    return any(isinstance(m, HookPoint) and (m._forward_hooks or m._forward_pre_hooks) for m in model.bridge.modules())
 
 
 def fused_layers(model: Any) -> list[FusedLayer] | None:
