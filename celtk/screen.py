@@ -235,9 +235,11 @@ class CachedScreener:
         replay: how layers are re-run: ``fused`` (:mod:`celtk.fused`, Llama-family layers with fused
             attention, no bridge hooks), ``bridge`` (the TransformerLens blocks under hook_z hooks), or
             ``auto`` (fused where the architecture allows and the model carries no hooks of its own,
-            else bridge). Both compute the same numbers
-            (tests/unit/test_fused.py checks each layer with ``torch.equal``); the intact pass runs the
-            bridge's decoder, so the null ablation (``HeadSet()``) checks the replay against it in every run.
+            else bridge). The two agree to float rounding (tests/unit/test_fused.py; bit for bit on
+            the demo's screen), not always bit for bit: the fused attention groups its products
+            differently. So under the fused replay the intact pass is also scored through it (the
+            bridge's decoder still supplies each layer's inputs), and intact and ablated scores come
+            from one arithmetic: the null ablation (``HeadSet()``) then checks the replay's batching.
     """
 
     def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
@@ -345,10 +347,19 @@ class CachedScreener:
             for kw in kwargs:
                 for keyword in (*CACHE_KEYWORDS, "use_cache"):
                     kw.pop(keyword, None)
+            if self.fused is not None:  # intact and ablated scores from one arithmetic (see CachedScreener)
+                final = self._replay_intact(prefix, resid[0], kwargs)
             blp, bgreedy = score_hidden(self.model, final, batch)
             lp[batch.request_ids], greedy[batch.request_ids] = blp.numpy(), bgreedy.numpy()
             states.append(_BatchState(batch, resid[0], kwargs))
         return states, aggregate(self.prepared, lp, greedy)
+
+    def _replay_intact(self, prefix: _Prefix | None, resid: Float[Tensor, "batch pos d_model"], kwargs: list[dict[str, Any]]
+                       ) -> Float[Tensor, "batch pos d_model"]:
+        cache = None if prefix is None else _PrefixKV(prefix.keys, prefix.values)
+        for index in range(len(kwargs)):
+            resid = self._layer(index, resid, kwargs[index], resid.shape[0], 1, cache)
+        return self.model.arch.final_norm(resid)
 
     def _advance(self, prefix: _Prefix | None, state: _BatchState, layer: int) -> None:
         rows = state.resid.shape[0]

@@ -1,6 +1,8 @@
 """The fused replay (celtk.fused) against the bridge block it replaces: which decoders it covers,
-and, layer by layer on tiny models, the same output as the TransformerLens block run under celtk's
-hook_z row masks, on right-padded rows with the decoder's own masks and rotary embeddings."""
+and, layer by layer on tiny models, the same output (to float rounding) as the TransformerLens block
+run under celtk's hook_z row masks, on right-padded rows with the decoder's own masks and rotary
+embeddings; models carrying hooks of their own and layers the bridge computes differently are left
+to the bridge."""
 
 from __future__ import annotations
 
@@ -69,7 +71,9 @@ def _check_layers(model):
                 bridge = call_layer(model, index, resid[index], kw, 3, 1, None)
             fused = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"), None, mask)
             real = attention.bool()  # padded positions' outputs are never read
-            assert torch.equal(fused[real], bridge[real]), (index, (fused[real] - bridge[real]).abs().max())
+            # rounding only: the grouped score product may sum in another order than repeat_kv's (equal on these shapes)
+            tight = dict(rtol=1e-6, atol=1e-6) if fused.dtype == torch.float32 else {}
+            torch.testing.assert_close(fused[real], bridge[real], **tight)
             intact = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"))
             assert (intact[0] - fused[0]).abs().max() > 1e-3 and torch.equal(intact[1], fused[1])  # the mask bites, per row
 
