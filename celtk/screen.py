@@ -246,12 +246,8 @@ class CachedScreener:
                  share_prefix: bool = True, replay: str = "auto") -> None:
         if replay not in REPLAYS:
             raise ConfigError(f"Unknown replay {replay!r}; choose one of {', '.join(REPLAYS)}.")
-        self.model, self.prepared = model, prepared
-        self.fused: list[FusedLayer] | None = fused_layers(model) if replay != "bridge" else None
-        if replay == "fused" and self.fused is None:
-            raise ConfigError(f"The fused replay does not cover {model.architecture}'s decoder layers (it covers "
-                              f"{', '.join(FUSED_LAYERS)}); use replay='bridge' or 'auto'.")
-        self.requested, self.replay = replay, "bridge" if self.fused is None else "fused"
+        self.model, self.prepared, self.requested = model, prepared, replay
+        self._choose_replay()
         self.batch_size, self.rows_per_pass = batch_size, max(rows_per_pass, batch_size)
         self.prefix_len = shared_prefix_length(prepared.requests) if share_prefix else 0
         if self.prefix_len < MIN_SHARED_PREFIX:
@@ -263,7 +259,7 @@ class CachedScreener:
         as the sets whose earliest head is in layer ``l`` finish. ``HeadSet()`` (the null ablation)
         is scored through the ablated replay from layer 0, so it checks that path against the intact one."""
         sets = list(sets)
-        self._check_hooks()
+        self._choose_replay()  # hooks may have been added since construction
         by_start: dict[int, list[HeadSet]] = {}
         for heads in dict.fromkeys(sets):
             self.model.validate_heads(heads)
@@ -287,16 +283,21 @@ class CachedScreener:
                         self._advance(prefix, state, layer)
         return intact, results
 
-    def _check_hooks(self) -> None:
-        """Hooks already on the model (an outer ``ablate()``, a probe) act only in the bridge's blocks:
-        replay through them, or refuse when the fused replay was asked for by name."""
+    def _choose_replay(self) -> None:
+        """Set ``fused`` and ``replay`` from the requested replay. Hooks already on the model (an outer
+        ``ablate()``, a probe) act only in the bridge's blocks: replay through them, or refuse when
+        the fused replay was asked for by name, as for a decoder it does not cover."""
         fused = fused_layers(self.model) if self.requested != "bridge" else None
+        if self.requested == "fused" and fused is None:
+            raise ConfigError(f"The fused replay does not cover {self.model.architecture}'s decoder layers (it covers "
+                              f"{', '.join(FUSED_LAYERS)}); use replay='bridge' or 'auto'.")
         if fused is not None and has_hooks(self.model):
             if self.requested == "fused":
                 raise ConfigError("The model carries hooks of its own (an ablate() or a probe around this screen), which "
                                   "the fused replay would bypass; remove them, or screen with replay='bridge' or 'auto'.")
             fused = None
-        self.fused, self.replay = fused, "bridge" if fused is None else "fused"
+        self.fused: list[FusedLayer] | None = fused
+        self.replay = "bridge" if fused is None else "fused"
 
     def _layer(self, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
                copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | None = None
