@@ -4,17 +4,23 @@ subset evaluations of stage 2).
 For each batch the intact model runs once and the screener keeps what each decoder
 layer receives (its residual-stream input and the keyword arguments the model passes
 it: attention mask, rotary embeddings). An ablation whose earliest head is in layer
-``l`` then needs only layers ``l … L−1``, run from the cached input; several ablations
-of the same earliest layer run together as copies of the batch, each copy with its own
-heads zeroed. Layers are visited in order and each batch's residual is advanced one
-intact layer at a time, so memory holds one layer's residuals.
+``l`` then needs only layers ``l … L−1``, run from the cached input. Layers are visited
+in order and each batch's intact residual is advanced one layer at a time, so memory
+holds one layer's residuals of the intact model.
+
+Sets are walked as a prefix tree (:mod:`celtk.prefix_tree`): sorted by layer, the sets
+that share their lower heads share the residual those heads leave, so it is computed once
+and branched, batch by batch and depth first (one group of states per depth is held).
+Several tree nodes run together as copies of the batch, each copy with its own heads
+zeroed. Which rows share a forward changes; the arithmetic of a row does not, so a set
+scored in the tree gets the numbers it gets scored alone (tests/integration/test_prefix_tree.py).
 
 Shared prefix: when every request starts with the same tokens (the few-shot shots),
 those tokens are run once per ablation, not once per example. Their keys and values
-(intact, or under each ablation from layer ``l`` on) are prepended in attention to the
-examples' own tokens, as a KV cache would. Every layer must consult the cache it is given;
-one that does not (a renamed cache keyword in a newer transformers) raises
-:class:`celtk.errors.KVCacheIgnoredError` instead of silently dropping the prefix.
+(intact, or under each tree node from its layer on, walked once before the batches) are
+prepended in attention to the examples' own tokens, as a KV cache would. Every layer must
+consult the cache it is given; one that does not (a renamed cache keyword in a newer
+transformers) raises :class:`celtk.errors.KVCacheIgnoredError` instead of silently dropping the prefix.
 
 Row layout: a pass over a batch of ``batch`` examples under ``g`` ablations has ``batch·g``
 rows, row ``b·g + j`` being example ``b`` under ablation ``j`` (einops ``(batch g)``).
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,6 +46,7 @@ from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.models._arch import CACHE_KEYWORDS
+from celtk.prefix_tree import Node, prefix_tree
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 REPLAYS = ("auto", "fused", "bridge")
@@ -256,29 +263,28 @@ class CachedScreener:
     def run(self, sets: Iterable[HeadSet], on_layer: Callable[[int, dict[HeadSet, EvalResult]], None] | None = None,
             on_intact: Callable[[EvalResult], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
         """Score every set; ``on_intact`` fires once the intact pass is done, ``on_layer(l, results)``
-        as the sets whose earliest head is in layer ``l`` finish. ``HeadSet()`` (the null ablation)
-        is scored through the ablated replay from layer 0, so it checks that path against the intact one."""
+        as the sets whose earliest head is in layer ``l`` finish. The sets are walked as a prefix tree
+        (:mod:`celtk.prefix_tree`): the state after a set's lower heads is computed once for every set
+        that extends them. ``HeadSet()`` (the null ablation) is scored through the ablated replay from
+        layer 0, so it checks that path against the intact one."""
         sets = list(sets)
         self._choose_replay()  # hooks may have been added since construction
-        by_start: dict[int, list[HeadSet]] = {}
         for heads in dict.fromkeys(sets):
             self.model.validate_heads(heads)
-            # the null ablation (HeadSet()) replays from layer 0 like any ablation, with a mask of nothing
-            by_start.setdefault(heads.heads[0].layer if len(heads) else 0, []).append(heads)
+        root = prefix_tree(sets, self.model.n_layers)
         results: dict[HeadSet, EvalResult] = {}
         with torch.no_grad(), ablate(self.model, HeadSet()):
             prefix = self._prefix()
             states, intact = self._intact(prefix)
             if on_intact:
                 on_intact(intact)
-            last = max(by_start, default=-1)
-            for layer in range(last + 1):
-                if layer in by_start:
-                    done = self._score_start_layer(prefix, states, layer, by_start[layer])
+            for layer in range(root.end + 1) if root.children else ():
+                if layer in root.children:
+                    done = self._score_start_layer(prefix, states, layer, root.children[layer])
                     results.update(done)
                     if on_layer:
                         on_layer(layer, done)
-                if layer < last:
+                if layer < root.end:
                     for state in states:
                         self._advance(prefix, state, layer)
         return intact, results
@@ -369,44 +375,131 @@ class CachedScreener:
             cache = _PrefixKV({layer: prefix.keys[layer]}, {layer: prefix.values[layer]})
         state.resid = self._layer(layer, state.resid, state.layer_kwargs[layer], rows, 1, cache)
 
-    # -- ablated passes ------------------------------------------------------------
+    # -- ablated passes: the prefix tree -----------------------------------------------
     def _score_start_layer(self, prefix: _Prefix | None, states: list[_BatchState], layer: int,
-                           sets: list[HeadSet]) -> dict[HeadSet, EvalResult]:
+                           nodes: list[Node]) -> dict[HeadSet, EvalResult]:
+        """Every set below ``nodes`` (the intact state's branches at ``layer``), ``per`` branches at a
+        time: the shared prefix's walk of their subtrees first, then each batch's."""
         n = len(self.prepared.requests)
+        sets = [s for node in nodes for s in node.sets()]
         lp = {s: np.zeros(n) for s in sets}
         greedy = {s: np.zeros(n, dtype=bool) for s in sets}
-        per = max(1, self.rows_per_pass // self.batch_size)
-        for start in range(0, len(sets), per):
-            chunk = sets[start:start + per]
+        per = self._per_pass()
+        for start in range(0, len(nodes), per):
+            chunk = nodes[start:start + per]
             prefix_kv = self._ablated_prefix(prefix, layer, chunk)
             for state in states:
-                for heads, (blp, bgreedy) in zip(chunk, self._score_chunk(state, layer, chunk, prefix_kv)):
+                for heads, (blp, bgreedy) in self._score_chunk(state, layer, chunk, prefix_kv):
                     lp[heads][state.batch.request_ids] = blp.numpy()
                     greedy[heads][state.batch.request_ids] = bgreedy.numpy()
         return {s: aggregate(self.prepared, lp[s], greedy[s]) for s in sets}
 
-    def _ablated_prefix(self, prefix: _Prefix | None, layer: int, sets: list[HeadSet]) -> _RecordKV | None:
-        """The prefix's keys/values from ``layer`` on, under each ablation (one row per set)."""
+    def _per_pass(self) -> int:
+        """Tree nodes whose rows share one forward (a batch's examples under each)."""
+        return max(1, self.rows_per_pass // self.batch_size)
+
+    def _ablated_prefix(self, prefix: _Prefix | None, layer: int, nodes: list[Node]) -> _TreeKV | None:
+        """The shared prefix's keys/values under every node below ``nodes``, at every layer each runs,
+        walked as the batches will walk the tree (one row per node)."""
         if prefix is None:
             return None
-        g, record = len(sets), _RecordKV()
-        hidden, masks = prefix.resid[layer].expand(g, -1, -1), _row_masks(self.model, sets, 1)
-        for index in range(layer, len(prefix.resid)):
-            hidden = self._layer(index, hidden, prefix.layer_kwargs[index], 1, g, record, masks.get(index))
-        return record
+        kv = _TreeKV()
 
-    def _score_chunk(self, state: _BatchState, layer: int, sets: list[HeadSet],
-                     prefix_kv: _RecordKV | None) -> list[tuple[Tensor, Tensor]]:
-        rows, g = state.resid.shape[0], len(sets)
-        cache = None
-        if prefix_kv is not None:  # row b·g + j attends to set j's prefix
-            cache = _PrefixKV(prefix_kv.keys, prefix_kv.values)
-        hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=g)
-        masks = _row_masks(self.model, sets, rows)
-        for index in range(layer, len(state.layer_kwargs)):
-            hidden = self._layer(index, hidden, state.layer_kwargs[index], rows, g, cache, masks.get(index))
-        final = self.model.arch.final_norm(hidden)
-        return [score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j) for j in range(g)]
+        def step(group: _Group, hidden: Tensor, index: int) -> Tensor:
+            record = _RecordKV()
+            out = self._layer(index, hidden, prefix.layer_kwargs[index], 1, len(group.nodes), record, group.masks.get(index))
+            kv.keys[group.key, index], kv.values[group.key, index] = record.keys[index], record.values[index]
+            return out
+
+        self._walk(self._group(nodes, 1), prefix.resid[layer].expand(len(nodes), -1, -1), layer, step, lambda *_: None)
+        return kv
+
+    def _score_chunk(self, state: _BatchState, layer: int, nodes: list[Node],
+                     prefix_kv: _TreeKV | None) -> list[tuple[HeadSet, tuple[Tensor, Tensor]]]:
+        """One batch through the subtrees of ``nodes``: ``(set, (log-probabilities, greedy))`` per set below them."""
+        rows, scored = state.resid.shape[0], []
+
+        def step(group: _Group, hidden: Tensor, index: int) -> Tensor:
+            cache = None
+            if prefix_kv is not None:  # row b·g + j attends to node j's prefix
+                cache = _PrefixKV({index: prefix_kv.keys[group.key, index]}, {index: prefix_kv.values[group.key, index]})
+            return self._layer(index, hidden, state.layer_kwargs[index], rows, len(group.nodes), cache,
+                               group.masks.get(index))
+
+        def finish(group: _Group, hidden: Tensor) -> None:
+            final, g = self.model.arch.final_norm(hidden), len(group.nodes)
+            for j, node in enumerate(group.nodes):
+                assert node.set is not None  # only requested sets run through the last layer
+                scored.append((node.set, score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j)))
+
+        hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=len(nodes))
+        self._walk(self._group(nodes, rows), hidden, layer, step, finish)
+        return scored
+
+    def _group(self, nodes: list[Node], rows: int) -> _Group:
+        return _Group(nodes, tuple(n.index for n in nodes), _row_masks(self.model, [n.heads for n in nodes], rows), rows)
+
+    def _walk(self, group: _Group, hidden: Float[Tensor, "rows_g pos d_model"], layer: int,
+              step: Callable[[_Group, Tensor, int], Tensor], finish: Callable[[_Group, Tensor], None]) -> None:
+        """Run ``group`` (tree nodes whose states, ``(rows g)`` rows, are at the input of ``layer``, the
+        layer each branches at) through the layers each needs, and its subtrees depth first.
+
+        After each layer ``l`` the children that branch at ``l + 1`` split off, ``per`` to a group,
+        with their parents' rows; a node no longer needed leaves the group, or hands its rows to
+        one of its children (so a chain of single children does not deepen the recursion). Held at
+        once: one group per depth. ``step(group, hidden, l)`` runs layer ``l``; ``finish`` scores a
+        group after the last layer, where only requested sets remain."""
+        per, n_layers = self._per_pass(), self.model.n_layers
+        while True:
+            hidden = step(group, hidden, layer)
+            layer += 1
+            if layer == n_layers:
+                finish(group, hidden)
+                return
+            kids = [(j, kid) for j, node in enumerate(group.nodes) for kid in node.children.get(layer, ())]
+            stay: list[tuple[int, Node]] = []
+            for j, node in enumerate(group.nodes):
+                if node.end > layer:
+                    stay.append((j, node))
+                else:
+                    heir = next((kid for kid in kids if kid[0] == j), None)
+                    if heir is not None:  # its last use: a child takes its rows
+                        kids.remove(heir)
+                        stay.append(heir)
+            for start in range(0, len(kids), per):
+                chunk = kids[start:start + per]
+                self._walk(self._group([kid for _, kid in chunk], group.rows), _rows_of(hidden, group, [j for j, _ in chunk]),
+                           layer, step, finish)
+            if not stay:
+                return
+            if [node for _, node in stay] != group.nodes:
+                hidden = _rows_of(hidden, group, [j for j, _ in stay])
+                group = self._group([node for _, node in stay], group.rows)
+
+
+@dataclass
+class _Group:
+    """Tree nodes replayed together: row ``b·g + j`` of a pass is example ``b`` under ``nodes[j]``."""
+
+    nodes: list[Node]
+    key: tuple[int, ...]  # the nodes' preorder indices: names the group in the prefix's keys/values
+    masks: dict[int, Bool[Tensor, "rows_g head_index"]]  # _row_masks of the nodes' heads
+    rows: int
+
+
+@dataclass
+class _TreeKV:
+    """The shared prefix's keys/values of each group of the tree at each layer it runs, ``[g, kv_head, prefix, d_head]``."""
+
+    keys: dict[tuple[tuple[int, ...], int], Tensor] = field(default_factory=dict)
+    values: dict[tuple[tuple[int, ...], int], Tensor] = field(default_factory=dict)
+
+
+def _rows_of(hidden: Float[Tensor, "rows_g pos d_model"], group: _Group, members: list[int]
+             ) -> Float[Tensor, "rows_m pos d_model"]:
+    """The rows of ``group``'s members ``members``, in ``(batch g)`` layout."""
+    per_node = hidden.unflatten(0, (group.rows, len(group.nodes)))
+    return per_node[:, members].reshape(group.rows * len(members), *hidden.shape[1:])
 
 
 def shared_prefix_length(requests: Sequence[Request]) -> int:
