@@ -38,16 +38,20 @@ def layer_flops(shape: Shape, n_new: int, n_past: int = 0) -> float:
     return projections + attention + mlp
 
 
-def screen_flops(shape: Shape, prefix: int, suffixes: Sequence[int], scored: int, start_layers: Sequence[int]) -> dict:
+def screen_flops(shape: Shape, prefix: int, suffixes: Sequence[int], scored: int, start_layers: Sequence[int],
+                 layer_evaluations: int | None = None) -> dict:
     """FLOPs of the cached screener: one intact pass, then for each ablation starting at layer l,
     layers l..L−1 over the shared prefix once and over every example's suffix; and of the plain
     path (every ablation a full forward of every whole prompt). ``suffixes``: tokens per example
-    after the shared prefix; ``scored``: scored positions in all (one unembedding each)."""
+    after the shared prefix; ``scored``: scored positions in all (one unembedding each).
+    ``layer_evaluations``: the layers the ablations run in all when they share a prefix tree
+    (:func:`celtk.prefix_tree.layer_evaluations`); by default each runs from its start layer alone."""
     per_layer_suffix = sum(layer_flops(shape, s, prefix) for s in suffixes)
     per_layer_prefix = layer_flops(shape, prefix) if prefix else 0.0
     unembed = 2 * scored * shape.d_model * shape.d_vocab
     full = shape.n_layers * (per_layer_prefix + per_layer_suffix) + unembed
-    cached = full + sum((shape.n_layers - l) * (per_layer_prefix + per_layer_suffix) + unembed for l in start_layers)
+    layers = sum(shape.n_layers - l for l in start_layers) if layer_evaluations is None else layer_evaluations
+    cached = full + layers * (per_layer_prefix + per_layer_suffix) + len(start_layers) * unembed
     whole = sum(layer_flops(shape, prefix + s) for s in suffixes)
     plain = (1 + len(start_layers)) * (shape.n_layers * whole + unembed)
     return {"cached": cached, "plain": plain}

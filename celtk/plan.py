@@ -6,7 +6,10 @@ FLOPs come from :mod:`celtk.flops`; activation bytes from :mod:`celtk.activation
 * **screen / select** (:class:`celtk.screen.CachedScreener`): every batch's current layer input and
   boolean mask stay resident, plus the larger of the intact pass (every layer's input of a batch
   captured) and the widest ablated pass (``rows_per_pass`` rows through every layer, the shared
-  prefix's keys/values of every layer repeated per row, eager attention scores, one ablation's logits).
+  prefix's keys/values of every layer repeated per row, eager attention scores, one ablation's logits);
+  select walks its subsets as a prefix tree, which holds one pass-wide layer input per level above
+  the running one, and runs the layers :func:`celtk.prefix_tree.layer_evaluations` counts for a pool
+  spread evenly over the layers.
 * **test**: two plain passes (intact and ablated) over the held-out set, batch by batch.
 * **generate** tasks (MBPP): greedy generation with a KV cache, once per ablation.
 """
@@ -16,12 +19,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from celtk.activations import ablated_pass_bytes, intact_pass_bytes, plain_pass_bytes, resident_bytes
 from celtk.errors import ConfigError
 from celtk.flops import Shape, layer_flops, screen_flops
+from celtk.heads import Head, HeadSet
+from celtk.prefix_tree import layer_evaluations
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -129,10 +135,12 @@ def n_parameters(shape: Shape, tied: bool) -> int:
 
 
 def cached_stage_bytes(shape: Shape, task: TaskSize, n_examples: int, batch_size: int, rows_per_pass: int,
-                       dtype_bytes: int, layers_run: int | None = None) -> float:
+                       dtype_bytes: int, layers_run: int | None = None, depth: int = 1) -> float:
     """Peak activation bytes of the cached screener on ``n_examples`` examples: every batch's
     layer input resident, plus the larger of the intact pass and the widest ablated pass
-    (``layers_run`` layers, all of them by default: an ablation in layer 0)."""
+    (``layers_run`` layers, all of them by default: an ablation in layer 0). A prefix tree
+    ``depth`` nodes deep (stage 2: the subsets' size) holds one more pass-wide layer input per
+    level above the one running (:mod:`celtk.prefix_tree`)."""
     n_requests = n_examples * task.choices
     width = task.prompt_tokens - task.shared_prefix + task.continuation_tokens - 1
     mean_width = task.mean_prompt - task.shared_prefix + task.continuation_tokens - 1
@@ -142,6 +150,7 @@ def cached_stage_bytes(shape: Shape, task: TaskSize, n_examples: int, batch_size
     resident = resident_bytes(shape, n_requests, mean_width, task.shared_prefix, dtype_bytes)
     ablated = ablated_pass_bytes(shape, batch * copies, width, task.shared_prefix, scored, dtype_bytes,
                                  shape.n_layers if layers_run is None else layers_run)
+    ablated += (depth - 1) * batch * copies * width * shape.d_model * dtype_bytes  # the tree's upper levels
     intact = intact_pass_bytes(shape, batch, width, task.shared_prefix, scored, dtype_bytes,
                                math.ceil(n_requests / batch))
     return resident + max(ablated, intact)
@@ -199,19 +208,24 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
     width = task.mean_prompt - task.shared_prefix + task.continuation_tokens - 1
     n_disc = task.n_discovery * task.choices
 
-    def cached(n_sets_by_start: list[int]) -> float:
+    def cached(n_sets_by_start: list[int], layers: int | None = None) -> float:
         return screen_flops(shape, task.shared_prefix, [width] * n_disc, n_disc * task.continuation_tokens,
-                            n_sets_by_start)["cached"]
+                            n_sets_by_start, layers)["cached"]
 
     screen_starts = [l for l in range(shape.n_layers) for _ in range(shape.n_heads)]
-    # a subset of s heads drawn across layers starts, on average, at layer L/(s+1)
-    select_starts = [shape.n_layers // (s + 1) for s in range(2, k + 1) for _ in range(math.comb(pool, s))]
+    # stage 2 walks its subsets as a prefix tree; the pool is taken spread evenly over the layers
+    spread = [Head(int((i + 0.5) * shape.n_layers / pool), i) for i in range(pool)]
+    select_sets = [HeadSet(c) for s in range(2, k + 1) for c in combinations(spread, s)]
+    select_layers = layer_evaluations(select_sets, shape.n_layers)
     disc_bytes = cached_stage_bytes(shape, task, task.n_discovery, batch_size, rows, width_bytes)
+    select_bytes = cached_stage_bytes(shape, task, task.n_discovery, batch_size, rows, width_bytes,
+                                      depth=min(k, len({h.layer for h in spread})))
     # the held-out stage streams: two plain passes, one batch at a time (celtk.run.test.score_streaming)
     test_bytes = plain_pass_bytes(shape, batch_size, task.prompt_tokens + task.continuation_tokens - 1,
                                   batch_size * task.continuation_tokens, width_bytes)
     return [_stage("screen", n_heads + 1, cached(screen_starts), weights, disc_bytes, device),
-            _stage("select", subsets, cached(select_starts), weights, disc_bytes, device),
+            _stage("select", subsets, cached([hs.heads[0].layer for hs in select_sets], select_layers), weights,
+                   select_bytes, device),
             _stage("test", 2, 2 * _plain_flops(shape, task, task.n_heldout), weights, test_bytes, device)]
 
 

@@ -94,3 +94,27 @@ def test_terms_follow_the_tensors_the_code_allocates():
     # the intact pass captures every layer's input of this batch and of the previous one
     one, many = (intact_pass_bytes(TINY, rows, width, 0, 4, db, n) for n in (1, 5))
     assert many - one == TINY.n_layers * rows * width * TINY.d_model * db
+
+
+def test_select_is_planned_as_the_prefix_tree_it_walks():
+    """Stage 2's subsets share their lower heads' layers (celtk.prefix_tree): fewer than half the FLOPs of
+    replaying each subset from its lowest layer, and one more pass-wide layer input per tree level."""
+    from itertools import combinations
+
+    from celtk.flops import screen_flops
+    from celtk.heads import Head, HeadSet
+    from celtk.prefix_tree import flat_layer_evaluations
+
+    config, task = CONFIGS / "Llama-3.2-3B-Instruct.json", PAPER_TASKS["arithmetic"]
+    screen, select, _ = plan_run(config, task, L40S, batch_size=8, rows_per_pass=32)
+    shape = shape_from_config(config)
+    spread = [Head(int((i + 0.5) * 28 / 10), i) for i in range(10)]
+    sets = [HeadSet(c) for size in (2, 3) for c in combinations(spread, size)]
+    width = task.mean_prompt + task.continuation_tokens - 1
+    flat = screen_flops(shape, 0, [width] * 2000, 2000 * task.continuation_tokens, [s.heads[0].layer for s in sets])
+    assert 0.3 < select.flops / flat["cached"] < 0.5
+    assert flat_layer_evaluations(sets, 28) == sum(28 - s.heads[0].layer for s in sets)
+    # memory: a tree three deep holds two more layer inputs of the widest pass (8 examples × 8 copies)
+    deeper = cached_stage_bytes(TINY, TASK, 64, 8, 64, 4, depth=3) - cached_stage_bytes(TINY, TASK, 64, 8, 64, 4)
+    assert deeper == 2 * 8 * 8 * (41 - 20 + 2 - 1) * TINY.d_model * 4
+    assert select.activation_bytes >= screen.activation_bytes
