@@ -375,9 +375,20 @@ class Report:
             self.data["errors"][name] = f"{type(error).__name__}: {error}\n" + traceback.format_exc(limit=6)
             return None
         finally:
+            gc.collect()  # the section's models are unreferenced now
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             self.data.setdefault("section_seconds", {})[name] = round(time.perf_counter() - begin, 1)
             self.data["elapsed_seconds"] = round(time.perf_counter() - self.start, 1)
             self.write()
+
+    def attempt(self, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, or ``None`` with its error recorded under ``name`` (a part of a section)."""
+        try:
+            return fn()
+        except Exception as error:
+            self.data["errors"][name] = f"{type(error).__name__}: {error}\n" + traceback.format_exc(limit=6)
+            return None
 
     def write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -407,7 +418,7 @@ def markdown(data: dict[str, Any]) -> str:
     if rates:
         lines += ["Matrix-product rate (TFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in rates.items()), ""]
     for name, value in data["sections"].items():
-        if isinstance(value, dict) and "memory" in value and value["memory"]:
+        if isinstance(value, dict) and value.get("memory"):
             m = value["memory"]
             lines.append(f"- memory {name}: plan {m['predicted_peak_gib']:.2f} GiB, measured "
                          f"{m.get('measured_peak_gib', float('nan')):.2f} GiB (batch {m['batch_size']}, rows "
@@ -483,46 +494,40 @@ def main(argv: list[str] | None = None) -> int:
 
         def paper(name=name, config=config) -> dict[str, Any]:
             model = build_model(f"random-{name}", config, torch.bfloat16, device, tokenizer)
-            try:
-                heads = sampled_heads(model, n_heads)
-                out: dict[str, Any] = {"n_layers": model.n_layers, "n_heads": model.n_heads}
-                exact = synthetic(model, arith["n"] // 2, arith["context"], "target", greedy=True, seed=1)
-                out["exactness_bfloat16"] = exactness(model, exact, heads, 16, 64)
-                out["speed"] = {}
-                for shape_name, spec, batch, rows in (("arithmetic", arith, 64, 256), ("boolq", boolq, 8, 32)):
-                    prepared = synthetic(model, spec["n"], spec["context"], spec["kind"], spec.get("continuation", 1))
-                    out["speed"][shape_name] = speed(model, prepared, heads, batch, rows, device, with_reload=True)
-                shape = Shape.of(model)
-                out["hours"] = {}
-                for shape_name, s in out["speed"].items():
-                    best = s.get("cached_fused", s["cached_bridge"])
-                    out["hours"][shape_name] = paper_hours(shape, best["seconds_per_head"] / s["examples"],
-                                                           best["seconds_intact"] / s["examples"])
-                prepared = synthetic(model, boolq["n"], boolq["context"], "choice")
-                out["memory"] = memory(model, prepared, memory_configs[name], device)
-                return out
-            finally:
-                del model
-                gc.collect()
-                if device.startswith("cuda"):
-                    torch.cuda.empty_cache()
+            # the section's models are freed when it returns (Report.section)
+            heads = sampled_heads(model, n_heads)
+            out: dict[str, Any] = {"n_layers": model.n_layers, "n_heads": model.n_heads}
+            exact = synthetic(model, arith["n"] // 2, arith["context"], "target", greedy=True, seed=1)
+            out["exactness_bfloat16"] = report.attempt(f"{name}/exactness", lambda: exactness(model, exact, heads, 16, 64))
+            out["speed"] = {}
+            for shape_name, spec, batch, rows in (("arithmetic", arith, 64, 256), ("boolq", boolq, 8, 32)):
+                prepared = synthetic(model, spec["n"], spec["context"], spec["kind"], spec.get("continuation", 1))
+                measured = report.attempt(f"{name}/speed/{shape_name}", lambda prepared=prepared, batch=batch, rows=rows:
+                                          speed(model, prepared, heads, batch, rows, device, with_reload=True))
+                if measured:
+                    out["speed"][shape_name] = measured
+            shape = Shape.of(model)
+            out["hours"] = {}
+            for shape_name, s in out["speed"].items():
+                best = s.get("cached_fused", s["cached_bridge"])
+                out["hours"][shape_name] = paper_hours(shape, best["seconds_per_head"] / s["examples"],
+                                                       best["seconds_intact"] / s["examples"])
+            prepared = synthetic(model, boolq["n"], boolq["context"], "choice")
+            out["memory"] = report.attempt(f"{name}/memory", lambda: memory(model, prepared, memory_configs[name], device))
+            return out
 
         report.section(name, 20 if smoke else 90, paper)
 
     def llama_float32() -> dict[str, Any]:
         config = smoke_shape(PAPER_MODELS["llama-3.2-3b"]) if smoke else PAPER_MODELS["llama-3.2-3b"]
         model = build_model("random-llama-3.2-3b-fp32", config, torch.float32, device, tokenizer)
-        try:
-            heads = sampled_heads(model, n_heads)
-            exact = synthetic(model, arith["n"] // 2, arith["context"], "target", greedy=True, seed=1)
-            prepared = synthetic(model, arith["n"], arith["context"], "target", arith["continuation"])
-            return {"exactness_float32": exactness(model, exact, heads, 16, 64),
-                    "speed_arithmetic": speed(model, prepared, heads, 64, 256, device, with_reload=False)}
-        finally:
-            del model
-            gc.collect()
-            if device.startswith("cuda"):
-                torch.cuda.empty_cache()
+        # the section's models are freed when it returns (Report.section)
+        heads = sampled_heads(model, n_heads)
+        exact = synthetic(model, arith["n"] // 2, arith["context"], "target", greedy=True, seed=1)
+        prepared = synthetic(model, arith["n"], arith["context"], "target", arith["continuation"])
+        return {"exactness_float32": report.attempt("float32/exactness", lambda: exactness(model, exact, heads, 16, 64)),
+                "speed_arithmetic": report.attempt("float32/speed", lambda: speed(model, prepared, heads, 64, 256, device,
+                                                                                    with_reload=False))}
 
     report.section("llama-3.2-3b-float32", 20 if smoke else 60, llama_float32)
     report.data["goals"] = goals(report.data)
@@ -541,11 +546,11 @@ def goals(data: dict[str, Any]) -> dict[str, Any]:
             speedups.append(s["speedup_cached_vs_hook_loop"])
             if "cached_fused" in s and rates.get("bfloat16"):
                 fractions.append(s["cached_fused"]["tflops_per_second"] / rates["bfloat16"])
-        if value.get("memory", {}).get("predicted_over_measured"):
+        if (value.get("memory") or {}).get("predicted_over_measured"):
             plans.append(value["memory"]["predicted_over_measured"])
     fp32_section = sections.get("llama-3.2-3b-float32") or {}
-    fp32 = fp32_section.get("exactness_float32", {})
-    fp32_rate = fp32_section.get("speed_arithmetic", {}).get("cached_fused", {}).get("tflops_per_second")
+    fp32 = fp32_section.get("exactness_float32") or {}
+    fp32_rate = (fp32_section.get("speed_arithmetic") or {}).get("cached_fused", {}).get("tflops_per_second")
     tiny = sections.get("tiny_exactness_float32") or {}
     for result in [fp32, *tiny.values()]:
         if "fused_vs_bridge" in result:

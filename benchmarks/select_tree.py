@@ -4,14 +4,14 @@ replayed from its lowest layer), side by side in one script on copies of one scr
 The old code is the celtk package of a base commit (default: where this branch left main), extracted
 with `git archive` into a temporary folder and put first on PYTHONPATH; the new code is this tree.
 Each side runs `celtk select OUT` in its own process (the CLI, in-process in a small driver) on its
-own copy of the run's screen files, one after the other (``--order``); the driver counts, through
-``CachedScreener._layer``, the example rows every decoder layer ran (per example: the ablated
-replays inside ``_score_start_layer``, and everything, intact passes included). Afterwards the two
+own copy of the run's screen files, one after the other (``--order``) or both at once (``--parallel``).
+The driver counts, through ``CachedScreener._layer``, the example rows every decoder layer ran (per
+example: the ablated replays inside ``_score_start_layer``, and everything, intact passes included). Afterwards the two
 run directories are compared file by file (benchmarks/compare_runs.py): selection.json,
 diagnostics.json and the memo's parts must be identical.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/select_tree.py runs/demo --work runs/select-tree \
-        --out runs/select_tree.json
+        --parallel --out runs/select_tree.json
 
 Wall times on a shared machine move with its load: quote the ratio, and say the machine was shared.
 """
@@ -97,13 +97,22 @@ def fresh_copy(run: Path, dest: Path) -> Path:
     return dest
 
 
-def run_select(code: Path, run: Path, result: Path, log: Path) -> dict:
+def start_select(code: Path, run: Path, result: Path, log: Path) -> subprocess.Popen:
+    """`celtk select RUN` under the driver, with ``code`` first on the path (run from ``run``'s folder: the
+    current directory would come first on ``python -c``'s path)."""
     env = dict(os.environ, PYTHONPATH=str(code), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-c", DRIVER, str(run), str(result)], env=env, stdout=out, stderr=out)
-    if done.returncode:
+    out = open(log, "w")
+    return subprocess.Popen([sys.executable, "-c", DRIVER, str(run), str(result)], env=env, stdout=out, stderr=out,
+                            cwd=run.parent)
+
+
+def finish_select(process: subprocess.Popen, code: Path, result: Path, log: Path) -> dict:
+    if process.wait():
         raise SystemExit(f"celtk select failed under {code} (see {log})")
-    return json.loads(result.read_text())
+    measured = json.loads(result.read_text())
+    if not Path(measured["code"]).resolve().is_relative_to(code.resolve()):
+        raise SystemExit(f"the select meant to run {code} imported {measured['code']}")
+    return measured
 
 
 def main() -> None:
@@ -112,6 +121,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True, help="where the two copies go (replaced)")
     parser.add_argument("--base", default=None, help="the old code's commit (default: merge-base with main)")
     parser.add_argument("--order", default="old,new", help="which side runs first")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run both at once (one core each): the same background load for both; the first to finish "
+                             "leaves the other a quieter machine, which favours the slower side")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
@@ -122,11 +134,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="celtk-base-") as tmp:
         codes = {"old": extract(commit, Path(tmp)), "new": ROOT}
         args.work.mkdir(parents=True, exist_ok=True)
-        for side in args.order.split(","):
-            run = fresh_copy(args.run, args.work / side)
+        sides = args.order.split(",")
+        paths = {side: (fresh_copy(args.run, args.work / side), args.work / f"{side}.json", args.work / f"{side}.log")
+                 for side in sides}
+        running = {}
+        for side in sides:
             started = time.strftime("%H:%M:%S")
-            results[side] = run_select(codes[side], run, args.work / f"{side}.json", args.work / f"{side}.log")
-            results[side]["started"] = started
+            running[side] = start_select(codes[side], *paths[side])
+            if not args.parallel:
+                results[side] = finish_select(running.pop(side), codes[side], *paths[side][1:])
+                results[side]["started"] = started
+        for side, process in running.items():
+            results[side] = finish_select(process, codes[side], *paths[side][1:])
+        results["parallel"] = args.parallel
     verdicts = compare(args.work / "old", args.work / "new", set(), {})
     results["files"] = dict(verdicts)
     old, new = results["old"], results["new"]
