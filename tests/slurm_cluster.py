@@ -9,7 +9,7 @@ There is no slurmdbd, so ``sacct`` reads the job-completion log (``JobCompType=j
 the states of jobs still pending or running, which ``squeue`` shows.
 
 The node declares more CPUs and memory than this machine has (``SlurmdParameters=config_overrides``)
-so that three shards asking the scripts' ``--cpus-per-task=8 --mem=64G`` run at once: Slurm only
+so that six shards asking the scripts' ``--cpus-per-task=8 --mem=64G`` run at once: Slurm only
 counts them, nothing enforces them without cgroups. It declares no GPU, so jobs are submitted with
 ``--gres=none`` in place of the scripts' ``--gres=gpu:1``.
 """
@@ -113,7 +113,7 @@ DefMemPerCPU=1000
 KillWait=2
 MinJobAge=3600
 InactiveLimit=0
-NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=32 RealMemory=262144 State=UNKNOWN
+NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=64 RealMemory=524288 State=UNKNOWN
 PartitionName=test Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """
 

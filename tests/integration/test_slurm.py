@@ -109,13 +109,6 @@ def scenario(slurm, planted, tmp_path_factory) -> Scenario:
     s.ids["ok_array"], s.ids["ok_merge"] = _submit(slurm, s.ok, {**common, "OUT": str(s.ok / "out"), "HOLD_SHARD": "0"})
     s.queued = slurm.run(["squeue", "-h", "-o", "%i %j %T %r"]).stdout
     s.merge_dependency = slurm.tasks(s.ids["ok_merge"])[s.ids["ok_merge"]]["Dependency"]
-    s.ids["bad_array"], s.ids["bad_merge"] = _submit(slurm, s.failing, {**common, "OUT": str(s.failing / "out")})
-    reference = subprocess.Popen(
-        [sys.executable, "-m", "celtk.cli", "run", "--model", str(model_dir), "--task", task, "--discovery", "40",
-         "--heldout", "40", "--fewshot", "0", "--seed", "0", "--p", "4", "--k", "3", "--device", "cpu",
-         "--dtype", "float32", "--batch-size", "8", "--out", str(s.reference)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-
     held = f"{s.ids['ok_array']}_0"
     parts = s.ok / "out" / "shard-0-of-3" / "screen_parts"
     slurm.wait_for(lambda: (parts / "L0.json").exists() and slurm.state(held) == "RUNNING", TIMEOUT,
@@ -124,6 +117,13 @@ def scenario(slurm, planted, tmp_path_factory) -> Scenario:
     slurm.run(["scontrol", "requeue", held])
     slurm.wait_for(lambda: slurm.state(held) == "PENDING", 60, "the requeued shard did not return to the queue")
     slurm.run(["scontrol", "update", f"JobId={held}", "StartTime=now"])  # Slurm delays a requeued job's start by 2 min
+    # the failing submission and the one-process reference run beside the rest, off the critical path
+    s.ids["bad_array"], s.ids["bad_merge"] = _submit(slurm, s.failing, {**common, "OUT": str(s.failing / "out")})
+    reference = subprocess.Popen(
+        [sys.executable, "-m", "celtk.cli", "run", "--model", str(model_dir), "--task", task, "--discovery", "40",
+         "--heldout", "40", "--fewshot", "0", "--seed", "0", "--p", "4", "--k", "3", "--device", "cpu",
+         "--dtype", "float32", "--batch-size", "8", "--out", str(s.reference)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
     merges = (s.ids["ok_merge"], s.ids["bad_merge"])
     finished = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
