@@ -14,7 +14,15 @@ from celtk.ablation import export_ablated
 from celtk.cli import main
 from celtk.heads import HeadSet
 
+PROGRESS_VARIABLES = ("CELTK_QUIET", "CELTK_LOG_FORMAT", "CELTK_PROGRESS_EVERY")
 BAR = r"━+\s+\d+/\d+"  # rich's progress bar: the bar, then done/total (tables use ━ too, without the count)
+
+
+@pytest.fixture(autouse=True)
+def _default_progress(monkeypatch):
+    """The tests set the progress options themselves; a caller's CELTK_* settings must not leak in."""
+    for name in PROGRESS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ def scenario(slurm, planted, tmp_path_factory) -> Scenario:
     (bin_dir / "celtk").write_text(_CELTK.format(python=sys.executable))
     (bin_dir / "celtk").chmod(0o755)
     common = {**SETTINGS, "MODEL": str(model_dir), "TASK": task, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-              "OMP_NUM_THREADS": "1"}
+              "OMP_NUM_THREADS": "1", "CELTK_LOG_FORMAT": "text", "CELTK_QUIET": ""}  # the logs' plain progress lines
     s = Scenario(ok=root / "ok", failing=root / "failing", reference=root / "reference")
     for d in (s.ok, s.failing):
         d.mkdir()

@@ -69,6 +69,8 @@ def test_the_group_options_and_their_environment_variables_reach_the_verbs(monke
 
     from celtk.cli._common import progress_settings
 
+    for name in ("CELTK_QUIET", "CELTK_LOG_FORMAT", "CELTK_PROGRESS_EVERY"):
+        monkeypatch.delenv(name, raising=False)
     seen = []
 
     @main.command("probe-settings", hidden=True)
