@@ -10,6 +10,7 @@ continuation)`` past ``encode(context)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +19,8 @@ import torch
 from jaxtyping import Bool, Float, Float64, Int
 from torch import Tensor
 
-from celtk.ablation import ablate
+from celtk.ablation import ablate, as_ablation
+from celtk.ablation_kinds import Ablation, AblationKind, reference_values
 from celtk.errors import ConfigError, TaskError
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -262,14 +264,19 @@ def score_hidden(model: Model, hidden: Float[Tensor, "rows pos d_model"], batch:
 
 
 def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch],
-                   progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Run every batch through the model as it stands (hooks included): per-request summed
-    target log-probability and all-greedy flag."""
+                   progress: Callable[[int, int], None] | None = None,
+                   around: Callable[[Batch], AbstractContextManager[Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Run every batch through the model as it stands (hooks included), each inside ``around(batch)``
+    when given (:func:`ablated`): per-request summed target log-probability and all-greedy flag."""
     lp = np.zeros(len(prepared.requests))
     greedy = np.zeros(len(prepared.requests), dtype=bool)
     with torch.no_grad():
         for done, batch in enumerate(batches, start=1):
-            hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
+            if around is None:
+                hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
+            else:
+                with around(batch):
+                    hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
             blp, bgreedy = score_hidden(model, hidden, batch)
             lp[batch.request_ids] = blp.numpy()
             greedy[batch.request_ids] = bgreedy.numpy()
@@ -300,20 +307,86 @@ def aggregate(prepared: Prepared, lp: np.ndarray, greedy: np.ndarray) -> EvalRes
 
 def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
              heads: HeadSet | None = None, config: EvalConfig = EvalConfig(),
-             progress: Callable[[int, int], None] | None = None) -> EvalResult:
-    """Score ``examples`` with ``heads`` ablated (none by default). Never prints.
+             progress: Callable[[int, int], None] | None = None,
+             ablation: Ablation | AblationKind | str | None = None) -> EvalResult:
+    """Score ``examples`` with ``heads`` ablated (none by default) as ``ablation`` says (default zero;
+    mean and resample values come from :func:`ablation_for`). Never prints.
 
     Returns:
         per-example ``correct`` and the score behind it (summed target log-probability, the
         per-choice log-likelihoods, or the generated text), in the order of ``examples``.
     """
     heads = heads or HeadSet()
-    with ablate(model, heads):
-        if task.kind == "generate":
+    kind = as_ablation(ablation)
+    if task.kind == "generate":
+        refuse_resample_generation(kind)
+        with ablate(model, heads, kind):
             return _evaluate_generation(model, task, examples, shots, config, progress)
-        prepared = prepare(model, task, examples, shots, config.chat)
-        batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
-        return aggregate(prepared, *score_requests(model, prepared, batches, progress))
+    prepared = prepare(model, task, examples, shots, config.chat)
+    batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
+    return aggregate(prepared, *score_requests(model, prepared, batches, progress,
+                                               around=ablated(model, prepared, heads, kind)))
+
+
+def ablated(model: Model, prepared: Prepared, heads: HeadSet, ablation: Ablation | AblationKind | str | None = None
+            ) -> Callable[[Batch], AbstractContextManager[Any]]:
+    """For :func:`score_requests`: each batch under :func:`celtk.ablation.ablate` of ``heads`` (resample: each
+    row reading the reference its example draws, :meth:`Ablation.assign`, from position 0)."""
+    kind = as_ablation(ablation)
+    if not kind.per_row:
+        return lambda batch: ablate(model, heads, kind)
+    drawn = kind.assign([e.content_hash for e in prepared.examples])
+    return lambda batch: ablate(model, heads, kind,
+                                references=drawn[[prepared.requests[r].example for r in batch.request_ids]])
+
+
+def refuse_resample_generation(ablation: Ablation) -> None:
+    """Resample ablation is defined on the positions teacher forcing reads; a generation runs past them."""
+    if ablation.per_row:
+        raise ConfigError("Resample ablation is not offered for generation-graded tasks: a greedy generation reads "
+                          "positions no reference example has, and its left-padded batches move every position. Use "
+                          "zero, mean or scale:α.")
+
+
+def reference_sequences(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
+                        chat: bool = False, chat_date: str = CHAT_DATE) -> list[list[int]]:
+    """Each reference example's prompt followed by its correct answer, as teacher forcing reads them (the
+    answer's last token is predicted, never read): the tokens mean and resample ablation measure ``z`` on.
+    A generation-graded task's reference is its prompt."""
+    if task.kind == "generate":
+        prompts = [format_prompt(model, task, e, shots, chat, chat_date) for e in examples]
+        return prompt_ids(model, prompts, examples)
+    prepared = prepare(model, task, examples, shots, chat, chat_date)
+    by_example: dict[int, list[Request]] = {}
+    for request in prepared.requests:
+        by_example.setdefault(request.example, []).append(request)
+    out = []
+    for i, example in enumerate(examples):
+        requests = by_example[i]
+        request = requests[example.label or 0] if task.kind == "choice" else requests[0]
+        out.append(list(request.context + request.continuation)[:-1])
+    return out
+
+
+def ablation_for(model: Model, kind: AblationKind | str, task: Task, reference: Sequence[Example],
+                 shots: Sequence[Example] = (), chat: bool = False, chat_date: str = CHAT_DATE,
+                 seed: int = 0) -> Ablation:
+    """The :class:`Ablation` of ``kind`` with its values measured on the intact ``model`` over the ``reference``
+    examples (prompted with ``shots`` and ``chat`` as the examples they will ablate): per-head means, or
+    every position's ``z`` for resample (drawn per example with ``seed``). Keep ``reference`` disjoint from
+    any held-out set (a run uses its discovery set). Zero and scale need no reference.
+
+    Example:
+        >>> mean = ablation_for(model, "mean", task, splits.discovery, splits.shots)   # doctest: +SKIP
+        >>> evaluate(model, task, splits.heldout, splits.shots, HeadSet.parse("L1H2"), ablation=mean)  # doctest: +SKIP
+    """
+    kind = AblationKind.parse(kind)
+    if not kind.needs_reference:
+        return Ablation(kind)
+    sequences = reference_sequences(model, task, reference, shots, chat, chat_date)
+    means, stored, count = reference_values(model, sequences, keep=kind.name == "resample")
+    return Ablation(kind, means=means if kind.name == "mean" else None, reference=stored,
+                    reference_hashes=tuple(e.content_hash for e in reference), seed=seed, reference_positions=count)
 
 
 @dataclass(frozen=True)

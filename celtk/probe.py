@@ -22,6 +22,7 @@ import torch
 from einops import einsum
 
 from celtk.ablation import ablate
+from celtk.ablation_kinds import Ablation
 from celtk.errors import TaskError
 from celtk.evaluator import EvalConfig, evaluate
 from celtk.heads import Head, HeadSet
@@ -73,15 +74,17 @@ def _correct_logprob(result, examples: Sequence[Example]) -> list[float]:
 
 
 def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
-           heads: HeadSet | str = "", batch_size: int = 16, n_boot: int = 2000, seed: int = 0) -> Effect:
-    """Per-example correctness and target log-probability, intact vs with ``heads`` removed, the
-    examples fixed and broken, and the paired comparison (gain, McNemar p, bootstrap CI)."""
+           heads: HeadSet | str = "", batch_size: int = 16, n_boot: int = 2000, seed: int = 0,
+           ablation: Ablation | str | None = None) -> Effect:
+    """Per-example correctness and target log-probability, intact vs with ``heads`` removed (as ``ablation``
+    says: zero by default, ``"scale:α"``, or mean/resample values from :func:`celtk.evaluator.ablation_for`),
+    the examples fixed and broken, and the paired comparison (gain, McNemar p, bootstrap CI)."""
     heads = HeadSet.parse(heads) if isinstance(heads, str) else heads
     if task.kind == "generate":
         raise TaskError("probe.effect scores fixed targets or choices; use celtk.evaluate for generation tasks.")
     config = EvalConfig(batch_size=batch_size)
     intact = evaluate(model, task, examples, shots, config=config)
-    ablated = evaluate(model, task, examples, shots, heads=heads, config=config)
+    ablated = evaluate(model, task, examples, shots, heads=heads, config=config, ablation=ablation)
     rows = [ExampleEffect(i.id, i.correct, a.correct, li, la) for i, a, li, la in
             zip(intact.examples, ablated.examples, _correct_logprob(intact, examples), _correct_logprob(ablated, examples))]
     return Effect(heads, rows, compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=seed))
@@ -186,12 +189,14 @@ class TokenChange:
         return self.p_ablated - self.p_intact
 
 
-def next_token_changes(model: Model, prompt: str, heads: HeadSet | str, n: int = 10) -> list[TokenChange]:
-    """The ``n`` next tokens whose probability changes most when ``heads`` are removed."""
+def next_token_changes(model: Model, prompt: str, heads: HeadSet | str, n: int = 10,
+                       ablation: Ablation | str | None = None) -> list[TokenChange]:
+    """The ``n`` next tokens whose probability changes most when ``heads`` are removed (as ``ablation`` says;
+    resample, which needs a reference per prompt, is refused here)."""
     ids = _encode(model, prompt)
     with torch.no_grad():
         p_intact = torch.softmax(model.bridge(ids)[0, -1].float(), -1)
-        with ablate(model, heads):
+        with ablate(model, heads, ablation):
             p_ablated = torch.softmax(model.bridge(ids)[0, -1].float(), -1)
     top = torch.argsort((p_ablated - p_intact).abs(), descending=True)[:n].tolist()
     return [TokenChange(model.tokenizer.decode([t]), t, float(p_intact[t]), float(p_ablated[t])) for t in top]

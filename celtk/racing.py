@@ -304,7 +304,8 @@ def subset_prepared(prepared: Any, indices: Sequence[int]) -> Any:
                                requests=[r for k in range(len(indices)) for r in by_example.get(k, [])])
 
 
-def cached_scorer(model: Any, prepared: Any, *, batch_size: int = 16, rows_per_pass: int = 64) -> ScoreChunk:
+def cached_scorer(model: Any, prepared: Any, *, batch_size: int = 16, rows_per_pass: int = 64,
+                  ablation: Any = None) -> ScoreChunk:
     """A ``score_chunk`` for :func:`race` that runs :class:`celtk.screen.CachedScreener` on
     the chunk's examples (each call pays one intact pass over the chunk and, with a shared
     few-shot prefix, the prefix once per head)."""
@@ -312,7 +313,7 @@ def cached_scorer(model: Any, prepared: Any, *, batch_size: int = 16, rows_per_p
 
     def score_chunk(heads: list[HeadSet], indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
         screener = CachedScreener(model, subset_prepared(prepared, indices.tolist()), batch_size=batch_size,
-                                  rows_per_pass=rows_per_pass)
+                                  rows_per_pass=rows_per_pass, ablation=ablation)
         _, results = screener.run(heads)
         return {h: results[h].correct for h in heads}
 

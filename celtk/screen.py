@@ -6,7 +6,8 @@ layer receives (its residual-stream input and the keyword arguments the model pa
 it: attention mask, rotary embeddings). An ablation whose earliest head is in layer
 ``l`` then needs only layers ``l … L−1``, run from the cached input; several ablations
 of the same earliest layer run together as copies of the batch, each copy with its own
-heads zeroed. Layers are visited in order and each batch's residual is advanced one
+heads ablated (zeroed, or replaced as the screener's :class:`celtk.ablation_kinds.Ablation` says: each
+layer's per-row mask becomes a :class:`celtk.ablation_kinds.RowSpec` on its way to the layer). Layers are visited in order and each batch's residual is advanced one
 intact layer at a time, so memory holds one layer's residuals.
 
 Shared prefix: when every request starts with the same tokens (the few-shot shots),
@@ -33,9 +34,20 @@ from einops import repeat
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from celtk.ablation import ablate, ablate_rows
+from celtk.ablation import ablate, ablate_rows, as_ablation
+from celtk.ablation_kinds import Ablation, AblationKind, RowSpec, common_prefix
 from celtk.errors import ConfigError, KVCacheIgnoredError
-from celtk.evaluator import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
+from celtk.evaluator import (
+    Batch,
+    EvalResult,
+    Prepared,
+    Request,
+    ablated,
+    aggregate,
+    make_batches,
+    score_hidden,
+    score_requests,
+)
 from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -185,8 +197,8 @@ def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Bo
     return {layer: repeat(mask, "g head_index -> (batch g) head_index", batch=rows) for layer, mask in per_set.items()}
 
 
-def with_masks(model: Model, masks: dict[int, Tensor]) -> ExitStack:
-    """Hooks zeroing, per layer, the heads each row's mask marks (entered as one context)."""
+def with_masks(model: Model, masks: dict[int, Tensor | RowSpec]) -> ExitStack:
+    """Hooks zeroing (a :class:`RowSpec`: replacing), per layer, the heads each row's mask marks (entered as one context)."""
     stack = ExitStack()
     for layer, mask in masks.items():
         stack.enter_context(ablate_rows(model, layer, mask))
@@ -240,16 +252,28 @@ class CachedScreener:
             differently. So under the fused replay the intact pass is also scored through it (the
             bridge's decoder still supplies each layer's inputs), and intact and ablated scores come
             from one arithmetic: the null ablation (``HeadSet()``) then checks the replay's batching.
+        ablation: what replaces an ablated head's ``z`` (default zero; ``"scale:α"``, or an
+            :class:`celtk.ablation_kinds.Ablation` with mean or resampled values). Under resample the
+            shared prefix is cut to the tokens every reference example shares with it, where each
+            reference's ``z`` is the prefix's own.
     """
 
     def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
-                 share_prefix: bool = True, replay: str = "auto") -> None:
+                 share_prefix: bool = True, replay: str = "auto",
+                 ablation: Ablation | AblationKind | str | None = None) -> None:
         if replay not in REPLAYS:
             raise ConfigError(f"Unknown replay {replay!r}; choose one of {', '.join(REPLAYS)}.")
         self.model, self.prepared, self.requested = model, prepared, replay
+        self.ablation = as_ablation(ablation)
         self._choose_replay()
         self.batch_size, self.rows_per_pass = batch_size, max(rows_per_pass, batch_size)
         self.prefix_len = shared_prefix_length(prepared.requests) if share_prefix else 0
+        self._references: Tensor | None = None
+        if self.ablation.reference is not None:  # resample: each example's reference, and a prefix they all share
+            self._references = self.ablation.assign([e.content_hash for e in prepared.examples])
+            if self.prefix_len:
+                ours = prepared.requests[0].context[:self.prefix_len]
+                self.prefix_len = common_prefix([ours, self.ablation.reference.tokens[:self.prefix_len]])
         if self.prefix_len < MIN_SHARED_PREFIX:
             self.prefix_len = 0
 
@@ -300,14 +324,32 @@ class CachedScreener:
         self.replay = "bridge" if fused is None else "fused"
 
     def _layer(self, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
-               copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | None = None
+               copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | RowSpec | None = None
                ) -> Float[Tensor, "rows pos d_model"]:
-        """Block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations), heads ``mask`` marks zeroed."""
+        """Block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations), heads ``mask`` marks zeroed
+        (a :class:`RowSpec`: replaced as its kind says; :meth:`_specs` makes them from boolean masks)."""
         if self.fused is None:
             with ablate_rows(self.model, index, mask) if mask is not None else nullcontext():
                 return call_layer(self.model, index, hidden, kwargs, rows, copies, cache)
         return self.fused[index](hidden, _expand(kwargs.get("attention_mask"), rows, copies),
                                  _expand(kwargs.get("position_embeddings"), rows, copies), cache, mask)
+
+    def _specs(self, masks: dict[int, Tensor], batch: Batch | None, copies: int, pos: int
+               ) -> dict[int, Tensor | RowSpec]:
+        """What each layer's boolean mask (rows ``(batch g)``, ``g = copies``) stands for under this screener's
+        ablation: the masks themselves for zero; else each layer's :class:`RowSpec` for the ``pos`` positions
+        the rows hold: ``batch``'s own tokens after the shared prefix, or (``batch=None``) the prefix itself,
+        where every reference's ``z`` is the prefix's own (so reference 0 stands for all)."""
+        if self.ablation.is_zero:
+            return dict(masks)
+        references, start = None, 0 if batch is None else self.prefix_len
+        if self._references is not None:
+            if batch is None:
+                references = torch.zeros(copies, dtype=torch.long)
+            else:
+                mine = self._references[[self.prepared.requests[r].example for r in batch.request_ids]]
+                references = repeat(mine, "batch -> (batch g)", g=copies)
+        return {layer: self.ablation.spec(layer, mask, references, start, pos) for layer, mask in masks.items()}
 
     # -- intact passes -------------------------------------------------------------
     def _prefix(self) -> _Prefix | None:
@@ -390,7 +432,8 @@ class CachedScreener:
         if prefix is None:
             return None
         g, record = len(sets), _RecordKV()
-        hidden, masks = prefix.resid[layer].expand(g, -1, -1), _row_masks(self.model, sets, 1)
+        hidden = prefix.resid[layer].expand(g, -1, -1)
+        masks = self._specs(_row_masks(self.model, sets, 1), None, g, prefix.length)
         for index in range(layer, len(prefix.resid)):
             hidden = self._layer(index, hidden, prefix.layer_kwargs[index], 1, g, record, masks.get(index))
         return record
@@ -402,7 +445,7 @@ class CachedScreener:
         if prefix_kv is not None:  # row b·g + j attends to set j's prefix
             cache = _PrefixKV(prefix_kv.keys, prefix_kv.values)
         hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=g)
-        masks = _row_masks(self.model, sets, rows)
+        masks = self._specs(_row_masks(self.model, sets, rows), state.batch, g, state.resid.shape[1])
         for index in range(layer, len(state.layer_kwargs)):
             hidden = self._layer(index, hidden, state.layer_kwargs[index], rows, g, cache, masks.get(index))
         final = self.model.arch.final_norm(hidden)
@@ -423,12 +466,12 @@ def shared_prefix_length(requests: Sequence[Request]) -> int:
 
 
 def screen_plain(model: Model, prepared: Prepared, sets: Iterable[HeadSet], *, batch_size: int = 16,
-                 ) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
-    """The reference path: a full forward under :func:`ablate` for every set."""
+                 ablation: Ablation | AblationKind | str | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
+    """The reference path: a full forward under :func:`ablate` for every set (resample: per batch, each
+    row reading its own reference from position 0)."""
     batches = make_batches(prepared.requests, batch_size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
-    results = {}
-    for heads in sets:
-        with ablate(model, heads):
-            results[heads] = aggregate(prepared, *score_requests(model, prepared, batches))
+    results = {heads: aggregate(prepared, *score_requests(model, prepared, batches,
+                                                          around=ablated(model, prepared, heads, ablation)))
+               for heads in sets}
     return intact, results

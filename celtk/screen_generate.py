@@ -9,7 +9,9 @@ shared by every prompt is read once for all). The screener keeps each layer's in
 intact keys and values. An ablation whose earliest head is in layer ``l`` reruns only layers
 ``l … L−1`` of the prompt (and of the shared prefix, once per ablation), from the kept input;
 layers below ``l`` reuse the intact keys and values. Several ablations run together as rows of
-one batch (row ``b·g + j`` = example ``b`` under set ``j``), each row with its own heads zeroed.
+one batch (row ``b·g + j`` = example ``b`` under set ``j``), each row with its own heads zeroed (or, under
+a mean or scale ablation, replaced: the same value at every position, prompt and decoding alike; resample
+ablation is refused for generation, see :func:`celtk.evaluator.refuse_resample_generation`).
 
 Decoding: the prompt's keys and values are laid out as HF's left-padded generation lays them
 out (pads first), then every row decodes greedily with a KV cache through the whole model until
@@ -29,7 +31,8 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import DynamicLayer
 
-from celtk.ablation import ablate
+from celtk.ablation import ablate, as_ablation
+from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.evaluator import (
     EvalResult,
     Prepared,
@@ -39,6 +42,7 @@ from celtk.evaluator import (
     generation_result,
     new_cache,
     prompt_ids,
+    refuse_resample_generation,
     unembed,
 )
 from celtk.heads import HeadSet
@@ -112,12 +116,15 @@ def run_layers(model: Model, start: int, hidden: Tensor, kwargs: list[dict[str, 
     return hidden
 
 
-def row_masks(model: Model, row_sets: Sequence[HeadSet]) -> ExitStack:
-    """Hooks zeroing, in row ``r``, the heads of ``row_sets[r]`` (entered as one context)."""
-    masks: dict[int, Tensor] = {}
+def row_masks(model: Model, row_sets: Sequence[HeadSet], ablation: Ablation | None = None) -> ExitStack:
+    """Hooks zeroing (or replacing as ``ablation`` says, a kind whose value is the same at every position),
+    in row ``r``, the heads of ``row_sets[r]`` (entered as one context)."""
+    masks: dict[int, Any] = {}
     for r, heads in enumerate(row_sets):
         for head in heads:
             masks.setdefault(head.layer, torch.zeros(len(row_sets), model.n_heads, dtype=torch.bool))[r, head.head] = True
+    if ablation is not None and not ablation.is_zero:
+        masks = {layer: ablation.spec(layer, mask) for layer, mask in masks.items()}
     return with_masks(model, masks)
 
 
@@ -204,10 +211,12 @@ class GenerationScreener:
         rows_per_pass: the largest number of rows (examples × ablations) decoded together.
         share_prefix: read a prefix shared by all prompts once per ablation.
         workers: grading threads.
+        ablation: what replaces an ablated head's ``z``: zero (default), mean or ``scale:α`` (resample is refused).
     """
 
     def __init__(self, model: Model, prepared: Prepared, task: Task, *, allow_code: bool = False, batch_size: int = 16,
-                 rows_per_pass: int = 64, share_prefix: bool = True, workers: int = 4) -> None:
+                 rows_per_pass: int = 64, share_prefix: bool = True, workers: int = 4,
+                 ablation: Ablation | AblationKind | str | None = None) -> None:
         from celtk.errors import ConfigError
 
         if prepared.kind != "generate":
@@ -220,6 +229,8 @@ class GenerationScreener:
 
             require_opt_in(allow_code)
         self.model, self.prepared, self.task, self.allow_code = model, prepared, task, allow_code
+        self.ablation = as_ablation(ablation)
+        refuse_resample_generation(self.ablation)
         self.batch_size, self.rows_per_pass, self.workers = batch_size, max(rows_per_pass, batch_size), workers
         self.rule = StopRule.for_task(model, task)
         self.ids = prompt_ids(model, prepared.prompts, prepared.examples)
@@ -322,7 +333,7 @@ class GenerationScreener:
         if prefix is None:
             return None
         record, g = _KV(), len(sets)
-        with row_masks(self.model, sets):
+        with row_masks(self.model, sets, self.ablation):
             run_layers(self.model, layer, prefix.resid[layer].expand(g, -1, -1), prefix.layer_kwargs, 1, g, record)
         return record
 
@@ -333,7 +344,7 @@ class GenerationScreener:
         b, g = len(batch.lengths), len(sets)
         before = {} if prefix_kv is None else {i: (k.repeat(b, 1, 1, 1), v.repeat(b, 1, 1, 1)) for i, (k, v) in prefix_kv.new.items()}
         record, row_sets = _KV(before), [sets[r % g] for r in range(b * g)]
-        with row_masks(self.model, row_sets):
+        with row_masks(self.model, row_sets, self.ablation):
             hidden = run_layers(self.model, layer, batch.intact.resid[layer].repeat_interleave(g, dim=0),
                                 batch.intact.layer_kwargs, b, g, record)
         last = torch.tensor(batch.lengths).repeat_interleave(g) - 1
@@ -394,6 +405,6 @@ class GenerationScreener:
                 mask, positions, nxt = mask[kept], positions[kept], nxt[kept]
                 active = [active[s] for s in keep]
             mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype)], dim=1)
-            with row_masks(self.model, [row_sets[r] for r in active]):
+            with row_masks(self.model, [row_sets[r] for r in active], self.ablation):
                 nxt = decode_step(self.model, nxt, mask, positions, cache)
             positions = positions + 1

@@ -23,16 +23,20 @@ from celtk.cli._common import console, progress_bar
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", default="float32", show_default=True)
 @click.option("--allow-code-execution", is_flag=True, help="Run model-written code (MBPP) in the sandbox.")
+@click.option("--ablation", default="zero", show_default=True,
+              help="What replaces an ablated head's z: zero (the paper's), mean, resample or scale:α (e.g. scale:0.5).")
+@click.option("--reference", type=click.IntRange(min=1), default=100, show_default=True,
+              help="With --ablation mean/resample: discovery examples the values are measured on.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Output directory.")
 def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, batch_size, device, dtype,
-             allow_code_execution, out) -> None:
+             allow_code_execution, ablation, reference, out) -> None:
     """Evaluate MODEL on TASK; write OUT/eval.json with per-example results."""
     from celtk.run.eval import run_eval
 
     with progress_bar() as progress:
         doc = run_eval(Path(out), model=model, task=task, data=data, heads=heads, split=split, limit=limit, seed=seed,
                        fewshot=fewshot, chat=chat, batch_size=batch_size, device=device, dtype=dtype,
-                       allow_code=allow_code_execution, progress=progress)
+                       allow_code=allow_code_execution, ablation=ablation, reference=reference, progress=progress)
     ablated = f" ablated {','.join(doc['heads'])}" if doc["heads"] else ""
     console().print(f"[bold]{doc['task']}[/] on [bold]{doc['model']}[/]{ablated}: accuracy "
                     f"[bold]{doc['accuracy']:.2%}[/] on {doc['n']} {split} examples → {out}/eval.json")

@@ -33,6 +33,8 @@ def _run_options(fn):
         click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="With --grading generate: token limit (default 32)."),
         click.option("--allow-code-execution/--no-allow-code-execution", "allow_code", default=None,
                      help="Let mbpp/humaneval run model-written code in the sandbox."),
+        click.option("--ablation", default=None, help="What replaces an ablated head's z: zero (default, the paper's), "
+                     "mean or resample (values from the discovery set) or scale:α; recorded, never mixed in one run."),
     ]
     for option in reversed(options):
         fn = option(fn)

@@ -7,7 +7,7 @@ so a TOML/JSON file written for one works for the others.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ class RunConfig:
     stop: list[str] | None = None  # generation stop strings (jsonl generate grading; default a newline)
     max_new_tokens: int | None = None  # generation token limit (jsonl generate grading; default 32)
     allow_code: bool = False  # let code tasks (mbpp, humaneval) run generated code in the sandbox
+    ablation: str = "zero"  # what replaces an ablated head's z: zero (the paper's), mean, resample, scale:α
     preset: str | None = None  # recorded: which preset (celtk.run.presets) filled unset settings
 
     @classmethod
@@ -90,7 +91,19 @@ class RunConfig:
         except (TypeError, ValueError):
             raise ConfigError(f"chat_date must be an ISO date (YYYY-MM-DD) such as {CHAT_DATE!r}, "
                               f"got {self.chat_date!r}.") from None
+        if self.ablation != "zero":  # parsed only when set, so that reading a default config does not import torch
+            from celtk.ablation_kinds import AblationKind
+
+            return replace(self, ablation=str(AblationKind.parse(self.ablation)))  # one spelling: scale:0.50 → scale:0.5
         return self
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings as written beside results (``config.json``, ``screen.json``, ...): every field, except
+        ``ablation`` when it is the paper's zero, so that zero runs' files stay as they were before the setting."""
+        values = asdict(self)
+        if values["ablation"] == "zero":
+            del values["ablation"]
+        return values
 
 
 _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float),

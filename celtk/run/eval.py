@@ -20,16 +20,26 @@ SPLITS = ("discovery", "heldout", "all")
 def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str, data: str | None = None,
              heads: str | HeadSet = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
              fewshot: int = 0, chat: bool = False, batch_size: int = 32, device: str = "cpu", dtype: str = "float32",
-             allow_code: bool = False, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+             allow_code: bool = False, ablation: str = "zero", reference: int = 100,
+             progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Evaluate ``model`` (an alias/path, or a loaded :class:`Model`) on ``split`` of ``task`` with
     ``heads`` ablated; returns the ``eval.json`` document and writes it to ``out`` (unless ``None``).
 
     ``limit`` takes the first examples of the split; ``allow_code`` lets the sandbox run
-    model-written code (MBPP)."""
-    from celtk.evaluator import EvalConfig, evaluate
+    model-written code (MBPP). ``ablation`` is the kind (``zero``, ``mean``, ``resample``, ``scale:α``);
+    mean and resample measure their values on the first ``reference`` examples of the discovery split
+    (disjoint from held-out; refused with ``split="all"``, which would overlap them)."""
+    from celtk.ablation_kinds import AblationKind
+    from celtk.evaluator import EvalConfig, ablation_for, evaluate
     from celtk.tasks import get_task, make_splits
 
     head_set = heads if isinstance(heads, HeadSet) else HeadSet.parse(heads)
+    kind = AblationKind.parse(ablation)
+    if kind.needs_reference and split == "all":
+        raise ConfigError(f"{kind} ablation measures its values on discovery examples, which split 'all' evaluates too; "
+                          "evaluate --split heldout (or discovery) with it.")
+    if reference < 1:
+        raise ConfigError(f"reference must be at least 1 example, got {reference}.")
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
     if limit is not None and limit < 1:  # no examples would give an accuracy of NaN
@@ -49,10 +59,17 @@ def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str
         loaded = model if isinstance(model, Model) else load_model(model, device=device, dtype=dtype)
         loaded.validate_heads(head_set)
         config = EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code)
+        chosen = ablation_for(loaded, kind, the_task, make_splits(the_task, reference, 0, seed=seed, fewshot=fewshot).discovery
+                              if kind.needs_reference else [], splits.shots, chat, seed=seed)
         result = evaluate(loaded, the_task, examples, splits.shots, head_set, config,
-                          progress=(lambda done, total: progress("eval", done, total)) if progress else None)
-        document = _document(loaded, the_task, head_set, result, splits, asdict(config) | {
-            "fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data, "device": device, "dtype": dtype})
+                          progress=(lambda done, total: progress("eval", done, total)) if progress else None,
+                          ablation=chosen)
+        settings = asdict(config) | {"fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data,
+                                     "device": device, "dtype": dtype}
+        if not chosen.is_zero:  # zero evaluations keep the document they always had
+            settings["ablation"] = chosen.describe() | ({"reference": f"the first {reference} discovery examples"}
+                                                        if kind.needs_reference else {})
+        document = _document(loaded, the_task, head_set, result, splits, settings)
         if out is not None:
             write_json(Path(out) / "eval.json", document)
     return document

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         started = time.time()
         session = Session.open(config, model)
         check_fingerprint(directory / "fingerprint.json", session.fingerprint())
-        write_json(directory / "config.json", {**asdict(config), "celtk_version": __version__})
+        write_json(directory / "config.json", {**config.recorded(), "celtk_version": __version__})
         heads = all_heads(session.model.n_layers, session.model.n_heads)
         if layers is not None:
             bad = sorted(set(layers) - set(range(session.model.n_layers)))
@@ -177,7 +177,7 @@ def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> 
         intact_accuracy=intact.accuracy, intact_correct=bits(intact.correct),
         discovery_ids=[e.id for e in discovery], discovery_hashes=[e.content_hash for e in discovery],
         splits=session.splits.manifest(), shard=list(shard) if shard else None,
-        config={**asdict(session.config), "celtk_version": __version__}, heads=rows)
+        config={**session.config.recorded(), "celtk_version": __version__}, heads=rows)
 
 
 def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +61,7 @@ def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) 
     return SelectionDocument(
         heads=best.heads.names(), discovery_accuracy=best.accuracy, discovery_gain=best.gain / n,
         intact_discovery_accuracy=float(np.mean(intact)), model=doc.model, task=doc.task,
-        config={**asdict(config), "celtk_version": __version__}, discovery_ids=doc.discovery_ids,
+        config={**config.recorded(), "celtk_version": __version__}, discovery_ids=doc.discovery_ids,
         discovery_hashes=doc.discovery_hashes, discovery_hash=doc.splits["discovery_hash"], shots=doc.splits["shot_ids"],
         strategy=result.strategy, strategy_options=result.options, k=result.k, n_evaluations=result.n_evaluations,
         rounds=result.rounds, ranking=ranking, **pool)

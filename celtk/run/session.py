@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ class Session:
     model: Model
     task: Task
     splits: Splits
+    _ablation: Any = field(default=None, init=False, repr=False)
 
     @classmethod
     def open(cls, config: RunConfig, model: Model | None = None) -> Session:
@@ -49,19 +50,43 @@ class Session:
         :class:`celtk.screen_generate.GenerationScreener` for a generation-graded task."""
         return self.screener_on(self.prepared(which))
 
-    def screener_on(self, prepared: Any) -> Any:
-        """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk)."""
+    def screener_on(self, prepared: Any, ablation: Any = None) -> Any:
+        """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk), under
+        the run's ablation kind (or ``ablation``, a :class:`celtk.ablation_kinds.Ablation`)."""
         from celtk.screen import CachedScreener, auto_batch
         from celtk.screen_generate import GenerationScreener
 
+        ablation = self.ablation() if ablation is None else ablation
         if self.task.kind == "generate":  # auto_batch sizes teacher-forced requests, which generation has none of
             size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
             return GenerationScreener(self.model, prepared, self.task, allow_code=self.config.allow_code,
-                                      batch_size=size, share_prefix=self.config.share_prefix)
+                                      batch_size=size, share_prefix=self.config.share_prefix, ablation=ablation)
         sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
             sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
-        return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)
+        return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, ablation=ablation, **sizes)
+
+    def ablation(self, kind: Any = None) -> Any:
+        """The run's ablation kind (or ``kind``) with its values (a :class:`celtk.ablation_kinds.Ablation`): mean
+        and resample are measured on the intact model over the discovery set, prompted as every example is
+        (its shots, chat setting and date), resample drawn with the run's seed. Built once per kind."""
+        from celtk.ablation_kinds import AblationKind
+        from celtk.evaluator import ablation_for, refuse_resample_generation
+
+        kind = AblationKind.parse(self.config.ablation if kind is None else kind)
+        cache = self._ablation if self._ablation is not None else {}
+        self._ablation = cache
+        if str(kind) not in cache:
+            if kind.needs_reference and not self.splits.discovery:
+                raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session has "
+                                  "none; use zero or scale:α here.")
+            c = self.config
+            ablation = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots, c.chat,
+                                    c.chat_date, seed=c.seed)
+            if self.task.kind == "generate":
+                refuse_resample_generation(ablation)
+            cache[str(kind)] = ablation
+        return cache[str(kind)]
 
     def replay(self) -> str:
         """How the screener re-runs layers: ``fused`` or ``bridge`` (:class:`celtk.screen.CachedScreener`),
@@ -78,10 +103,13 @@ class Session:
         from celtk.evaluator import prepared_hash
 
         c = self.config
-        return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
-                "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
-                "discovery": self.splits.manifest()["discovery_hash"], "shots": [s.id for s in self.splits.shots],
-                "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True}
+        fingerprint = {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
+                       "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
+                       "discovery": self.splits.manifest()["discovery_hash"], "shots": [s.id for s in self.splits.shots],
+                       "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True}
+        if c.ablation != "zero":  # zero runs keep the fingerprint they always had; another kind is never mixed with them
+            fingerprint["ablation"] = c.ablation
+        return fingerprint
 
 
 def task_for(config: RunConfig) -> Task:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from celtk.ablation import ablate
+from celtk.ablation_kinds import Ablation
 from celtk.errors import RunStoreError
 from celtk.evaluator import EvalResult
 from celtk.heads import HeadSet
@@ -86,17 +86,25 @@ def check_frozen(out: Path, sel: SelectionDocument, session: Session) -> None:
 
 
 def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalResult, EvalResult]:
-    """Two plain passes over a split, intact then under ``heads``, one batch resident at a time:
-    no layer cache, so the held-out set's size does not bound memory."""
-    from celtk.evaluator import aggregate, make_batches, score_requests
+    """Two plain passes over a split, intact then under ``heads`` (removed as the run's ablation kind
+    says), one batch resident at a time: no layer cache, so the held-out set's size does not bound memory."""
+    intact, ablated = score_kinds(session, which, heads, [session.ablation()])
+    return intact, ablated[0]
+
+
+def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequence[Ablation]
+                ) -> tuple[EvalResult, list[EvalResult]]:
+    """One plain intact pass over a split, then one under ``heads`` per ablation kind in ``ablations``
+    (streamed as :func:`score_streaming`)."""
+    from celtk.evaluator import ablated, aggregate, make_batches, score_requests
     from celtk.screen import auto_batch
 
     if session.task.kind == "generate":  # graded by generation: the session's screener decodes
-        intact, results = session.screener(which).run([heads])
-        return intact, results[heads]
+        runs = [session.screener_on(session.prepared(which), ablation).run([heads]) for ablation in ablations]
+        return runs[0][0], [results[heads] for _, results in runs]
     prepared, model = session.prepared(which), session.model
     size = session.config.batch_size if isinstance(session.config.batch_size, int) else auto_batch(model, prepared)[0]
     batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
-    with ablate(model, heads):
-        return intact, aggregate(prepared, *score_requests(model, prepared, batches))
+    return intact, [aggregate(prepared, *score_requests(model, prepared, batches, around=ablated(model, prepared, heads, a)))
+                    for a in ablations]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         loss = None
         if plain_text is not None:
             loss = lm_loss(base.model, heads, Path(plain_text).read_text(), source=str(plain_text), n_boot=n_boot,
-                           seed=base.config.seed)
+                           seed=base.config.seed, ablation=base.ablation())
         document = TransferDocument(heads=sel.heads, model=sel.model["name"], task=sel.task["task"],
                                     discovery_gain=sel.discovery_gain, n_boot=n_boot, ci_level=0.95, variants=rows,
                                     lm_loss=loss)
@@ -98,6 +99,10 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
     """A session with the variant's model, task, shots and template; its held-out set is the
     run's own for the run's task, else the variant task's held-out draw (seed as configured)."""
     c = base.config
+    if c.ablation in ("mean", "resample") and (variant.task is not None or variant.model is not None):
+        raise ConfigError(f"This run ablates by {c.ablation}, whose values are measured on its discovery set with its model; "
+                          f"variant {variant.name!r} changes the {'task' if variant.task is not None else 'model'}. "
+                          "Transfer such a run to other shots, zero-shot or the chat template only.")
     fewshot = c.fewshot if variant.fewshot is None else variant.fewshot
     shot_seed = c.seed if variant.shot_seed is None else variant.shot_seed
     model = base.model
@@ -106,8 +111,9 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
         if (model.n_layers, model.n_heads) != (base.model.n_layers, base.model.n_heads):
             raise ConfigError(f"Model {variant.model!r} has {model.n_layers} layers × {model.n_heads} heads, the run's "
                               f"{base.model.n_layers} × {base.model.n_heads}; a selection transfers only to a model of the same shape.")
-    if variant.task is None:
-        task, heldout = base.task, base.splits.heldout
+    discovery = []
+    if variant.task is None:  # the run's task: its discovery set stays the reference of mean/resample ablation
+        task, heldout, discovery = base.task, base.splits.heldout, base.splits.discovery
         same_shots = (fewshot, shot_seed) == (c.fewshot, c.seed)
         shots = base.splits.shots if same_shots else make_splits(task, c.discovery, c.heldout, seed=shot_seed,
                                                                  fewshot=fewshot).shots
@@ -118,7 +124,7 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
         shots = drawn.shots if shot_seed == c.seed else make_splits(task, 0, c.heldout, seed=shot_seed, fewshot=fewshot).shots
     config = replace(c, task=variant.task or c.task, data=c.data if variant.task is None else None, fewshot=fewshot,
                      chat=c.chat if variant.chat is None else variant.chat, model=variant.model or c.model)
-    return Session(config, model, task, Splits(discovery=[], heldout=heldout, shots=shots, source=base.splits.source))
+    return Session(config, model, task, Splits(discovery=discovery, heldout=heldout, shots=shots, source=base.splits.source))
 
 
 def _rows(comparisons, n_boot: int, seed: int) -> list[TransferRow]:
@@ -164,14 +170,19 @@ def window_nll(model: Model, text: str, window: int = 128) -> tuple[np.ndarray, 
 
 
 def lm_loss(model: Model, heads: HeadSet, text: str, *, source: str = "text", window: int = 128, n_boot: int = 10_000,
-            level: float = 0.95, seed: int = 0) -> LanguageModelLoss:
-    """Mean token NLL on ``text``, intact against ``heads`` ablated, with a paired bootstrap CI over windows."""
-    from celtk.ablation import ablate
+            level: float = 0.95, seed: int = 0, ablation: Any = None) -> LanguageModelLoss:
+    """Mean token NLL on ``text``, intact against ``heads`` ablated (as ``ablation`` says, default zero; resample,
+    which needs a reference example per row, is refused), with a paired bootstrap CI over windows."""
+    from celtk.ablation import ablate, as_ablation
 
+    kind = as_ablation(ablation)
+    if kind.per_row:
+        raise ConfigError("The plain-text loss has no reference example to resample a head's z from; drop --plain-text "
+                          "for a resample run.")
     intact, counts = window_nll(model, text, window)
     if not len(counts):
         raise ConfigError(f"The plain text {source} has fewer than two tokens; give a longer text for the language-modelling loss.")
-    with ablate(model, heads):
+    with ablate(model, heads, kind):
         ablated, _ = window_nll(model, text, window)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(counts), size=(n_boot, len(counts)))
