@@ -19,6 +19,7 @@ _EXPORTS = {
     "ablate": "celtk.ablation", "export_ablated": "celtk.ablation",
     "CeltkError": "celtk.errors",
     "EvalConfig": "celtk.evaluator", "EvalResult": "celtk.evaluator", "ExampleResult": "celtk.evaluator", "evaluate": "celtk.evaluator",
+    "ablation_for": "celtk.evaluator",
     "Head": "celtk.heads", "HeadSet": "celtk.heads",
     "Model": "celtk.models", "load_model": "celtk.models",
     "RunConfig": "celtk.run", "merge_shards": "celtk.run", "open_run": "celtk.run", "resolve_config": "celtk.run",
@@ -31,7 +32,7 @@ _EXPORTS = {
     "get_task": "celtk.tasks", "make_splits": "celtk.tasks", "task_names": "celtk.tasks",
 }
 
-_SUBMODULES = ("ablation", "analysis", "circuits", "errors", "evaluator", "flops", "heads", "models", "probe",
+_SUBMODULES = ("ablation", "ablation_kinds", "analysis", "circuits", "errors", "evaluator", "flops", "heads", "models", "probe",
                "registry", "report", "run", "runstore", "scores", "screen", "screeners", "selection", "stability",
                "stats", "strategies", "tasks", "theory")
 
@@ -53,6 +54,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from celtk import (
         ablation,
+        ablation_kinds,
         analysis,
         circuits,
         errors,
@@ -77,7 +79,7 @@ if TYPE_CHECKING:
     )
     from celtk.ablation import ablate, export_ablated
     from celtk.errors import CeltkError
-    from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, evaluate
+    from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, ablation_for, evaluate
     from celtk.heads import Head, HeadSet
     from celtk.models import Model, load_model
     from celtk.run import (

@@ -208,10 +208,10 @@ class Ablation:
             out.append(int(allowed[rng.integers(len(allowed))]))
         return torch.tensor(out, dtype=torch.long)
 
-    def spec(self, layer: int, mask: Bool[Tensor, "rows head_index"], references: Int[Tensor, " rows"] | None = None,
+    def spec(self, layer: int, mask: Bool[Tensor, "mask_rows head_index"], references: Int[Tensor, " rows"] | None = None,
              start: int = 0, pos: int = 0) -> RowSpec:
-        """Layer ``layer``'s replacement for heads ``mask`` marks; resample needs each row's reference
-        and the absolute positions the layer sees (``start … start + pos − 1``)."""
+        """Layer ``layer``'s replacement for heads ``mask`` marks (one mask row: the same heads in every row);
+        resample needs each row's reference and the absolute positions the layer sees (``start … start + pos − 1``)."""
         if self.kind.name == "scale":
             return RowSpec(mask, scale=self.kind.alpha)
         if self.kind.name == "mean":

@@ -1,5 +1,6 @@
-"""``celtk transfer / calibrate``: does a selection hold beyond the prompts it was found on, and
-does its discovery gain stand above what the search finds by chance?"""
+"""``celtk transfer / calibrate / ablations``: does a selection hold beyond the prompts it was found on,
+does its discovery gain stand above what the search finds by chance, and does it survive ablation kinds
+other than zeroing?"""
 
 from __future__ import annotations
 
@@ -98,4 +99,49 @@ def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
                     f"share of null bests at or above it p = {doc.p_value:.3g}.")
 
 
-COMMANDS = [transfer_cmd, calibrate_cmd]
+def _floats(ctx, param, value: str | None) -> list[float]:
+    import math
+
+    try:
+        numbers = [float(s) for s in _names(value)]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of numbers, e.g. 1,0.5,0,-0.5.") from None
+    if not all(math.isfinite(a) for a in numbers):
+        raise click.BadParameter(f"{value!r}: every α must be a finite number.")
+    return numbers
+
+
+def _print_kinds(doc) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{','.join(doc.heads)} under each ablation kind, on {doc.n} held-out examples (intact "
+                        f"{doc.intact_accuracy:.1%}; the run was tested under {doc.run_ablation}: {100 * doc.test_gain:+.1f} pts)")
+    for col in ("kind", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p", "fixes/damage", "Δ log-prob"):
+        table.add_column(col, justify="right")
+    for r in doc.kinds:
+        ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
+        table.add_row(r.kind, "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain), ci,
+                      "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}", f"{r.fixes}/{r.damage}",
+                      "" if r.mean_delta_logprob is None else f"{r.mean_delta_logprob:+.3f}")
+    console().print(table)
+    for kind, why in doc.omitted.items():
+        console().print(f"{kind}: {why}.")
+
+
+@click.command("ablations")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--kinds", default="zero,mean,resample", show_default=True,
+              help="Ablation kinds to score beside the scale sweep (zero, mean, resample, scale:α).")
+@click.option("--alphas", callback=_floats, default="1,0.75,0.5,0.25,0,-0.5", show_default=True,
+              help="The scale sweep: z × α for each α (1 is intact, 0 is zeroing).")
+@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True, help="Bootstrap resamples (at most 1,000,000).")
+def ablations_cmd(out, kinds, alphas, n_boot) -> None:
+    """Does the tested selection's gain survive mean, resample and scaled ablation? Held-out looks; writes OUT/ablation-kinds.json."""
+    from celtk.run.ablations import run_ablation_kinds
+
+    with progress_bar() as progress:
+        doc = run_ablation_kinds(Path(out), kinds=_names(kinds), alphas=alphas, n_boot=n_boot, progress=progress)
+    _print_kinds(doc)
+
+
+COMMANDS = [transfer_cmd, calibrate_cmd, ablations_cmd]

@@ -1,7 +1,7 @@
 """A self-contained HTML page and PNG figures from a run directory (no model needed):
 layers × heads heatmaps of single-head gain and damage, the pool's pairwise interaction
 matrix, the held-out table with CI and p, and — where the files exist — the attribute scores
-of the selected heads and the stability report.
+of the selected heads, the stability report, transfer and the ablation kinds' dose-response curve.
 
 Figures are written as PNG files beside ``index.html`` and embedded in it (base64), so the
 page can be mailed or archived alone.
@@ -18,6 +18,7 @@ import numpy as np
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head
+from celtk.report.ablations import kinds_section
 from celtk.report.transfer import transfer_section
 from celtk.run.documents import (
     DiagnosticsDocument,
@@ -186,6 +187,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
     if stability:
         parts.append(_stability_section(stability))
     parts.append(transfer_section(out, target, _table, _figure))
+    parts.append(kinds_section(out, target, selection.heads if selection else None, _table, _figure))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>celtk report: {html.escape(out.name)}</title>"
             f"<style>{_STYLE}</style></head><body>{''.join(parts)}{_LOADED_CHECK}</body></html>")
     atomic_write_text(target / "index.html", page)

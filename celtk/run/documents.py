@@ -296,6 +296,50 @@ class TestDocument(Document):
 
 
 # ---------------------------------------------------------------------------------------------
+# ablation-kinds.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindRow(Record):
+    """The frozen selection under one ablation kind against the intact model, on the held-out examples.
+    Statistics left undefined (n = 0) are ``None``, with the reason in ``undefined``."""
+
+    kind: str  # zero, mean, resample, scale:α
+    alpha: float | None  # scale:α's α (the dose-response axis); None for zero, mean, resample
+    ablated_accuracy: float | None
+    gain: float | None
+    gain_ci: list[float] | None
+    fixes: int
+    damage: int
+    mcnemar_p: float | None
+    mean_delta_logprob: float | None  # mean (ablated − intact) target log-probability (the correct choice's); None: generation
+    ablated_correct: str  # per-example bits, '0101…'
+    undefined: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationKindsDocument(Document):
+    """Does the selection's enhancement survive other ablation kinds? Held-out looks of the frozen selection
+    under zero, mean and resample ablation and along a scale sweep (``ablation-kinds.json``); they reselect nothing."""
+
+    FILE: ClassVar[str] = "ablation-kinds.json"
+    heads: list[str]
+    model: str
+    task: str
+    run_ablation: str  # the kind the run was screened, selected and tested under
+    test_gain: float  # test.json's held-out gain: the confirmatory result these rows sit beside
+    n: int
+    intact_accuracy: float
+    intact_correct: str
+    heldout_hash: str
+    reference: dict[str, Any]  # what mean and resample were measured on (the discovery set), and how
+    n_boot: int
+    ci_level: float
+    kinds: list[KindRow] = rows(KindRow)
+    omitted: dict[str, str] = field(default_factory=dict)  # kind -> why it was not scored
+
+
+# ---------------------------------------------------------------------------------------------
 # stability.json and altscreen-METHOD.json
 
 
