@@ -131,3 +131,22 @@ def test_cli_ablations_and_screen_under_a_kind(planted, tmp_path):
     assert "under each ablation kind" in shown and "scale:0.0" in shown and "scale:0.5" in shown
     doc = json.loads((tmp_path / "run" / "ablation-kinds.json").read_text())
     assert [r["kind"] for r in doc["kinds"]] == ["zero", "mean", "scale:1.0", "scale:0.0"]
+
+
+def test_eval_under_a_kind_measures_on_discovery_examples_and_refuses_overlap(planted, tmp_path):
+    from celtk.errors import ConfigError
+    from celtk.run import run_eval
+
+    model, task = planted
+    zero = run_eval(tmp_path / "zero", model=model, task=task, heads="L1H2", split="heldout", limit=12)
+    assert "ablation" not in zero["config"]  # zero evaluations keep the document they always had
+    doc = run_eval(tmp_path / "mean", model=model, task=task, heads="L1H2", split="heldout", limit=12,
+                   ablation="mean", reference=10)
+    assert doc["config"]["ablation"]["kind"] == "mean" and doc["config"]["ablation"]["n_reference"] == 10
+    splits = make_splits(get_task(task), 10, 12, seed=0)
+    mean = ablation_for(model, "mean", get_task(task), splits.discovery, splits.shots)
+    expected = evaluate(model, get_task(task), splits.heldout, heads=HeadSet.parse("L1H2"), ablation=mean)
+    assert [e["logprob"] for e in doc["examples"]] == [e.logprob for e in expected.examples]
+    assert [e["logprob"] for e in doc["examples"]] != [e["logprob"] for e in zero["examples"]]
+    with pytest.raises(ConfigError, match="split 'all' evaluates too"):
+        run_eval(None, model=model, task=task, heads="L1H2", split="all", ablation="resample")
