@@ -91,6 +91,11 @@ def test_a_mean_run_screens_selects_and_tests_under_mean_and_is_never_mixed_with
     assert row.correct == bits(evaluate(model, get_task(task), splits.discovery, heads=HeadSet.parse("L1H2"),
                                         ablation=reference).correct)  # the screen's mean is the discovery set's
     assert row.gain < {r.head: r for r in zero.heads}["L1H2"].gain
+    from celtk.errors import ConfigError
+    from celtk.run import run_altscreen
+
+    with pytest.raises(ConfigError, match="gradient screener predicts zeroing.*under mean ablation"):
+        run_altscreen(mean_dir, method="gradient", p=4, model=model)
     selection = run_select(mean_dir, p=4, k=2, model=model)
     test = run_test(mean_dir, model=model, n_boot=200)
     heads = HeadSet.parse(",".join(selection.heads))
