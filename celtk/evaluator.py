@@ -340,9 +340,9 @@ def ablated(model: Model, prepared: Prepared, heads: HeadSet, ablation: Ablation
                                 references=drawn[[prepared.requests[r].example for r in batch.request_ids]])
 
 
-def refuse_resample_generation(ablation: Ablation) -> None:
+def refuse_resample_generation(ablation: Ablation | AblationKind) -> None:
     """Resample ablation is defined on the positions teacher forcing reads; a generation runs past them."""
-    if ablation.per_row:
+    if (ablation.kind if isinstance(ablation, Ablation) else ablation).name == "resample":
         raise ConfigError("Resample ablation is not offered for generation-graded tasks: a greedy generation reads "
                           "positions no reference example has, and its left-padded batches move every position. Use "
                           "zero, mean or scale:α.")

@@ -80,12 +80,11 @@ class Session:
             if kind.needs_reference and not self.splits.discovery:
                 raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session has "
                                   "none; use zero or scale:α here.")
+            if self.task.kind == "generate":  # before the reference pass, not after it
+                refuse_resample_generation(kind)
             c = self.config
-            ablation = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots, c.chat,
-                                    c.chat_date, seed=c.seed)
-            if self.task.kind == "generate":
-                refuse_resample_generation(ablation)
-            cache[str(kind)] = ablation
+            cache[str(kind)] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots, c.chat,
+                                            c.chat_date, seed=c.seed)
         return cache[str(kind)]
 
     def replay(self) -> str:

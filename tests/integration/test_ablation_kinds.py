@@ -291,3 +291,17 @@ def test_a_head_that_harms_by_the_size_of_its_output_is_undone_by_zeroing_only(p
     assert gain["zero"].gain > 0.2 and gain["zero"].mcnemar_p < 0.01
     assert gain["mean"].gain <= 0 and gain["resample"].gain <= 0
     assert 0 < gain["scale:0.25"].gain < gain["zero"].gain
+
+
+def test_probe_effect_and_next_token_changes_take_a_kind(tiny_llama):
+    from celtk import probe
+
+    task, splits, _ = _arithmetic(tiny_llama)
+    zero = probe.effect(tiny_llama, task, splits.heldout, splits.shots, "L1H2,L2H0", n_boot=100)
+    assert probe.effect(tiny_llama, task, splits.heldout, splits.shots, "L1H2,L2H0", n_boot=100,
+                        ablation="scale:0.0").examples == zero.examples
+    mean = ablation_for(tiny_llama, "mean", task, splits.discovery, splits.shots)
+    meaned = probe.effect(tiny_llama, task, splits.heldout, splits.shots, "L1H2,L2H0", n_boot=100, ablation=mean)
+    assert [e.ablated_logprob for e in meaned.examples] != [e.ablated_logprob for e in zero.examples]
+    changes = probe.next_token_changes(tiny_llama, PROMPT, "L1H2", ablation="scale:1.0")
+    assert all(c.delta == 0 for c in changes)  # α = 1 is the intact model
