@@ -16,7 +16,7 @@ import tomllib
 
 from celtk.errors import ConfigError
 from celtk.registry import SCREENS
-from celtk.run.presets import preset_names, preset_values
+from celtk.run.presets import check_paper_data, preset_names, preset_values
 
 CHAT_DATE = "2024-07-26"  # celtk.evaluator.CHAT_DATE; repeated so that reading a config does not import torch
 
@@ -50,6 +50,7 @@ class RunConfig:
     max_new_tokens: int | None = None  # generation token limit (jsonl generate grading; default 32)
     allow_code: bool = False  # let code tasks (mbpp, humaneval) run generated code in the sandbox
     preset: str | None = None  # recorded: which preset (celtk.run.presets) filled unset settings
+    synthetic: bool = False  # a paper preset run on generated data instead of the official rows, said out loud
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -85,6 +86,7 @@ class RunConfig:
             raise ConfigError(f"racing_mode must be 'exact' or 'confidence', got {self.racing_mode!r}.")
         if self.preset is not None and self.preset not in preset_names():
             raise ConfigError(f"Unknown preset {self.preset!r}; choose one of {', '.join(preset_names())}.")
+        check_paper_data(self.preset, self.task, self.data, self.synthetic)
         try:
             date.fromisoformat(self.chat_date)
         except (TypeError, ValueError):
