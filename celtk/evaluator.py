@@ -24,6 +24,11 @@ from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.tasks import Example, Task, build_context, continuation_delimiter
 
+CHAT_DATE = "2024-07-26"
+"""The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
+prompt): fixed so that prompts do not change from day to day; 26 Jul 2024 is the date Llama-3.x
+templates fall back to when none is given. lm-eval renders the real date."""
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -32,6 +37,7 @@ class EvalConfig:
     batch_size: int = 32
     chat: bool = False
     allow_code: bool = False
+    chat_date: str = CHAT_DATE  # what a chat template that writes "today" sees
 
 
 @dataclass(frozen=True)
@@ -128,12 +134,6 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
     return ctx, whole[len(ctx):]
 
 
-CHAT_DATE = "2024-07-26"
-"""The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
-prompt): fixed so that prompts do not change from day to day; 26 Jul 2024 is the date Llama-3.x
-templates fall back to when none is given. lm-eval renders the real date."""
-
-
 def dated_template(template: str, chat_date: str = CHAT_DATE) -> str:
     """``template`` with ``strftime_now`` shadowed by a macro that formats ``chat_date``.
 
@@ -199,6 +199,9 @@ def prepared_hash(prepared: Prepared) -> str:
     digest = hashlib.sha256(f"{prepared.kind}\0{prepared.normalize}\n".encode())
     for r in prepared.requests:
         digest.update(f"{r.example}:{','.join(map(str, r.context))}|{','.join(map(str, r.continuation))}\n".encode())
+    if prepared.kind == "generate":  # graded by generation: no scored requests, so the prompts themselves
+        for example, prompt in zip(prepared.examples, prepared.prompts):
+            digest.update(f"{example.id}:{prompt}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -311,7 +314,7 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
     with ablate(model, heads):
         if task.kind == "generate":
             return _evaluate_generation(model, task, examples, shots, config, progress)
-        prepared = prepare(model, task, examples, shots, config.chat)
+        prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
         batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
         return aggregate(prepared, *score_requests(model, prepared, batches, progress))
 
@@ -433,7 +436,7 @@ def _evaluate_generation(model: Model, task: Task, examples: Sequence[Example], 
 
     if task.runs_code:
         require_opt_in(config.allow_code)
-    prompts = [format_prompt(model, task, e, shots, config.chat) for e in examples]
+    prompts = [format_prompt(model, task, e, shots, config.chat, config.chat_date) for e in examples]
     rule = StopRule.for_task(model, task)
     made = generate_tokens(model, prompt_ids(model, prompts, examples), rule, config.batch_size)
     out = []

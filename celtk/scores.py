@@ -36,7 +36,8 @@ class HeadScore:
 
 def ranking_key(score: HeadScore) -> tuple:
     """Sort key (ascending = better): higher gain, lower damage, higher accuracy, fewer heads,
-    then lexicographic head ids."""
+    then the head ids in lexicographic order, each id compared as its (layer, head) numbers
+    (:meth:`celtk.heads.HeadSet.sort_key`: ``L2H0`` before ``L10H0``)."""
     return (-score.gain, score.damage, -score.n_correct, len(score.heads), score.heads.sort_key())
 
 

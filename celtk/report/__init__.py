@@ -19,9 +19,11 @@ import numpy as np
 from celtk.errors import RunStoreError
 from celtk.heads import Head
 from celtk.report.transfer import transfer_section
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import (
     DiagnosticsDocument,
     Document,
+    LookRecord,
     ScreenDocument,
     SelectionDocument,
     StabilityDocument,
@@ -146,6 +148,7 @@ def write_report(out: Path, target: Path | None = None) -> Path:
     if not out.is_dir():
         raise RunStoreError(f"{out} is not a run directory; give the --out of a screened run.")
     with locked(out):
+        RunDirectory(out).verify()  # an edited or truncated held-out log, or an edited test.json, is refused
         return _write_report(out, target)
 
 
@@ -164,6 +167,9 @@ def _write_report(out: Path, target: Path | None) -> Path:
              f"<p>Model <code>{html.escape(screen.model_name)}</code> ({screen.n_layers} layers × {screen.n_heads} heads, "
              f"weights {screen.weight_hash}), task <code>{html.escape(screen.task_name)}</code>, "
              f"{screen.n} discovery examples, intact accuracy {screen.intact_accuracy:.1%}.</p>"]
+    if screen.config.get("synthetic"):
+        parts.append(f"<p><strong>Synthetic data:</strong> the {html.escape(str(screen.config.get('preset') or ''))} "
+                     "settings run on celtk's generated data, not the official rows.</p>")
     if test:
         parts.append(_test_section(test))
     parts.append("<h2>Figures</h2>" + "".join(_figures(target, screen, diagnostics, selected)))
@@ -172,8 +178,12 @@ def _write_report(out: Path, target: Path | None) -> Path:
                      f"{selection.n_evaluations} interventions evaluated; discovery accuracy "
                      f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%} "
                      f"(selection-biased: {html.escape(selection.discovery_gain_note)}).</p>"
-                     + ("<p><strong>Selected again after the held-out test (forced): the held-out set is no longer "
-                        "untouched for this selection.</strong></p>" if selection.forced_after_test else "")
+                     + ("<p><strong>Selected again after the held-out set was looked at (forced: "
+                        + html.escape(", ".join(f"{r.what} at {r.when}" for r in selection.prior_looks or []) or "the test")
+                        + "): the held-out set is no longer untouched for this selection.</strong></p>"
+                        if selection.forced_after_test else "")
+                     + (f"<p>Frozen with its held-out set: {selection.heldout.n} examples (seed {selection.heldout.seed}, "
+                        f"hash <code>{selection.heldout.hash}</code>).</p>" if selection.heldout else "")
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
                               [[",".join(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
                                for r in selection.ranking[:10]]))
@@ -183,6 +193,9 @@ def _write_report(out: Path, target: Path | None) -> Path:
             ["head", *names], [[str(h), *(f"{attributes['scores'][n][h.layer][h.head]:.3f}" for n in names)] for h in selected]))
     elif selected:
         parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
+    looks = RunDirectory(out).look_records()
+    if looks:
+        parts.append(_looks_section(looks, test.look if test else None))
     if stability:
         parts.append(_stability_section(stability))
     parts.append(transfer_section(out, target, _table, _figure))
@@ -235,6 +248,20 @@ def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocum
                 "Pairwise interactions in the candidate pool")
         figures.append(_figure(target / "interactions.png", "Pairwise interaction matrix of the pool (examples)"))
     return figures
+
+
+def _looks_section(looks: list[LookRecord], result: int | None) -> str:
+    """Every use of the held-out set, from ``heldout_log.jsonl``: the first test is the result."""
+    def role(look: LookRecord) -> str:
+        text = "the result" if look.seq == result else "exploratory" if look.exploratory else "look"
+        return text + (" (forced)" if look.forced else "") + ("" if look.complete else " (incomplete)") + (
+            "" if look.chained else " (unchained: an older celtk)")
+
+    return ("<h2>Looks at the held-out set</h2><p>Every use of the held-out examples, as the hash-chained "
+            "<code>heldout_log.jsonl</code> records it. The first test is the result; the others are exploratory.</p>"
+            + _table(["#", "what", "when", "n", "head sets", "frozen selection scored", "role"],
+                     [[r.seq, html.escape(r.what), r.when, "" if r.n is None else r.n, len(r.heads),
+                       "yes" if r.frozen else "no", role(r)] for r in looks]))
 
 
 def _stability_section(stability: StabilityDocument) -> str:

@@ -131,9 +131,41 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
     intact, scored = session.screener("discovery").run(todo + [HeadSet()], on_layer=on_layer,
                                                         on_intact=intact_holder.append)
     _write_generations(directory, "intact", {"intact": intact})
-    mine = {str(h) for h in heads}
-    rows = [row for _, path in sorted(layer_parts(parts).items()) for row in read_layer_part(path) if row.head in mine]
+    rows = covered_rows(parts, heads, session.model.n_layers)
     return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, evaluated=len(todo))
+
+
+def covered_rows(parts: Path, heads: list[Head], n_layers: int) -> list[ScreenRow]:
+    """The rows of ``heads`` from the part files, in head order, after checking that the parts hold
+    every one of them exactly once and nothing else (no layer the model lacks, no stranger head):
+    a resumed screen never writes a screen.json with a head missing or twice."""
+    found = layer_parts(parts)
+    beyond = sorted(layer for layer in found if layer >= n_layers)
+    if beyond:
+        raise RunStoreError(f"{found[beyond[0]]} holds layer {beyond[0]}, but the model has layers 0..{n_layers - 1}: "
+                            f"it is not this run's. Delete it and rerun the screen.")
+    wanted = [str(HeadSet((h,))) for h in heads]
+    layers = {h.layer for h in heads}
+    rows: dict[str, ScreenRow] = {}
+    for layer, path in sorted(found.items()):
+        if layer not in layers:
+            continue
+        part = read_layer_part(path)
+        names = [row.head for row in part]
+        stranger = sorted(set(names) - set(wanted), key=names.index)
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        missing = [name for name in wanted if Head.parse(name).layer == layer and name not in names]
+        if stranger or repeated or missing:
+            what = "; ".join(text for text in (f"heads not in this screen: {', '.join(stranger[:5])}" if stranger else "",
+                                               f"repeated: {', '.join(repeated[:5])}" if repeated else "",
+                                               f"missing: {', '.join(missing[:5])}" if missing else "") if text)
+            raise RunStoreError(f"{path} does not hold layer {layer}'s heads of this screen exactly once ({what}). "
+                                "Delete it and rerun the screen: that layer is screened again.")
+        rows.update({row.head: row for row in part})
+    unscored = [name for name in wanted if name not in rows]
+    if unscored:
+        raise RunStoreError(f"{parts} has no part for {', '.join(unscored[:5])}; rerun the screen, which scores what is missing.")
+    return [rows[name] for name in wanted]
 
 
 def _write_generations(directory: Path, name: str, results: dict) -> None:

@@ -78,10 +78,12 @@ class Session:
         from celtk.evaluator import prepared_hash
 
         c = self.config
+        racing = {"racing_mode": c.racing_mode} if c.screen == "racing" else {}
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
                 "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
                 "discovery": self.splits.manifest()["discovery_hash"], "shots": [s.id for s in self.splits.shots],
-                "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True}
+                "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True,
+                "screen": c.screen, **racing}
 
 
 def task_for(config: RunConfig) -> Task:

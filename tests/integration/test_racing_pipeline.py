@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from _support import edit_document
 from conftest import planted_config
 
 from celtk.analysis import run_compare
@@ -115,10 +116,14 @@ def _pool_row(data):
 
 
 def _edited(source, target, edit):
+    """A copy of ``source`` whose screen.json was changed (and its digest recorded, to reach the checks behind it)."""
     shutil.copytree(source, target)
-    data = json.loads((target / "screen.json").read_text())
-    edit(data)
-    (target / "screen.json").write_text(json.dumps(data))
+
+    def change(data):
+        edit(data)
+        return data
+
+    edit_document(target, "screen.json", change)
     return target
 
 

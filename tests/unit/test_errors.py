@@ -448,11 +448,12 @@ def c_data_not_utf8(ctx):
 
 
 def c_stored_negative_seed(ctx):
+    from _support import edit_document
+
     from celtk.run import run_test
     out = _copy(ctx.run_dir, ctx.tmp)
     for name in ("screen.json", "selection.json"):  # the seed as an older celtk stored it, after screen and select
-        doc = json.loads((out / name).read_text())
-        (out / name).write_text(json.dumps(doc | {"config": doc["config"] | {"seed": -1}}))
+        edit_document(out, name, lambda doc: doc | {"config": doc["config"] | {"seed": -1}})
     run_test(out, model=ctx.tiny)
 
 
@@ -558,19 +559,46 @@ def c_eval_limit_zero(ctx):
 
 
 def c_partial_screen(ctx):
+    from _support import edit_document
+
     from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
-    doc = json.loads((out / "screen.json").read_text())
-    (out / "screen.json").write_text(json.dumps(doc | {"heads": doc["heads"][:5]}))
+    edit_document(out, "screen.json", lambda doc: doc | {"heads": doc["heads"][:5]})  # as if celtk had written it
     run_select(out, p=3, k=2, model=ctx.tiny)
 
 
 def c_screen_of_other_run(ctx):
+    from _support import edit_document
+
+    from celtk.run import run_select
+    out = _copy(ctx.run_dir, ctx.tmp)
+    edit_document(out, "screen.json", lambda doc: doc | {"task": doc["task"] | {"task": "arithmetic:2da"}})
+    run_select(out, p=3, k=2, model=ctx.tiny)
+
+
+def c_result_edited_by_hand(ctx):
     from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
     doc = json.loads((out / "screen.json").read_text())
-    (out / "screen.json").write_text(json.dumps(doc | {"task": doc["task"] | {"task": "arithmetic:2da"}}))
+    (out / "screen.json").write_text(json.dumps(doc | {"heads": doc["heads"][:5]}, indent=1))
     run_select(out, p=3, k=2, model=ctx.tiny)
+
+
+def c_heldout_without_run(ctx):
+    from celtk.run import run_eval
+    run_eval(None, model=ctx.tiny, task="arithmetic:2da", split="heldout", limit=3)
+
+
+def c_heldout_log_edited(ctx):
+    from celtk.run.heldout import HeldoutLog
+    out = _copy(ctx.run_dir, ctx.tmp)
+    log = HeldoutLog(out)
+    log.begin("stability", [["L0H0"]], "0" * 16, 3, frozen=False, exploratory=True)
+    log.begin("stability", [["L0H1"]], "0" * 16, 3, frozen=False, exploratory=True)
+    lines = log.path.read_text().splitlines()
+    log.path.write_text(lines[1] + "\n")  # the first look removed
+    from celtk.run import run_select
+    run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
 CASES = {
@@ -628,6 +656,9 @@ CASES = {
     "stage-out-of-order": (c_stage_out_of_order, E.RunStoreError, r"selection\.json does not exist; run the stage that writes it first"),
     "selection-from-other-model": (c_selection_from_other_model, E.RunStoreError, r"now has weight hash .* but the run used"),
     "run-dir-other-config": (c_run_dir_other_config, E.RunStoreError, r"different configuration .*seed: stored 0, now 5"),
+    "result-edited-by-hand": (c_result_edited_by_hand, E.RunStoreError, r"screen\.json was changed after celtk wrote it"),
+    "heldout-split-without-run": (c_heldout_without_run, E.ConfigError, r"held-out split is a run's held-out set.*--run DIR"),
+    "heldout-log-edited": (c_heldout_log_edited, E.RunStoreError, r"line 1 does not follow line 0.*append-only and hash-chained"),
     "merge-mismatched-shards": (c_merge_mismatched_shards, E.RunStoreError, r"disagree on N: \[2, 3\]"),
     "merge-missing-shard": (c_merge_missing_shard, E.RunStoreError, r"shard\(s\) 1/2 missing"),
     "directory-in-use": (c_directory_in_use, E.RunStoreError, r"in use by celtk pid \d+; wait for it to finish or use another --out"),
@@ -676,6 +707,7 @@ FAMILIES = {
                  "shard-malformed", "batch-size-zero"],
     "seeds": ["negative-seed", "stored-negative-seed"],
     "run directory": ["corrupted-run-file", "stage-out-of-order", "selection-from-other-model", "run-dir-other-config",
+                      "result-edited-by-hand", "heldout-split-without-run", "heldout-log-edited",
                       "partial-screen", "screen-of-other-run", "merge-mismatched-shards", "merge-missing-shard",
                       "directory-in-use"],
     "odd files beside shards and parts": ["screen-part-not-celtks", "select-part-not-celtks", "merge-only-odd-names"],
@@ -689,7 +721,7 @@ class _Ctx:
         self.tmp, self.monkeypatch, self.tiny, self.run_dir = tmp, monkeypatch, tiny, run_dir
 
 
-_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "selection-from-other-model", "run-dir-other-config",
+_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "result-edited-by-hand", "heldout-log-edited", "selection-from-other-model", "run-dir-other-config",
               "partial-screen", "screen-of-other-run", "stored-negative-seed", "screen-part-not-celtks",
               "select-part-not-celtks"}
 
