@@ -101,7 +101,7 @@ def _print_selection(doc) -> None:
               f"(gain {100 * doc.discovery_gain:+.1f} pts, selection-biased: the best of the candidates on the "
               "examples that chose it; `celtk test` gives the honest held-out gain)")
     if doc.forced_after_test:
-        looks = ", ".join(f"{look.what} ({look.when})" for look in doc.prior_looks or []) or "the test"
+        looks = ", ".join(f"{look.what} (look {look.seq})" for look in doc.prior_looks or []) or "the test"
         console().print("[bold red]Selected again after the held-out set was looked at (--force: " + looks + "): the "
                         "held-out set is no longer untouched for this selection.[/]")
     if doc.strategy == "algorithm1":
@@ -119,8 +119,10 @@ def _print_selection(doc) -> None:
 def _print_test(doc, out: Path | None = None) -> None:
     _print_test_table(doc, f"Held-out test on {doc.n} examples: ablate {','.join(doc.heads)}")
     looks = doc.looks or []
-    if len(looks) > 1 or any(not look.chained for look in looks):
-        _print_looks(looks, doc.look)
+    if out is not None and (len(looks) > 1 or any(not look.chained for look in looks)):
+        from celtk.run.heldout import HeldoutLog
+
+        _print_looks(HeldoutLog(out).looks(), doc.look)
     latest = looks[-1] if looks else None
     if out is not None and latest is not None and latest.seq != doc.look and latest.what == "test" and latest.result:
         from celtk.run.documents import TestDocument

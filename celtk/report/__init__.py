@@ -23,12 +23,12 @@ from celtk.run.directory import RunDirectory
 from celtk.run.documents import (
     DiagnosticsDocument,
     Document,
-    LookRecord,
     ScreenDocument,
     SelectionDocument,
     StabilityDocument,
     TestDocument,
 )
+from celtk.run.heldout import Look
 from celtk.runstore import atomic_write_text, locked, read_json
 
 
@@ -179,7 +179,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
                      f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%} "
                      f"(selection-biased: {html.escape(selection.discovery_gain_note)}).</p>"
                      + ("<p><strong>Selected again after the held-out set was looked at (forced: "
-                        + html.escape(", ".join(f"{r.what} at {r.when}" for r in selection.prior_looks or []) or "the test")
+                        + html.escape(", ".join(f"{r.what} (look {r.seq})" for r in selection.prior_looks or []) or "the test")
                         + "): the held-out set is no longer untouched for this selection.</strong></p>"
                         if selection.forced_after_test else "")
                      + (f"<p>Frozen with its held-out set: {selection.heldout.n} examples (seed {selection.heldout.seed}, "
@@ -193,7 +193,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
             ["head", *names], [[str(h), *(f"{attributes['scores'][n][h.layer][h.head]:.3f}" for n in names)] for h in selected]))
     elif selected:
         parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
-    looks = RunDirectory(out).look_records()
+    looks = RunDirectory(out).looks()
     if looks:
         parts.append(_looks_section(looks, test.look if test else None))
     if stability:
@@ -250,9 +250,9 @@ def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocum
     return figures
 
 
-def _looks_section(looks: list[LookRecord], result: int | None) -> str:
+def _looks_section(looks: list[Look], result: int | None) -> str:
     """Every use of the held-out set, from ``heldout_log.jsonl``: the first test is the result."""
-    def role(look: LookRecord) -> str:
+    def role(look: Look) -> str:
         text = "the result" if look.seq == result else "exploratory" if look.exploratory else "look"
         return text + (" (forced)" if look.forced else "") + ("" if look.complete else " (incomplete)") + (
             "" if look.chained else " (unchained: an older celtk)")

@@ -195,7 +195,7 @@ class RunDirectory:
 
 
 def record(look: Look) -> LookRecord:
-    return LookRecord(seq=look.seq, what=look.what, when=look.when, heads=look.heads, n=look.n,
+    return LookRecord(seq=look.seq, what=look.what, heads=look.heads, n=look.n,
                       heldout_hash=look.heldout_hash, frozen=look.frozen, exploratory=look.exploratory,
                       forced=look.forced, complete=look.complete, result=look.result, chained=look.chained)
 

@@ -265,11 +265,11 @@ class HeldoutContract(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class LookRecord(Record):
-    """One use of the held-out set, as ``heldout_log.jsonl`` records it (:class:`celtk.run.heldout.Look`)."""
+    """One use of the held-out set, as ``heldout_log.jsonl`` records it (:class:`celtk.run.heldout.Look`;
+    its time stays in the log, so two identical runs write identical documents)."""
 
     seq: int
     what: str
-    when: str
     heads: list[list[str]]
     n: int | None
     heldout_hash: str
