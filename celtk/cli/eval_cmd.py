@@ -48,6 +48,24 @@ def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_d
                         "the run's test stays its result).")
     elif doc["config"].get("exploratory"):
         console().print("[yellow]Held-out pool scored outside any run (--exploratory): no run's log records it.[/]")
+    if split == "all" and doc["held_back"]:
+        console().print(_held_back_note(doc["held_back"]))
+
+
+def _held_back_note(rows: list[dict]) -> str:
+    """What `--split all` did not score: the task's few-shot reserve and rows repeating another's content."""
+    from celtk.tasks._splits import FEWSHOT_POOL
+
+    reserve = [r["id"] for r in rows if r["reason"] == FEWSHOT_POOL]
+    repeats = len(rows) - len(reserve)
+    parts = []
+    if reserve:
+        shown = ", ".join(reserve[:5]) + (", …" if len(reserve) > 5 else "")
+        parts.append(f"{len(reserve)} in the task's few-shot pool ({shown}), which is set aside whatever --fewshot is, "
+                     "so discovery and held-out sets stay the same for every shot count")
+    if repeats:
+        parts.append(f"{repeats} repeating another row's content (each scored once)")
+    return f"Held back {len(rows)} row(s) of the task's data, in no split: {'; '.join(parts)}. Ids and reasons: eval.json 'held_back'."
 
 
 COMMANDS = [eval_cmd]

@@ -164,6 +164,14 @@ def _print_test_table(doc, title: str) -> None:
                         f"gain {100 * doc.gain:+.2f} pts = {100 * doc.shrinkage:.2f} pts.")
 
 
+def _progress_units(config) -> dict:
+    """What the progress lines count, from the settings: heads (a racing screen: head × example
+    evaluations), head sets, passes, and the examples each holds."""
+    racing = config.screen == "racing"
+    return {"units": {"screen": "evaluations"} if racing else {},
+            "per_unit": {"screen": 1 if racing else config.discovery, "select": config.discovery, "test": config.heldout}}
+
+
 @click.command("screen")
 @_run_options
 @_screen_options
@@ -175,7 +183,7 @@ def screen_cmd(config_file, out, shard, **flags) -> None:
     from celtk.run.screen import parse_shard, run_screen
 
     config = resolve_config(config_file, _flags(**flags))
-    with progress_bar() as progress:
+    with progress_bar(**_progress_units(config)) as progress:
         doc = run_screen(config, Path(out), shard=parse_shard(shard), progress=progress)
     _print_screen(doc)
 
@@ -239,7 +247,7 @@ def run_cmd(config_file, out, **flags) -> None:
 
     quiet_libraries()
     config = resolve_config(config_file, _flags(**flags))
-    with progress_bar() as progress:
+    with progress_bar(**_progress_units(config)) as progress:
         result = run_all(config, Path(out), progress=progress)
     _print_screen(result.screen)
     _print_selection(result.selection)

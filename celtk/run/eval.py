@@ -124,4 +124,5 @@ def _document(model: Model, task, heads: HeadSet, result, splits, settings: dict
         "model": model.name, "task": task.full_name, "heads": heads.names(), "n": len(result.examples),
         "accuracy": result.accuracy, "examples": result.to_json(),
         "config": {**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest()},
+        "held_back": [{"id": i, "reason": why} for i, why in splits.held_back],  # rows no split holds, and why
     }

@@ -43,12 +43,15 @@ class Pools:
     """Where discovery, held-out and few-shot examples may come from.
 
     When ``heldout`` is None, discovery and held-out are drawn disjointly from ``discovery``.
+    ``reserved``: rows of the task's evaluation data it set aside, before ``discovery``, as its
+    few-shot pool (never evaluated, whatever the shot count), so that splits can name them.
     """
 
     discovery: list[Example]
     heldout: list[Example] | None
     fewshot: list[Example]
     source: str  # "hub" | "generator" | "fixture" | "file"
+    reserved: list[Example] = field(default_factory=list)
 
 
 class Task:

@@ -138,12 +138,16 @@ class Arithmetic(Task):
             shots = [e for sub in self.subtasks for e in generate(sub, 200, seed=1) if e.content_hash not in seen]
             shots = [Example(id=f"shot-{e.id}", context=e.context, target=e.target, meta=e.meta) for e in shots]
             return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="generator")
-        evaluation, shots = [], []
+        evaluation, shots, reserved = [], [], []
         for sub in self.subtasks:
-            part, pool = split_official(self._official_rows(sub))
+            rows = self._official_rows(sub)
+            part, pool = split_official(rows)
+            kept = {e.id for e in part}
             evaluation += part
             shots += pool
-        return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="hub" if self.data_path == "hub" else "file")
+            reserved += [e for e in rows if e.id not in kept]
+        return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="hub" if self.data_path == "hub" else "file",
+                     reserved=reserved)
 
     def _official_rows(self, sub: str) -> list[Example]:
         source = HUB_DATA.format(file=OFFICIAL_FILES[sub]) if self.data_path == "hub" else self._local_file(sub)
