@@ -34,6 +34,8 @@ from celtk.runstore import locked
 
 Progress = Callable[[str, int, int], None]
 NULLS = ("permutation", "random-heads")
+MAX_RANDOM_SETS = 1_000_000  # random head sets one calibration may draw (Algorithm 1's limit of subsets)
+MAX_RELABELLED = 20_000_000  # relabelled gains the permutation null holds at once (three 8-byte arrays: ~0.5 GB)
 VALIDITY = {
     "permutation": "exact McNemar null per candidate (discordant outcomes exchangeable under no effect); the best is "
                    "taken over independently relabelled candidates, which is conservative",
@@ -52,6 +54,10 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
         raise ConfigError(f"Unknown null {null!r}; use one of {', '.join(NULLS)}.")
     if repeats < 1 or n_candidates < 1:
         raise ConfigError(f"repeats and n_candidates must be at least 1, got {repeats} and {n_candidates}.")
+    if null == "random-heads" and repeats * n_candidates > MAX_RANDOM_SETS:
+        raise ConfigError(f"repeats × candidates = {repeats:,} × {n_candidates:,} = {repeats * n_candidates:,} random head "
+                          f"sets, more than the limit of {MAX_RANDOM_SETS:,} (each is scored on the discovery set); "
+                          "lower --repeats or --candidates.")
     out = Path(out)
     with locked(out):
         sel = SelectionDocument.load(out)
@@ -59,7 +65,13 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
         n_disc = len(sel.discovery_ids)
         if null == "permutation":
             n_held = test.n if test else int(sel.config["heldout"])
-            disc, held, n_cand = permutation_null(_discordant(out, sel), n_disc, n_held, repeats, seed)
+            discordant = _discordant(out, sel)
+            if repeats * len(discordant) > MAX_RELABELLED:
+                raise ConfigError(f"repeats × candidates = {repeats:,} × {len(discordant):,} scored candidates = "
+                                  f"{repeats * len(discordant):,} relabelled gains, more than the limit of "
+                                  f"{MAX_RELABELLED:,} held at once; use --repeats {MAX_RELABELLED // len(discordant):,} "
+                                  "or fewer.")
+            disc, held, n_cand = permutation_null(discordant, n_disc, n_held, repeats, seed)
         else:
             disc, held = random_heads_null(out, sel, repeats, n_candidates, seed, model, progress)
             n_cand = n_candidates

@@ -17,7 +17,7 @@ from celtk.runstore import locked, write_json
 SPLITS = ("discovery", "heldout", "all")
 
 
-def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str, data: str | None = None,
+def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str, data: str | Path | None = None,
              heads: str | HeadSet = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
              fewshot: int = 0, chat: bool = False, batch_size: int = 32, device: str = "cpu", dtype: str = "float32",
              allow_code: bool = False, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
