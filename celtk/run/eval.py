@@ -3,6 +3,7 @@ of ``celtk eval``."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -17,7 +18,7 @@ from celtk.runstore import locked, write_json
 SPLITS = ("discovery", "heldout", "all")
 
 
-def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str, data: str | Path | None = None,
+def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", task: str, data: str | Path | None = None,
              heads: str | HeadSet = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
              fewshot: int = 0, chat: bool = False, batch_size: int = 32, device: str = "cpu", dtype: str = "float32",
              allow_code: bool = False, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
@@ -30,6 +31,7 @@ def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str
     from celtk.tasks import get_task, make_splits
 
     head_set = heads if isinstance(heads, HeadSet) else HeadSet.parse(heads)
+    data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
     if limit is not None and limit < 1:  # no examples would give an accuracy of NaN
