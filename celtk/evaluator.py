@@ -22,7 +22,9 @@ from celtk.ablation import ablate
 from celtk.errors import ConfigError, TaskError
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.plan import check_memory
 from celtk.tasks import Example, Task, build_context, continuation_delimiter
+from celtk.validation import check_fields
 
 CHAT_DATE = "2024-07-26"
 """The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
@@ -38,6 +40,11 @@ class EvalConfig:
     chat: bool = False
     allow_code: bool = False
     chat_date: str = CHAT_DATE  # what a chat template that writes "today" sees
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.batch_size < 1:
+            raise ConfigError(f"Batch size must be at least 1, got {self.batch_size}.")
 
 
 @dataclass(frozen=True)
@@ -80,10 +87,16 @@ class ExampleResult:
     logprob: float | list[float] | None  # None: graded by generation, no log-probability
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+
 
 @dataclass(frozen=True)
 class EvalResult:
     examples: list[ExampleResult]
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     @property
     def correct(self) -> np.ndarray:
@@ -169,9 +182,26 @@ def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Ex
                                          chat_template=dated_template(template, chat_date), **kwargs)
 
 
+def check_context(model: Model, example_id: str, prompt: int, continuation: int, kind: str = "target") -> None:
+    """Refuse, before any forward pass, an example whose prompt (``prompt`` tokens) and continuation
+    (``continuation`` tokens: the target, a choice, or the generation limit) need more positions than
+    the model reads (:attr:`celtk.models.Model.n_ctx`). The model reads every token but the last.
+
+    lm-eval cuts such a prompt from the left; celtk refuses instead of scoring a prompt the task did
+    not write (and instead of an attention matrix that grows with the square of the length)."""
+    n_ctx = model.n_ctx
+    needed = prompt + continuation - 1
+    if n_ctx is not None and needed > n_ctx:
+        raise TaskError(f"Example {example_id}: its prompt ({prompt:,} tokens) and {kind} ({continuation:,} tokens) need "
+                        f"{needed:,} positions, but {model.name} reads at most {n_ctx:,} ({model.n_ctx_source} in its "
+                        f"config). Shorten that example's prompt, use fewer shots (--fewshot), or use a model with a "
+                        "longer context.")
+
+
 def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
             chat: bool = False, chat_date: str = CHAT_DATE) -> Prepared:
-    """Build and tokenise every request once."""
+    """Build and tokenise every request once; an example longer than the model's context is
+    refused (:func:`check_context`) before any is scored."""
     requests, prompts = [], []
     delimiter = continuation_delimiter(task, chat)
     for i, example in enumerate(examples):
@@ -187,6 +217,7 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
             ctx, cont_ids = encode_pair(model.tokenizer, prompt, cont)
             if not cont_ids:
                 raise TaskError(f"Example {example.id}: its target {cont!r} encodes to no tokens; every target needs at least one token.")
+            check_context(model, example.id, len(ctx), len(cont_ids), "target" if task.kind == "target" else "choice")
             requests.append(Request(i, tuple(ctx), tuple(cont_ids)))
     return Prepared(list(examples), requests, prompts, task.kind, bool(getattr(task, "normalize_by_length", False)))
 
@@ -315,6 +346,7 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
         if task.kind == "generate":
             return _evaluate_generation(model, task, examples, shots, config, progress)
         prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
+        check_memory(model, prepared, config.batch_size, cached=False, what="Scoring")
         batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
         return aggregate(prepared, *score_requests(model, prepared, batches, progress))
 
@@ -337,6 +369,11 @@ class StopRule:
     def of(cls, model: Model, max_new_tokens: int, stop: Sequence[str] = ()) -> StopRule:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+        if model.n_ctx is not None and max_new_tokens >= model.n_ctx:
+            raise ConfigError(f"max_new_tokens = {max_new_tokens:,} cannot fit in the context of {model.name}, which reads "
+                              f"at most {model.n_ctx:,} positions ({model.n_ctx_source} in its config) for prompt and "
+                              f"generation together; use --max-new-tokens below {model.n_ctx:,} (the prompt's length "
+                              "comes off it too).")
         eos = getattr(model.hf_model.generation_config, "eos_token_id", None)  # what HF generate stops on
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         return cls(tuple(s for s in stop if s), frozenset(eos), max_new_tokens)
@@ -352,15 +389,18 @@ class StopRule:
         return bool(self.stop) and any(s in tokenizer.decode(list(tokens), skip_special_tokens=True) for s in self.stop)
 
 
-def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example] | None = None) -> list[list[int]]:
+def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example] | None = None,
+               new_tokens: int = 0) -> list[list[int]]:
     """Each prompt's token ids as the tokenizer encodes it alone (with BOS where it adds one and
-    the prompt, e.g. a Llama or Gemma chat template, does not already begin with it)."""
+    the prompt, e.g. a Llama or Gemma chat template, does not already begin with it); a prompt
+    that leaves no room for ``new_tokens`` generated tokens in the model's context is refused."""
     out = []
     for i, prompt in enumerate(prompts):
         ids = model.tokenizer(prompt, add_special_tokens=adds_special_tokens(model.tokenizer, prompt)).input_ids
+        name = str(examples[i].id if examples is not None else i)
         if not ids:
-            name = examples[i].id if examples is not None else i
             raise TaskError(f"Example {name}: its prompt encodes to no tokens; every prompt needs at least one token.")
+        check_context(model, name, len(ids), new_tokens, "generation limit")
         out.append(list(ids))
     return out
 
@@ -421,7 +461,8 @@ def generate_greedy(model: Model, prompts: Sequence[str], max_new_tokens: int, s
                     batch_size: int = 8) -> list[str]:
     """Greedy continuations of ``prompts`` (left-padded batches), cut before the first stop string."""
     rule = StopRule.of(model, max_new_tokens, stop)
-    return [rule.text(model.tokenizer, t) for t in generate_tokens(model, prompt_ids(model, prompts), rule, batch_size)]
+    ids = prompt_ids(model, prompts, new_tokens=max_new_tokens)
+    return [rule.text(model.tokenizer, t) for t in generate_tokens(model, ids, rule, batch_size)]
 
 
 def generation_result(task: Task, example: Example, text: str, n_tokens: int, allow_code: bool) -> ExampleResult:
@@ -438,7 +479,7 @@ def _evaluate_generation(model: Model, task: Task, examples: Sequence[Example], 
         require_opt_in(config.allow_code)
     prompts = [format_prompt(model, task, e, shots, config.chat, config.chat_date) for e in examples]
     rule = StopRule.for_task(model, task)
-    made = generate_tokens(model, prompt_ids(model, prompts, examples), rule, config.batch_size)
+    made = generate_tokens(model, prompt_ids(model, prompts, examples, rule.max_new_tokens), rule, config.batch_size)
     out = []
     for i, (example, tokens) in enumerate(zip(examples, made), start=1):
         out.append(generation_result(task, example, rule.text(model.tokenizer, tokens), len(tokens), config.allow_code))

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from celtk.errors import HeadError
+from celtk.validation import check_fields
 
 _HEAD_RE = re.compile(r"^\s*(?:L(\d+)H(\d+)|(\d+)\.(\d+))\s*$", re.IGNORECASE)
 
@@ -57,6 +58,7 @@ class HeadSet:
     heads: tuple[Head, ...] = ()
 
     def __post_init__(self) -> None:
+        check_fields(self)
         ordered = tuple(sorted(set(self.heads)))
         if len(ordered) != len(self.heads):
             dup = sorted({str(h) for h in self.heads if self.heads.count(h) > 1})

@@ -40,6 +40,7 @@ from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.models._arch import CACHE_KEYWORDS
+from celtk.validation import validated
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 REPLAYS = ("auto", "fused", "bridge")
@@ -242,6 +243,7 @@ class CachedScreener:
             from one arithmetic: the null ablation (``HeadSet()``) then checks the replay's batching.
     """
 
+    @validated
     def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
                  share_prefix: bool = True, replay: str = "auto") -> None:
         if replay not in REPLAYS:

@@ -37,6 +37,8 @@ from celtk.selection import n_subsets
 
 Progress = Callable[[str, int, int], None]
 NULLS = ("permutation", "random-heads")
+MAX_RANDOM_SETS = 1_000_000  # random head sets one calibration may draw (Algorithm 1's limit of subsets)
+MAX_RELABELLED = 20_000_000  # relabelled gains the permutation null holds at once (three 8-byte arrays: ~0.5 GB)
 VALIDITY = {
     "permutation": "exact McNemar null per candidate (discordant outcomes exchangeable under no effect); the best is "
                    "taken over independently relabelled candidates, which is conservative",
@@ -65,6 +67,10 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
     if null == "permutation" and n_candidates is not None:
         raise ConfigError("n_candidates (--candidates) applies to the random-heads null; the permutation null "
                           "relabels every candidate the search scored.")
+    if null == "random-heads" and n_candidates is not None and repeats * n_candidates > MAX_RANDOM_SETS:
+        raise ConfigError(f"repeats × candidates = {repeats:,} × {n_candidates:,} = {repeats * n_candidates:,} random head "
+                          f"sets, more than the limit of {MAX_RANDOM_SETS:,} (each is scored on the discovery set); "
+                          "lower --repeats or --candidates.")
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():
@@ -77,7 +83,13 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
                                     observed_discovery_gain=observed, observed_heldout_gain=test.gain if test else None)
         if null == "permutation":
             n_held = test.n if test else sel.heldout.n if sel.heldout else int(sel.config["heldout"])
-            disc, held, n_cand = permutation_null(_discordant(rd, sel), n_disc, n_held, repeats, seed)
+            discordant = _discordant(rd, sel)
+            if repeats * len(discordant) > MAX_RELABELLED:
+                raise ConfigError(f"repeats × candidates = {repeats:,} × {len(discordant):,} scored candidates = "
+                                  f"{repeats * len(discordant):,} relabelled gains, more than the limit of "
+                                  f"{MAX_RELABELLED:,} held at once; use --repeats {MAX_RELABELLED // len(discordant):,} "
+                                  "or fewer.")
+            disc, held, n_cand = permutation_null(discordant, n_disc, n_held, repeats, seed)
             document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
                                            null_heldout_gains=[float(g) for g in held], p_value=p_value(disc, observed),
                                            validity=VALIDITY[null])
@@ -119,6 +131,10 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
     n = len(run.intact)
     if n_candidates is None:
         p, k = int(sel.p or 0), sel.k
+        if repeats * n_subsets(p, k) > MAX_RANDOM_SETS:
+            raise ConfigError(f"repeats × subsets of a pool = {repeats:,} × {n_subsets(p, k):,} = {repeats * n_subsets(p, k):,} "
+                              f"head sets to score on the discovery set, more than the limit of {MAX_RANDOM_SETS:,}; "
+                              f"use --repeats {max(1, MAX_RANDOM_SETS // n_subsets(p, k)):,} or fewer.")
         best = random_pool_null(run.scores, run.intact, memo, random_pools(heads, p, repeats, seed), k)
         disc = np.array([b.gain / n for b in best])
         n_cand, note, validity = len(run.scores) + n_subsets(p, k), None, VALIDITY["random-heads"]

@@ -3,6 +3,7 @@ of ``celtk eval``."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -20,7 +21,8 @@ from celtk.tasks import get_task, make_splits
 SPLITS = ("discovery", "heldout", "all")
 
 
-def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str | None = None, data: str | None = None,
+def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", task: str | None = None,
+             data: str | Path | None = None,
              heads: str | HeadSet = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
              fewshot: int = 0, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
              device: str = "cpu", dtype: str = "float32", allow_code: bool = False, run: Path | None = None,
@@ -37,6 +39,7 @@ def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str
     from celtk.evaluator import EvalConfig, evaluate
 
     head_set = heads if isinstance(heads, HeadSet) else HeadSet.parse(heads)
+    data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
     if limit is not None and limit < 1:  # no examples would give an accuracy of NaN
@@ -81,7 +84,7 @@ def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str
     return document
 
 
-def _eval_run(out: Path | None, run: Path, model: str | Model, heads: HeadSet, limit: int | None, batch_size: int,
+def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: HeadSet, limit: int | None, batch_size: int,
               allow_code: bool, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
     """``heads`` on the held-out set of the run in ``run`` (the first ``limit`` examples), logged there."""
     from celtk.evaluator import EvalConfig, evaluate

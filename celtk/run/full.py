@@ -15,6 +15,7 @@ from celtk.run.select import run_select
 from celtk.run.test import run_test
 from celtk.runstore import write_json
 from celtk.strategies import get_strategy
+from celtk.validation import check_fields
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class RunResult:
     selection: SelectionDocument
     test: TestDocument
     seconds: float
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def run_all(config: RunConfig, out: Path, *, model: Model | None = None,

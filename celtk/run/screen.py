@@ -5,6 +5,7 @@ exhaustive one here, or the racing one (:mod:`celtk.run.racescreen`)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -76,12 +77,18 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
     writes ``screen.json`` and ``screen.csv``; resumes from the parts of an interrupted screen."""
     directory = shard_dir(Path(out), shard)
     screen = SCREENS.get(config.screen)
+    if shard is not None and not 0 <= shard[0] < shard[1]:
+        raise ConfigError(f"Shard {shard[0]}/{shard[1]}: need 0 ≤ i < N, e.g. 0/{max(shard[1], 1)}.")
     if shard is not None and config.screen != "exhaustive":
         raise ConfigError(f"A {config.screen} screen cannot be sharded: it ranks every head against the others as it "
                           "goes. Run it unsharded, or shard the exhaustive screen (screen = 'exhaustive').")
     with locked(directory):
         started = time.time()
         session = Session.open(config, model)
+        if shard is not None and shard[1] > session.model.n_total_heads:
+            raise ConfigError(f"Shard {shard[0]}/{shard[1]}: {config.model} has {session.model.n_total_heads} heads, so "
+                              f"at most {session.model.n_total_heads} shards each screen one; use N ≤ "
+                              f"{session.model.n_total_heads}.")
         check_fingerprint(directory / "fingerprint.json", session.fingerprint())
         write_json(directory / "config.json", {**asdict(config), "celtk_version": __version__})
         heads = all_heads(session.model.n_layers, session.model.n_heads)
@@ -253,10 +260,12 @@ def _merge_shards(out: Path) -> ScreenDocument:
     if len(counts) != 1:
         raise RunStoreError(f"Shards in {out} disagree on N: {sorted(counts)}. Merge shards of one split only.")
     n = counts.pop()
-    present = {int(p.name.split("-")[1]) for p in found}
-    missing = sorted(set(range(n)) - present)
-    if missing:
-        raise RunStoreError(f"Cannot merge {out}: shard(s) {', '.join(f'{i}/{n}' for i in missing)} missing.")
+    present = {i for i in (int(p.name.split("-")[1]) for p in found) if i < n}
+    if len(present) < n:  # N is read from directory names, so it may be absurd: never build range(N) whole
+        shown = list(itertools.islice((i for i in range(n) if i not in present), 8))
+        count = n - len(present)
+        more = f" ({count:,} in all)" if count > len(shown) else ""
+        raise RunStoreError(f"Cannot merge {out}: shard(s) {', '.join(f'{i}/{n}' for i in shown)}{more} missing.")
     docs = [ScreenDocument.load(out / f"shard-{i}-of-{n}") for i in range(n)]
     prints = [read_json(out / f"shard-{i}-of-{n}" / "fingerprint.json") for i in range(n)]
     for i, (doc, fp) in enumerate(zip(docs, prints)):

@@ -601,6 +601,129 @@ def c_heldout_log_edited(ctx):
     run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
+# ---- issue 29: inputs bounded by the model and the machine, plan inputs, the Python API, the sandbox's tools ----
+
+def _long_prompts(tmp: Path, words: int = 10_000) -> str:
+    rows = [{"id": f"long-{i}", "prompt": " ".join(["stone"] * words) + f" {i} is", "target": " 1"} for i in range(2)]
+    return _jsonl(tmp, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def c_prompt_longer_than_context(ctx):
+    from celtk.run import RunConfig, run_screen
+    config = RunConfig(model="tiny", task=_long_prompts(ctx.tmp), discovery=1, heldout=1, fewshot=0)
+    run_screen(config, ctx.tmp / "out", model=ctx.tiny)
+
+
+def c_max_new_tokens_beyond_context(ctx):
+    from celtk.run import RunConfig, run_screen
+    config = RunConfig(model="tiny", task=_jsonl(ctx.tmp, _gen_lines(4)), discovery=2, heldout=2, fewshot=0,
+                       grading="generate", max_new_tokens=100_000)
+    run_screen(config, ctx.tmp / "out", model=ctx.tiny)
+
+
+def c_stage_beyond_memory(ctx):
+    import celtk.screen
+    from celtk.evaluator import prepare
+    from celtk.plan import stage_bytes
+    from celtk.run import RunConfig, run_screen
+    from celtk.tasks import get_task, make_splits
+    task = _jsonl(ctx.tmp, _gen_lines(40))
+    splits = make_splits(get_task(task), 12, 12, seed=0, fewshot=0)
+    free = int(stage_bytes(ctx.tiny, prepare(ctx.tiny, get_task(task), splits.discovery), 2, cached=False))
+    ctx.monkeypatch.setattr(celtk.screen, "available_memory", lambda device: free)  # a machine where batch 2 just fits
+    run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), ctx.tmp / "out",
+               model=ctx.tiny)
+
+
+def c_calibrate_too_many_draws(ctx):
+    from celtk.run.calibrate import run_calibration
+    run_calibration(ctx.tmp, null="random-heads", repeats=100_000, n_candidates=100_000)
+
+
+def c_merge_absurd_shard_count(ctx):
+    from celtk.run import merge_shards
+    for i in range(2):
+        (ctx.tmp / f"shard-{i}-of-100000000000").mkdir()
+    merge_shards(ctx.tmp)
+
+
+def c_shard_count_beyond_heads(ctx):
+    from celtk.run import RunConfig, run_screen
+    config = RunConfig(model="tiny", task=_jsonl(ctx.tmp, _gen_lines(8)), discovery=4, heldout=4, fewshot=0)
+    run_screen(config, ctx.tmp / "out", shard=(0, 1000), model=ctx.tiny)
+
+
+_PLAN_CONFIG = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "intermediate_size": 128, "vocab_size": 1000}
+
+
+def _plan(**config):
+    from celtk.plan import PAPER_TASKS, Device, plan_run
+    return plan_run(_PLAN_CONFIG | config, PAPER_TASKS["arithmetic"], Device("test", 1e12, 1e9), pool=4, k=2)
+
+
+def c_plan_negative_layers(ctx):
+    _plan(num_hidden_layers=-2)
+
+
+def c_plan_zero_heads(ctx):
+    _plan(num_attention_heads=0)
+
+
+def c_plan_string_size(ctx):
+    _plan(hidden_size="576")
+
+
+def c_plan_p_exceeds_heads(ctx):
+    from celtk.plan import PAPER_TASKS, Device, plan_run
+    plan_run(_PLAN_CONFIG, PAPER_TASKS["arithmetic"], Device("test", 1e12, 1e9), pool=999)
+
+
+def c_plan_mean_prompt_longer(ctx):
+    from dataclasses import replace
+
+    from celtk.plan import PAPER_TASKS
+    replace(PAPER_TASKS["arithmetic"], prompt_tokens=100, mean_prompt_tokens=500)
+
+
+def c_api_wrong_type(ctx):
+    import celtk
+    celtk.run_select(ctx.tmp, p="3", model=ctx.tiny)
+
+
+def c_api_out_of_range(ctx):
+    import numpy as np
+
+    import celtk
+    celtk.compare_paired(np.array([True, False]), np.array([True, True]), level=1.5)
+
+
+def c_api_negative_count(ctx):
+    import celtk
+    celtk.mcnemar_exact(-1, 3)
+
+
+def c_api_config_at_construction(ctx):
+    import celtk
+    celtk.RunConfig(seed=-1)
+
+
+def c_api_unknown_argument(ctx):
+    import celtk
+    celtk.run_test(ctx.tmp, held_out=3)
+
+
+def c_sandbox_tools_missing(ctx):
+    import functools
+
+    from celtk.tasks import _sandbox as sandbox
+    ctx.monkeypatch.setattr(sandbox, "TOOL_DIRS", (str(ctx.tmp),))
+    ctx.monkeypatch.setattr(sandbox, "tools", functools.lru_cache(maxsize=None)(sandbox.tools.__wrapped__))
+    ctx.monkeypatch.setattr(sandbox, "_probe", functools.lru_cache(maxsize=None)(sandbox._probe.__wrapped__))
+    ctx.monkeypatch.delenv("CELTK_ALLOW_WEAK_SANDBOX", raising=False)
+    sandbox.run_untrusted("assert True", allow=True)
+
+
 CASES = {
     "unknown-model": (c_unknown_model, E.ModelSourceError, r"Unknown model 'smollm2-13m'.*Did you mean: 'smollm2-135m'"),
     "model-path-missing": (c_model_path_missing, E.ModelSourceError, r"neither an HF model directory nor a \.gguf file"),
@@ -683,6 +806,23 @@ CASES = {
     "eval-limit-zero": (c_eval_limit_zero, E.ConfigError, r"limit must be at least 1 \(or None for the whole split\), got 0"),
     "partial-screen": (c_partial_screen, E.RunStoreError, r"screen\.json covers 5 of the model's 12 heads .*must cover every head once"),
     "screen-of-other-run": (c_screen_of_other_run, E.RunStoreError, r"screen\.json does not belong to the run of fingerprint\.json \(task: .* in fingerprint\.json, .* in screen\.json\)"),
+    "prompt-longer-than-context": (c_prompt_longer_than_context, E.TaskError, r"Example long-\d: its prompt \(10,0\d\d tokens\) and target \(\d tokens\) need 10,0\d\d positions, but tiny-llama reads at most 512 \(max_position_embeddings in its config\)"),
+    "max-new-tokens-beyond-context": (c_max_new_tokens_beyond_context, E.ConfigError, r"max_new_tokens = 100,000 cannot fit in the context of tiny-llama, which reads at most 512 positions"),
+    "stage-beyond-memory": (c_stage_beyond_memory, E.ConfigError, r"Scoring the discovery set on 12 examples needs about .* of activations at batch size 8, more than the .* available on cpu; batch size 2 would fit .*--batch-size 2"),
+    "calibrate-too-many-draws": (c_calibrate_too_many_draws, E.ConfigError, r"100,000 × 100,000 = 10,000,000,000 random head sets, more than the limit of 1,000,000"),
+    "merge-absurd-shard-count": (c_merge_absurd_shard_count, E.RunStoreError, r"shard\(s\) 2/100000000000, .* \(99,999,999,998 in all\) missing"),
+    "shard-count-beyond-heads": (c_shard_count_beyond_heads, E.ConfigError, r"Shard 0/1000: tiny has 12 heads, so at most 12 shards"),
+    "plan-negative-layers": (c_plan_negative_layers, E.ConfigError, r"num_hidden_layers = -2; a size in a config\.json is a positive integer"),
+    "plan-zero-heads": (c_plan_zero_heads, E.ConfigError, r"num_attention_heads = 0; a size in a config\.json is a positive integer"),
+    "plan-string-size": (c_plan_string_size, E.ConfigError, r"hidden_size = '576'; a size in a config\.json is a positive integer"),
+    "plan-p-exceeds-heads": (c_plan_p_exceeds_heads, E.ConfigError, r"p = 999 and set size k = 3 must satisfy 1 ≤ k ≤ p ≤ the model's 8 heads"),
+    "plan-mean-prompt-longer": (c_plan_mean_prompt_longer, E.ConfigError, r"mean prompt \(500 tokens\) must lie between 1 and the longest prompt \(100 tokens\)"),
+    "api-wrong-type": (c_api_wrong_type, E.ArgumentError, r"run_select: p must be int, got '3' \(str\)"),
+    "api-out-of-range": (c_api_out_of_range, E.ArgumentError, r"compare_paired: level must be in \(0, 1\), got 1\.5"),
+    "api-negative-count": (c_api_negative_count, E.ArgumentError, r"mcnemar_exact: b must be non-negative, got -1"),
+    "api-config-at-construction": (c_api_config_at_construction, E.ConfigError, r"seed must be non-negative, got -1"),
+    "api-unknown-argument": (c_api_unknown_argument, E.ArgumentError, r"run_test: got an unexpected keyword argument 'held_out'; the signature is run_test\(out, \*, heldout=None, model=None, n_boot=10000, progress=None\)"),
+    "sandbox-tools-missing": (c_sandbox_tools_missing, E.SandboxRefusedError, r"no unshare, setpriv, mount, umount, pivot_root, sh, mkdir, ln in DIR|no unshare, setpriv, .* in /"),
 }
 
 # The README's table groups the cases by family (checked below).
@@ -712,7 +852,14 @@ FAMILIES = {
                       "directory-in-use"],
     "odd files beside shards and parts": ["screen-part-not-celtks", "select-part-not-celtks", "merge-only-odd-names"],
     "output": ["output-not-writable", "output-read-only", "disk-full", "nan-into-json"],
-    "sandbox": ["code-execution-not-opted-in"],
+    "sandbox": ["code-execution-not-opted-in", "sandbox-tools-missing"],
+    "bounds from the model and the machine": ["prompt-longer-than-context", "max-new-tokens-beyond-context",
+                                              "stage-beyond-memory", "calibrate-too-many-draws",
+                                              "merge-absurd-shard-count", "shard-count-beyond-heads"],
+    "plan inputs": ["plan-negative-layers", "plan-zero-heads", "plan-string-size", "plan-p-exceeds-heads",
+                    "plan-mean-prompt-longer"],
+    "Python API": ["api-wrong-type", "api-out-of-range", "api-negative-count", "api-config-at-construction",
+                   "api-unknown-argument"],
 }
 
 
