@@ -821,7 +821,7 @@ CASES = {
     "api-out-of-range": (c_api_out_of_range, E.ArgumentError, r"compare_paired: level must be in \(0, 1\), got 1\.5"),
     "api-negative-count": (c_api_negative_count, E.ArgumentError, r"mcnemar_exact: b must be non-negative, got -1"),
     "api-config-at-construction": (c_api_config_at_construction, E.ConfigError, r"seed must be non-negative, got -1"),
-    "api-unknown-argument": (c_api_unknown_argument, E.ArgumentError, r"run_test: got an unexpected keyword argument 'held_out'; the signature is run_test\(out, \*, heldout=None, model=None, n_boot=10000, progress=None\)"),
+    "api-unknown-argument": (c_api_unknown_argument, E.ArgumentError, r"run_test: got an unexpected keyword argument 'held_out'; the signature is run_test\(out, \*, heldout=None, model=None, n_boot=10000, force=False, progress=None\)"),
     "sandbox-tools-missing": (c_sandbox_tools_missing, E.SandboxRefusedError, r"no unshare, setpriv, mount, umount, pivot_root, sh, mkdir, ln in DIR|no unshare, setpriv, .* in /"),
 }
 
