@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from celtk.analysis import HeadAttributesDocument
 from celtk.errors import RunStoreError
 from celtk.heads import Head
 from celtk.report.transfer import transfer_section
@@ -29,7 +30,7 @@ from celtk.run.documents import (
     TestDocument,
 )
 from celtk.run.heldout import Look
-from celtk.runstore import atomic_write_text, locked, read_json
+from celtk.runstore import atomic_write_text, locked
 
 
 def _grid(values: list[tuple[str, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
@@ -161,7 +162,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
     selection, diagnostics = _load(out, SelectionDocument), _load(out, DiagnosticsDocument)
     test, stability = _load(out, TestDocument), _load(out, StabilityDocument)
     _check_one_run(out, screen, selection, test)
-    attributes = read_json(out / "head_attributes.json") if (out / "head_attributes.json").exists() else None
+    attributes = _load(out, HeadAttributesDocument)
     selected = [Head.parse(h) for h in selection.heads] if selection else []
     parts = [f"<h1>celtk report: {html.escape(out.name)}</h1>",
              f"<p>Model <code>{html.escape(screen.model_name)}</code> ({screen.n_layers} layers × {screen.n_heads} heads, "
@@ -188,9 +189,9 @@ def _write_report(out: Path, target: Path | None) -> Path:
                               [[",".join(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
                                for r in selection.ranking[:10]]))
     if attributes and selected:
-        names = list(attributes["scores"])
+        names = list(attributes.scores)
         parts.append("<h2>Attribute scores of the selected heads</h2>" + _table(
-            ["head", *names], [[str(h), *(f"{attributes['scores'][n][h.layer][h.head]:.3f}" for n in names)] for h in selected]))
+            ["head", *names], [[str(h), *(f"{attributes.score(n, h):.3f}" for n in names)] for h in selected]))
     elif selected:
         parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
     looks = RunDirectory(out).looks()
