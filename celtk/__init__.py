@@ -5,7 +5,8 @@ gain on held-out data, and explain it (Nguyen, Bair & Kolter 2026).
 
 The public names below, and the submodules (``celtk.probe``, ``celtk.run``, ``celtk.tasks``, …),
 load on first use, so ``import celtk`` (and ``celtk --help``) does not import torch;
-``dir(celtk)`` lists them all.
+``dir(celtk)`` lists them all. Every public function checks its arguments' types and ranges before
+any work (:mod:`celtk.validation`) and raises a :class:`CeltkError` subclass naming what was wrong.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        from celtk.validation import public
+
+        value = globals()[name] = public(getattr(importlib.import_module(_EXPORTS[name]), name))
+        return value
     if name in _SUBMODULES:
         return importlib.import_module(f"celtk.{name}")
     raise AttributeError(f"module 'celtk' has no attribute {name!r}")

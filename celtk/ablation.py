@@ -129,10 +129,22 @@ def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind
     if kind.is_zero:
         hooks = {layer: _zero_heads_hook(hs) for layer, hs in heads.by_layer().items()}
     else:
-        refs = None if references is None else torch.as_tensor(references, dtype=torch.long)
+        refs = _references(references, len(kind.reference_hashes)) if kind.per_row else None
         hooks = {layer: _spec_hook(kind, layer, hs, model.n_heads, refs) for layer, hs in heads.by_layer().items()}
     with hook_z_hooks(model, hooks):
         yield model
+
+
+def _references(references: Any, n: int) -> Tensor:
+    """Each row's reference as a long tensor, every one an index into the ``n`` reference examples."""
+    try:
+        refs = torch.as_tensor(references, dtype=torch.long)
+    except (TypeError, ValueError, RuntimeError):
+        refs = None
+    if refs is None or refs.ndim != 1 or (len(refs) and not bool(((refs >= 0) & (refs < n)).all())):
+        raise ConfigError(f"references must give each batch row's reference example, an index in 0..{n - 1} "
+                          f"(Ablation.assign), got {references!r}.")
+    return refs
 
 
 @contextmanager

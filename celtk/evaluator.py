@@ -24,7 +24,14 @@ from celtk.ablation_kinds import Ablation, AblationKind, reference_values
 from celtk.errors import ConfigError, TaskError
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.plan import check_memory
 from celtk.tasks import Example, Task, build_context, continuation_delimiter
+from celtk.validation import check_fields
+
+CHAT_DATE = "2024-07-26"
+"""The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
+prompt): fixed so that prompts do not change from day to day; 26 Jul 2024 is the date Llama-3.x
+templates fall back to when none is given. lm-eval renders the real date."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,12 @@ class EvalConfig:
     batch_size: int = 32
     chat: bool = False
     allow_code: bool = False
+    chat_date: str = CHAT_DATE  # what a chat template that writes "today" sees
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.batch_size < 1:
+            raise ConfigError(f"Batch size must be at least 1, got {self.batch_size}.")
 
 
 @dataclass(frozen=True)
@@ -76,10 +89,16 @@ class ExampleResult:
     logprob: float | list[float] | None  # None: graded by generation, no log-probability
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+
 
 @dataclass(frozen=True)
 class EvalResult:
     examples: list[ExampleResult]
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     @property
     def correct(self) -> np.ndarray:
@@ -130,12 +149,6 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
     return ctx, whole[len(ctx):]
 
 
-CHAT_DATE = "2024-07-26"
-"""The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
-prompt): fixed so that prompts do not change from day to day; 26 Jul 2024 is the date Llama-3.x
-templates fall back to when none is given. lm-eval renders the real date."""
-
-
 def dated_template(template: str, chat_date: str = CHAT_DATE) -> str:
     """``template`` with ``strftime_now`` shadowed by a macro that formats ``chat_date``.
 
@@ -171,9 +184,26 @@ def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Ex
                                          chat_template=dated_template(template, chat_date), **kwargs)
 
 
+def check_context(model: Model, example_id: str, prompt: int, continuation: int, kind: str = "target") -> None:
+    """Refuse, before any forward pass, an example whose prompt (``prompt`` tokens) and continuation
+    (``continuation`` tokens: the target, a choice, or the generation limit) need more positions than
+    the model reads (:attr:`celtk.models.Model.n_ctx`). The model reads every token but the last.
+
+    lm-eval cuts such a prompt from the left; celtk refuses instead of scoring a prompt the task did
+    not write (and instead of an attention matrix that grows with the square of the length)."""
+    n_ctx = model.n_ctx
+    needed = prompt + continuation - 1
+    if n_ctx is not None and needed > n_ctx:
+        raise TaskError(f"Example {example_id}: its prompt ({prompt:,} tokens) and {kind} ({continuation:,} tokens) need "
+                        f"{needed:,} positions, but {model.name} reads at most {n_ctx:,} ({model.n_ctx_source} in its "
+                        f"config). Shorten that example's prompt, use fewer shots (--fewshot), or use a model with a "
+                        "longer context.")
+
+
 def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
             chat: bool = False, chat_date: str = CHAT_DATE) -> Prepared:
-    """Build and tokenise every request once."""
+    """Build and tokenise every request once; an example longer than the model's context is
+    refused (:func:`check_context`) before any is scored."""
     requests, prompts = [], []
     delimiter = continuation_delimiter(task, chat)
     for i, example in enumerate(examples):
@@ -189,6 +219,7 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
             ctx, cont_ids = encode_pair(model.tokenizer, prompt, cont)
             if not cont_ids:
                 raise TaskError(f"Example {example.id}: its target {cont!r} encodes to no tokens; every target needs at least one token.")
+            check_context(model, example.id, len(ctx), len(cont_ids), "target" if task.kind == "target" else "choice")
             requests.append(Request(i, tuple(ctx), tuple(cont_ids)))
     return Prepared(list(examples), requests, prompts, task.kind, bool(getattr(task, "normalize_by_length", False)))
 
@@ -201,6 +232,9 @@ def prepared_hash(prepared: Prepared) -> str:
     digest = hashlib.sha256(f"{prepared.kind}\0{prepared.normalize}\n".encode())
     for r in prepared.requests:
         digest.update(f"{r.example}:{','.join(map(str, r.context))}|{','.join(map(str, r.continuation))}\n".encode())
+    if prepared.kind == "generate":  # graded by generation: no scored requests, so the prompts themselves
+        for example, prompt in zip(prepared.examples, prepared.prompts):
+            digest.update(f"{example.id}:{prompt}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -322,7 +356,8 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
         refuse_resample_generation(kind)
         with ablate(model, heads, kind):
             return _evaluate_generation(model, task, examples, shots, config, progress)
-    prepared = prepare(model, task, examples, shots, config.chat)
+    prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
+    check_memory(model, prepared, config.batch_size, cached=False, what="Scoring")
     batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
     return aggregate(prepared, *score_requests(model, prepared, batches, progress,
                                                around=ablated(model, prepared, heads, kind)))
@@ -407,6 +442,11 @@ class StopRule:
     def of(cls, model: Model, max_new_tokens: int, stop: Sequence[str] = ()) -> StopRule:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+        if model.n_ctx is not None and max_new_tokens >= model.n_ctx:
+            raise ConfigError(f"max_new_tokens = {max_new_tokens:,} cannot fit in the context of {model.name}, which reads "
+                              f"at most {model.n_ctx:,} positions ({model.n_ctx_source} in its config) for prompt and "
+                              f"generation together; use --max-new-tokens below {model.n_ctx:,} (the prompt's length "
+                              "comes off it too).")
         eos = getattr(model.hf_model.generation_config, "eos_token_id", None)  # what HF generate stops on
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         return cls(tuple(s for s in stop if s), frozenset(eos), max_new_tokens)
@@ -422,15 +462,18 @@ class StopRule:
         return bool(self.stop) and any(s in tokenizer.decode(list(tokens), skip_special_tokens=True) for s in self.stop)
 
 
-def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example] | None = None) -> list[list[int]]:
+def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example] | None = None,
+               new_tokens: int = 0) -> list[list[int]]:
     """Each prompt's token ids as the tokenizer encodes it alone (with BOS where it adds one and
-    the prompt, e.g. a Llama or Gemma chat template, does not already begin with it)."""
+    the prompt, e.g. a Llama or Gemma chat template, does not already begin with it); a prompt
+    that leaves no room for ``new_tokens`` generated tokens in the model's context is refused."""
     out = []
     for i, prompt in enumerate(prompts):
         ids = model.tokenizer(prompt, add_special_tokens=adds_special_tokens(model.tokenizer, prompt)).input_ids
+        name = str(examples[i].id if examples is not None else i)
         if not ids:
-            name = examples[i].id if examples is not None else i
             raise TaskError(f"Example {name}: its prompt encodes to no tokens; every prompt needs at least one token.")
+        check_context(model, name, len(ids), new_tokens, "generation limit")
         out.append(list(ids))
     return out
 
@@ -491,7 +534,8 @@ def generate_greedy(model: Model, prompts: Sequence[str], max_new_tokens: int, s
                     batch_size: int = 8) -> list[str]:
     """Greedy continuations of ``prompts`` (left-padded batches), cut before the first stop string."""
     rule = StopRule.of(model, max_new_tokens, stop)
-    return [rule.text(model.tokenizer, t) for t in generate_tokens(model, prompt_ids(model, prompts), rule, batch_size)]
+    ids = prompt_ids(model, prompts, new_tokens=max_new_tokens)
+    return [rule.text(model.tokenizer, t) for t in generate_tokens(model, ids, rule, batch_size)]
 
 
 def generation_result(task: Task, example: Example, text: str, n_tokens: int, allow_code: bool) -> ExampleResult:
@@ -506,9 +550,9 @@ def _evaluate_generation(model: Model, task: Task, examples: Sequence[Example], 
 
     if task.runs_code:
         require_opt_in(config.allow_code)
-    prompts = [format_prompt(model, task, e, shots, config.chat) for e in examples]
+    prompts = [format_prompt(model, task, e, shots, config.chat, config.chat_date) for e in examples]
     rule = StopRule.for_task(model, task)
-    made = generate_tokens(model, prompt_ids(model, prompts, examples), rule, config.batch_size)
+    made = generate_tokens(model, prompt_ids(model, prompts, examples, rule.max_new_tokens), rule, config.batch_size)
     out = []
     for i, (example, tokens) in enumerate(zip(examples, made), start=1):
         out.append(generation_result(task, example, rule.text(model.tokenizer, tokens), len(tokens), config.allow_code))

@@ -52,6 +52,7 @@ from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.models._arch import CACHE_KEYWORDS
+from celtk.validation import validated
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 REPLAYS = ("auto", "fused", "bridge")
@@ -258,6 +259,7 @@ class CachedScreener:
             reference's ``z`` is the prefix's own.
     """
 
+    @validated
     def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
                  share_prefix: bool = True, replay: str = "auto",
                  ablation: Ablation | AblationKind | str | None = None) -> None:

@@ -31,17 +31,21 @@ def _print_transfer(doc) -> None:
 
     table = Table(title=f"Transfer of {','.join(doc.heads)} (held-out examples only; discovery gain "
                         f"{100 * doc.discovery_gain:+.1f} pts is selection-biased)")
-    for col in ("variant", "task", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p",
+    for col in ("variant", "task", "data", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p",
                 "Holm p", "fixes/damage"):
         table.add_column(col, justify="right")
     for r in doc.variants:
         ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
-        table.add_row(r.variant, r.task, f"{r.fewshot} (seed {r.shot_seed})" + (" chat" if r.chat else ""), str(r.n),
+        table.add_row(r.variant + (" (test.json)" if r.from_test else ""), r.task, r.data or "?",
+                      f"{r.fewshot} (seed {r.shot_seed})" + (" chat" if r.chat else ""), str(r.n),
                       "undefined" if r.intact_accuracy is None else f"{r.intact_accuracy:.1%}",
                       "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain), ci,
                       "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}",
                       "undefined" if r.holm_p is None else f"{r.holm_p:.3g}", f"{r.fixes}/{r.damage}")
     console().print(table)
+    for d in doc.dropped:
+        console().print(f"Not scored: {d.variant} — " + (f"{d.reason} as {d.same_as} (a duplicate row would also count "
+                        "twice in Holm)" if d.same_as else d.reason) + ".")
     if doc.lm_loss:
         lm = doc.lm_loss
         console().print(f"Language-modelling loss on {lm.source} ({lm.n_tokens} tokens): {lm.intact_nll:.4f} → "
@@ -51,7 +55,9 @@ def _print_transfer(doc) -> None:
 
 @click.command("transfer")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--shots-seeds", callback=_seeds, default="1,2,3,4,5", show_default=True, help="Other few-shot draws (seeds).")
+@click.option("--shots-seeds", callback=_seeds, default="1,2,3,4,5", show_default=True,
+              help="Other few-shot draws (seeds); the default is skipped on a run with no shots to redraw, seeds given "
+                   "there are refused.")
 @click.option("--zero-shot/--no-zero-shot", default=True, show_default=True, help="Add the zero-shot variant.")
 @click.option("--subtasks", default=None, help="Neighbouring subtasks of the run's task family, e.g. 2ds,3da.")
 @click.option("--tasks", default=None, help="Other tasks (side effects), e.g. boolq,arithmetic:1dc.")
@@ -67,7 +73,8 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
     from celtk.run.transfer import run_transfer, variant_grid
 
     task = SelectionDocument.load(Path(out)).task["task"]
-    grid = variant_grid(task, shot_seeds=shots_seeds, zero_shot=zero_shot, subtasks=_names(subtasks),
+    given = click.get_current_context().get_parameter_source("shots_seeds") != click.core.ParameterSource.DEFAULT
+    grid = variant_grid(task, shot_seeds=shots_seeds if given else None, zero_shot=zero_shot, subtasks=_names(subtasks),
                         tasks=_names(tasks), chat=chat, models=other_models)
     with progress_bar() as progress:
         doc = run_transfer(Path(out), grid, heldout=heldout, plain_text=plain_text, n_boot=n_boot, progress=progress)
@@ -96,7 +103,8 @@ def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
                     f"{100 * np.quantile(disc, 0.95):+.1f}; its held-out gain: mean {100 * held.mean():+.1f} pts.")
     held_obs = "" if doc.observed_heldout_gain is None else f", held-out {100 * doc.observed_heldout_gain:+.1f} pts"
     console().print(f"  observed: discovery {100 * doc.observed_discovery_gain:+.1f} pts (selection-biased){held_obs}; "
-                    f"share of null bests at or above it p = {doc.p_value:.3g}.")
+                    + (f"share of null bests at or above it p = {doc.p_value:.3g}." if doc.p_value is not None
+                       else f"{doc.p_value_note}"))
 
 
 def _floats(ctx, param, value: str | None) -> list[float]:

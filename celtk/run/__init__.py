@@ -37,7 +37,10 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"celtk.run.{_EXPORTS[name]}"), name)
+        from celtk.validation import public
+
+        value = globals()[name] = public(getattr(importlib.import_module(f"celtk.run.{_EXPORTS[name]}"), name))
+        return value
     raise AttributeError(f"module 'celtk.run' has no attribute {name!r}")
 
 

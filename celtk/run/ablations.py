@@ -19,12 +19,12 @@ from celtk.ablation_kinds import AblationKind
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import AblationKindsDocument, KindRow, SelectionDocument, TestDocument
-from celtk.run.frozen import log_heldout
 from celtk.run.integrity import check_test_matches_selection
 from celtk.run.session import Session, check_no_overlap, session_for
 from celtk.run.test import check_frozen, score_kinds
-from celtk.runstore import bits, check_fingerprint, locked
+from celtk.runstore import bits, check_fingerprint
 from celtk.stats import compare_paired
 
 Progress = Callable[[str, int, int], None]
@@ -39,21 +39,23 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
     ``scale:α`` of ``alphas``, against one intact pass (plain streamed passes, as ``celtk test``); mean and
     resample are measured on the run's discovery set. Refuses a run that has not been tested, a held-out
     set other than the test's, and a baseline or a run-kind result that no longer reproduces ``test.json``.
-    Logs the looks in ``heldout_log.jsonl`` before writing ``ablation-kinds.json``."""
+    The look (every kind at once) is logged in the run's held-out log before anything is scored, and
+    ``ablation-kinds.json`` is recorded there when written."""
     out = Path(out)
+    rd = RunDirectory(out)
     wanted = _kinds(kinds, alphas)
-    with locked(out):
-        sel = SelectionDocument.load(out)
-        if not (out / TestDocument.FILE).exists():
-            raise RunStoreError(f"{out} has no test.json: the frozen selection's first held-out look must be its test. "
-                                f"Run `celtk test {out}` first, then ask whether the gain survives other ablation kinds.")
-        test = TestDocument.load(out)
+    with rd.lock():
+        rd.verify()
+        sel = rd.load(SelectionDocument)
+        test = rd.require_tested("celtk ablations")
         check_test_matches_selection(out, test, sel)
-        session = session_for(sel, model, heldout=test.n)
+        session = session_for(sel, model, **(rd.heldout_overrides() or {"heldout": test.n}))
         check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
-        check_frozen(out, sel, session)
+        check_frozen(rd, sel, session)
+        manifest = session.splits.manifest()
+        rd.check_contract(manifest)
         check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
-        heldout_hash = session.splits.manifest()["heldout_hash"]
+        heldout_hash = manifest["heldout_hash"]
         if heldout_hash != test.heldout_hash:
             raise RunStoreError(f"The held-out set drawn now (hash {heldout_hash}) is not the one test.json scored "
                                 f"({test.heldout_hash}); the task data or split settings changed.")
@@ -65,6 +67,8 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         if progress:
             progress("ablation kinds", 0, len(wanted))
         ablations = [session.ablation(k) for k in wanted]
+        seq = rd.begin_look("ablation-kinds", [sel.heads], heldout_hash, len(session.splits.heldout), exploratory=True,
+                            kinds=[str(k) for k in wanted])
         intact, results = score_kinds(session, "heldout", heads, ablations)
         if progress:
             progress("ablation kinds", len(wanted), len(wanted))
@@ -75,8 +79,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
             test_gain=test.gain, n=len(intact.examples), intact_accuracy=intact.accuracy,
             intact_correct=bits(intact.correct), heldout_hash=heldout_hash, reference=_reference(session, ablations),
             n_boot=n_boot, ci_level=0.95, kinds=rows, omitted=omitted)
-        log_heldout(out, "ablation-kinds", [sel.heads], heldout_hash, kinds=[str(k) for k in wanted], n=document.n)
-        document.save(out)
+        rd.finish_look(seq, (document, None))
         return document
 
 

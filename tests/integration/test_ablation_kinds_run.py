@@ -14,7 +14,7 @@ from celtk.errors import RunStoreError
 from celtk.evaluator import ablation_for, evaluate
 from celtk.heads import HeadSet
 from celtk.run import AblationKindsDocument, run_ablation_kinds, run_screen, run_select, run_test
-from celtk.run.frozen import read_log
+from celtk.run.directory import RunDirectory
 from celtk.runstore import bits
 from celtk.stats import mcnemar_exact
 from celtk.tasks import get_task, make_splits
@@ -27,9 +27,9 @@ def test_ablations_of_a_tested_run_log_first_reproduce_the_test_and_draw_the_cur
         assert "ablation" not in json.loads((tmp_path / name).read_text())
     assert "ablation" not in json.loads((tmp_path / "screen.json").read_text())["config"]
     run_select(tmp_path, p=4, k=2, model=model)
-    with pytest.raises(RunStoreError, match="no test.json.*first held-out look must be its test.*celtk test"):
+    with pytest.raises(RunStoreError, match="celtk ablations reads the frozen selection's held-out outcomes.*celtk test"):
         run_ablation_kinds(tmp_path, model=model)
-    assert read_log(tmp_path) == []  # the refusal looked at nothing
+    assert RunDirectory(tmp_path).looks() == []  # the refusal looked at nothing
     test = run_test(tmp_path, model=model, n_boot=200)
 
     def broken(self, directory, name=None):
@@ -38,7 +38,8 @@ def test_ablations_of_a_tested_run_log_first_reproduce_the_test_and_draw_the_cur
     monkeypatch.setattr(AblationKindsDocument, "save", broken)
     with pytest.raises(OSError):
         run_ablation_kinds(tmp_path, model=model, n_boot=200)
-    assert read_log(tmp_path)[-1]["what"] == "ablation-kinds"  # logged before the result was written
+    look = RunDirectory(tmp_path).looks()[-1]
+    assert look.what == "ablation-kinds" and not look.complete  # logged before anything was scored or written
     assert not (tmp_path / AblationKindsDocument.FILE).exists()
     monkeypatch.undo()
 
@@ -61,9 +62,10 @@ def test_ablations_of_a_tested_run_log_first_reproduce_the_test_and_draw_the_cur
     assert all(a <= b for a, b in zip(dose, dose[1:])) and dose[-1] > 0.2
     assert rows["mean"].gain < rows["zero"].gain and rows["resample"].gain < rows["zero"].gain  # the ×25 plant: see
     assert doc.reference["set"] == "discovery" and doc.reference["n"] == 40  # test_ablation_kinds.py
-    entry = read_log(tmp_path)[-1]
-    assert entry["what"] == "ablation-kinds" and entry["heads"] == [test.heads] and entry["n"] == doc.n
-    assert entry["kinds"] == [r.kind for r in doc.kinds] and entry["heldout_hash"] == test.heldout_hash
+    look = RunDirectory(tmp_path).looks()[-1]
+    assert look.what == "ablation-kinds" and look.heads == [test.heads] and look.n == doc.n and look.frozen
+    assert look.extra["kinds"] == [r.kind for r in doc.kinds] and look.heldout_hash == test.heldout_hash
+    assert look.complete and look.result == AblationKindsDocument.FILE and look.exploratory
 
     from celtk.report import write_report
 
@@ -101,6 +103,11 @@ def test_a_mean_run_screens_selects_and_tests_under_mean_and_is_never_mixed_with
     heads = HeadSet.parse(",".join(selection.heads))
     plain = evaluate(model, get_task(task), splits.heldout, heads=heads, ablation=reference)
     assert bits(e.ablated_correct for e in test.examples) == bits(plain.correct)  # tested under mean
+    from celtk.run import run_eval
+
+    looked = run_eval(None, model=model, heads=heads, split="heldout", run=mean_dir, ablation="mean")  # a logged look
+    assert [e["correct"] for e in looked["examples"]] == [e.ablated_correct for e in test.examples]
+    assert looked["config"]["ablation"]["reference"] == "the run's discovery set"
     doc = run_ablation_kinds(mean_dir, model=model, kinds=["mean", "zero"], alphas=[0.5], n_boot=100)
     assert doc.run_ablation == "mean" and [r.kind for r in doc.kinds] == ["mean", "zero", "scale:0.5"]
     assert {r.kind: r for r in doc.kinds}["mean"].gain == test.gain
@@ -143,10 +150,10 @@ def test_eval_under_a_kind_measures_on_discovery_examples_and_refuses_overlap(pl
     from celtk.run import run_eval
 
     model, task = planted
-    zero = run_eval(tmp_path / "zero", model=model, task=task, heads="L1H2", split="heldout", limit=12)
+    zero = run_eval(tmp_path / "zero", model=model, task=task, heads="L1H2", split="heldout", limit=12, exploratory=True)
     assert "ablation" not in zero["config"]  # zero evaluations keep the document they always had
     doc = run_eval(tmp_path / "mean", model=model, task=task, heads="L1H2", split="heldout", limit=12,
-                   ablation="mean", reference=10)
+                   exploratory=True, ablation="mean", reference=10)
     assert doc["config"]["ablation"]["kind"] == "mean" and doc["config"]["ablation"]["n_reference"] == 10
     splits = make_splits(get_task(task), 10, 12, seed=0)
     mean = ablation_for(model, "mean", get_task(task), splits.discovery, splits.shots)

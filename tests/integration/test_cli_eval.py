@@ -34,11 +34,15 @@ def test_eval_writes_documented_json(tiny_dir, tmp_path):
 
 def test_eval_choice_task_logprob_lists(tiny_dir, tmp_path):
     runner = CliRunner()
-    result = runner.invoke(main, ["eval", "--model", str(tiny_dir), "--task", "boolq", "--data", str(FIX / "boolq"),
-                                  "--split", "heldout", "--out", str(tmp_path / "b")])
+    args = ["eval", "--model", str(tiny_dir), "--task", "boolq", "--data", str(FIX / "boolq"), "--split", "heldout",
+            "--out", str(tmp_path / "b")]
+    refused = runner.invoke(main, args)
+    assert refused.exit_code == 1 and "--run DIR" in refused.output and "Traceback" not in refused.output
+    result = runner.invoke(main, args + ["--exploratory"])
     assert result.exit_code == 0, result.output
+    assert "outside any run" in result.output
     doc = json.loads((tmp_path / "b" / "eval.json").read_text())
-    assert doc["n"] == 6 and all(len(e["logprob"]) == 2 for e in doc["examples"])
+    assert doc["n"] == 6 and all(len(e["logprob"]) == 2 for e in doc["examples"]) and doc["config"]["exploratory"]
 
 
 def test_eval_head_out_of_range_is_one_line(tiny_dir, tmp_path):

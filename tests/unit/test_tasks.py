@@ -227,6 +227,21 @@ def test_test_stage_refuses_heldout_that_repeats_discovery():
     _check_no_overlap([Example("d8", "Q: new", " 3").content_hash], ["d8"], held)
 
 
+def test_one_arithmetic_file_stands_for_its_own_subtask_only():
+    """A single --data file holds one subtask: refused for the whole family (it would be read as all
+    ten, mislabelled), and refused as another subtask than the one its questions belong to."""
+    from celtk.errors import DataFormatError, TaskError
+
+    file = str(FIX / "arithmetic" / "raw" / "data" / "two_digit_addition.jsonl")
+    assert len(get_task("arithmetic:2da", data_path=file).load_pools().discovery) > 0
+    with pytest.raises(TaskError, match="one file, which holds one arithmetic subtask; name it"):
+        get_task("arithmetic", data_path=file).load_pools()
+    with pytest.raises(DataFormatError, match="is not a question of arithmetic subtask 2ds"):
+        get_task("arithmetic:2ds", data_path=file).load_pools()
+    with pytest.raises(DataFormatError, match="is not a question of arithmetic subtask 3da"):
+        get_task("arithmetic:3da", data_path=file.replace("two_digit_addition", "single_digit_three_ops")).load_pools()
+
+
 def _official_rows(n: int) -> list[str]:
     return [json.dumps({"context": f"\n\nQ: What is {i} plus {i + 7}?\n\nA:", "completion": f" {2 * i + 7}"}) for i in range(n)]
 
