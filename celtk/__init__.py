@@ -5,7 +5,8 @@ gain on held-out data, and explain it (Nguyen, Bair & Kolter 2026).
 
 The public names below, and the submodules (``celtk.probe``, ``celtk.run``, ``celtk.tasks``, …),
 load on first use, so ``import celtk`` (and ``celtk --help``) does not import torch;
-``dir(celtk)`` lists them all.
+``dir(celtk)`` lists them all. Every public function checks its arguments' types and ranges before
+any work (:mod:`celtk.validation`) and raises a :class:`CeltkError` subclass naming what was wrong.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _EXPORTS = {
     "ablate": "celtk.ablation", "export_ablated": "celtk.ablation",
     "CeltkError": "celtk.errors",
     "EvalConfig": "celtk.evaluator", "EvalResult": "celtk.evaluator", "ExampleResult": "celtk.evaluator", "evaluate": "celtk.evaluator",
+    "ablation_for": "celtk.evaluator",
     "Head": "celtk.heads", "HeadSet": "celtk.heads",
     "Model": "celtk.models", "load_model": "celtk.models",
     "RunConfig": "celtk.run", "merge_shards": "celtk.run", "open_run": "celtk.run", "resolve_config": "celtk.run",
@@ -31,7 +33,7 @@ _EXPORTS = {
     "get_task": "celtk.tasks", "make_splits": "celtk.tasks", "task_names": "celtk.tasks",
 }
 
-_SUBMODULES = ("ablation", "analysis", "circuits", "errors", "evaluator", "flops", "heads", "models", "probe",
+_SUBMODULES = ("ablation", "ablation_kinds", "analysis", "circuits", "errors", "evaluator", "flops", "heads", "models", "probe",
                "registry", "report", "run", "runstore", "scores", "screen", "screeners", "selection", "stability",
                "stats", "strategies", "tasks", "theory")
 
@@ -40,7 +42,10 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        from celtk.validation import public
+
+        value = globals()[name] = public(getattr(importlib.import_module(_EXPORTS[name]), name))
+        return value
     if name in _SUBMODULES:
         return importlib.import_module(f"celtk.{name}")
     raise AttributeError(f"module 'celtk' has no attribute {name!r}")
@@ -53,6 +58,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from celtk import (
         ablation,
+        ablation_kinds,
         analysis,
         circuits,
         errors,
@@ -77,7 +83,7 @@ if TYPE_CHECKING:
     )
     from celtk.ablation import ablate, export_ablated
     from celtk.errors import CeltkError
-    from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, evaluate
+    from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, ablation_for, evaluate
     from celtk.heads import Head, HeadSet
     from celtk.models import Model, load_model
     from celtk.run import (

@@ -54,6 +54,11 @@ class ConfigError(CeltkError, ValueError):
     """A configuration value is invalid (k > p, unknown key, bad dtype or device...)."""
 
 
+class ArgumentError(ConfigError, TypeError):
+    """A public function was called with an argument of the wrong type or outside its range
+    (:mod:`celtk.validation`); the message names the function, the argument, the value and what is expected."""
+
+
 class SandboxRefusedError(CeltkError):
     """Model-written code would have to run but the user has not opted in."""
 

@@ -10,6 +10,7 @@ continuation)`` past ``encode(context)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,11 +19,19 @@ import torch
 from jaxtyping import Bool, Float, Float64, Int
 from torch import Tensor
 
-from celtk.ablation import ablate
+from celtk.ablation import ablate, as_ablation
+from celtk.ablation_kinds import Ablation, AblationKind, reference_values
 from celtk.errors import ConfigError, TaskError
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.plan import check_memory
 from celtk.tasks import Example, Task, build_context, continuation_delimiter
+from celtk.validation import check_fields
+
+CHAT_DATE = "2024-07-26"
+"""The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
+prompt): fixed so that prompts do not change from day to day; 26 Jul 2024 is the date Llama-3.x
+templates fall back to when none is given. lm-eval renders the real date."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,12 @@ class EvalConfig:
     batch_size: int = 32
     chat: bool = False
     allow_code: bool = False
+    chat_date: str = CHAT_DATE  # what a chat template that writes "today" sees
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.batch_size < 1:
+            raise ConfigError(f"Batch size must be at least 1, got {self.batch_size}.")
 
 
 @dataclass(frozen=True)
@@ -74,10 +89,16 @@ class ExampleResult:
     logprob: float | list[float] | None  # None: graded by generation, no log-probability
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+
 
 @dataclass(frozen=True)
 class EvalResult:
     examples: list[ExampleResult]
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     @property
     def correct(self) -> np.ndarray:
@@ -128,12 +149,6 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
     return ctx, whole[len(ctx):]
 
 
-CHAT_DATE = "2024-07-26"
-"""The date chat templates see (``strftime_now``; Llama-3.x and SmolLM3 write "today" into the
-prompt): fixed so that prompts do not change from day to day; 26 Jul 2024 is the date Llama-3.x
-templates fall back to when none is given. lm-eval renders the real date."""
-
-
 def dated_template(template: str, chat_date: str = CHAT_DATE) -> str:
     """``template`` with ``strftime_now`` shadowed by a macro that formats ``chat_date``.
 
@@ -169,9 +184,26 @@ def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Ex
                                          chat_template=dated_template(template, chat_date), **kwargs)
 
 
+def check_context(model: Model, example_id: str, prompt: int, continuation: int, kind: str = "target") -> None:
+    """Refuse, before any forward pass, an example whose prompt (``prompt`` tokens) and continuation
+    (``continuation`` tokens: the target, a choice, or the generation limit) need more positions than
+    the model reads (:attr:`celtk.models.Model.n_ctx`). The model reads every token but the last.
+
+    lm-eval cuts such a prompt from the left; celtk refuses instead of scoring a prompt the task did
+    not write (and instead of an attention matrix that grows with the square of the length)."""
+    n_ctx = model.n_ctx
+    needed = prompt + continuation - 1
+    if n_ctx is not None and needed > n_ctx:
+        raise TaskError(f"Example {example_id}: its prompt ({prompt:,} tokens) and {kind} ({continuation:,} tokens) need "
+                        f"{needed:,} positions, but {model.name} reads at most {n_ctx:,} ({model.n_ctx_source} in its "
+                        f"config). Shorten that example's prompt, use fewer shots (--fewshot), or use a model with a "
+                        "longer context.")
+
+
 def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
             chat: bool = False, chat_date: str = CHAT_DATE) -> Prepared:
-    """Build and tokenise every request once."""
+    """Build and tokenise every request once; an example longer than the model's context is
+    refused (:func:`check_context`) before any is scored."""
     requests, prompts = [], []
     delimiter = continuation_delimiter(task, chat)
     for i, example in enumerate(examples):
@@ -187,6 +219,7 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
             ctx, cont_ids = encode_pair(model.tokenizer, prompt, cont)
             if not cont_ids:
                 raise TaskError(f"Example {example.id}: its target {cont!r} encodes to no tokens; every target needs at least one token.")
+            check_context(model, example.id, len(ctx), len(cont_ids), "target" if task.kind == "target" else "choice")
             requests.append(Request(i, tuple(ctx), tuple(cont_ids)))
     return Prepared(list(examples), requests, prompts, task.kind, bool(getattr(task, "normalize_by_length", False)))
 
@@ -199,6 +232,9 @@ def prepared_hash(prepared: Prepared) -> str:
     digest = hashlib.sha256(f"{prepared.kind}\0{prepared.normalize}\n".encode())
     for r in prepared.requests:
         digest.update(f"{r.example}:{','.join(map(str, r.context))}|{','.join(map(str, r.continuation))}\n".encode())
+    if prepared.kind == "generate":  # graded by generation: no scored requests, so the prompts themselves
+        for example, prompt in zip(prepared.examples, prepared.prompts):
+            digest.update(f"{example.id}:{prompt}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -262,14 +298,19 @@ def score_hidden(model: Model, hidden: Float[Tensor, "rows pos d_model"], batch:
 
 
 def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch],
-                   progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Run every batch through the model as it stands (hooks included): per-request summed
-    target log-probability and all-greedy flag."""
+                   progress: Callable[[int, int], None] | None = None,
+                   around: Callable[[Batch], AbstractContextManager[Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Run every batch through the model as it stands (hooks included), each inside ``around(batch)``
+    when given (:func:`ablated`): per-request summed target log-probability and all-greedy flag."""
     lp = np.zeros(len(prepared.requests))
     greedy = np.zeros(len(prepared.requests), dtype=bool)
     with torch.no_grad():
         for done, batch in enumerate(batches, start=1):
-            hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
+            if around is None:
+                hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
+            else:
+                with around(batch):
+                    hidden = decoder_hidden(model, batch.input_ids, batch.attention_mask)
             blp, bgreedy = score_hidden(model, hidden, batch)
             lp[batch.request_ids] = blp.numpy()
             greedy[batch.request_ids] = bgreedy.numpy()
@@ -300,20 +341,87 @@ def aggregate(prepared: Prepared, lp: np.ndarray, greedy: np.ndarray) -> EvalRes
 
 def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
              heads: HeadSet | None = None, config: EvalConfig = EvalConfig(),
-             progress: Callable[[int, int], None] | None = None) -> EvalResult:
-    """Score ``examples`` with ``heads`` ablated (none by default). Never prints.
+             progress: Callable[[int, int], None] | None = None,
+             ablation: Ablation | AblationKind | str | None = None) -> EvalResult:
+    """Score ``examples`` with ``heads`` ablated (none by default) as ``ablation`` says (default zero;
+    mean and resample values come from :func:`ablation_for`). Never prints.
 
     Returns:
         per-example ``correct`` and the score behind it (summed target log-probability, the
         per-choice log-likelihoods, or the generated text), in the order of ``examples``.
     """
     heads = heads or HeadSet()
-    with ablate(model, heads):
-        if task.kind == "generate":
+    kind = as_ablation(ablation)
+    if task.kind == "generate":
+        refuse_resample_generation(kind)
+        with ablate(model, heads, kind):
             return _evaluate_generation(model, task, examples, shots, config, progress)
-        prepared = prepare(model, task, examples, shots, config.chat)
-        batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
-        return aggregate(prepared, *score_requests(model, prepared, batches, progress))
+    prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
+    check_memory(model, prepared, config.batch_size, cached=False, what="Scoring")
+    batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
+    return aggregate(prepared, *score_requests(model, prepared, batches, progress,
+                                               around=ablated(model, prepared, heads, kind)))
+
+
+def ablated(model: Model, prepared: Prepared, heads: HeadSet, ablation: Ablation | AblationKind | str | None = None
+            ) -> Callable[[Batch], AbstractContextManager[Any]]:
+    """For :func:`score_requests`: each batch under :func:`celtk.ablation.ablate` of ``heads`` (resample: each
+    row reading the reference its example draws, :meth:`Ablation.assign`, from position 0)."""
+    kind = as_ablation(ablation)
+    if not kind.per_row:
+        return lambda batch: ablate(model, heads, kind)
+    drawn = kind.assign([e.content_hash for e in prepared.examples])
+    return lambda batch: ablate(model, heads, kind,
+                                references=drawn[[prepared.requests[r].example for r in batch.request_ids]])
+
+
+def refuse_resample_generation(ablation: Ablation | AblationKind) -> None:
+    """Resample ablation is defined on the positions teacher forcing reads; a generation runs past them."""
+    if (ablation.kind if isinstance(ablation, Ablation) else ablation).name == "resample":
+        raise ConfigError("Resample ablation is not offered for generation-graded tasks: a greedy generation reads "
+                          "positions no reference example has, and its left-padded batches move every position. Use "
+                          "zero, mean or scale:α.")
+
+
+def reference_sequences(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
+                        chat: bool = False, chat_date: str = CHAT_DATE) -> list[list[int]]:
+    """Each reference example's prompt followed by its correct answer, as teacher forcing reads them (the
+    answer's last token is predicted, never read): the tokens mean and resample ablation measure ``z`` on.
+    A generation-graded task's reference is its prompt."""
+    if task.kind == "generate":
+        prompts = [format_prompt(model, task, e, shots, chat, chat_date) for e in examples]
+        return prompt_ids(model, prompts, examples)
+    prepared = prepare(model, task, examples, shots, chat, chat_date)
+    by_example: dict[int, list[Request]] = {}
+    for request in prepared.requests:
+        by_example.setdefault(request.example, []).append(request)
+    out = []
+    for i, example in enumerate(examples):
+        requests = by_example[i]
+        request = requests[example.label or 0] if task.kind == "choice" else requests[0]
+        out.append(list(request.context + request.continuation)[:-1])
+    return out
+
+
+def ablation_for(model: Model, kind: AblationKind | str, task: Task, reference: Sequence[Example],
+                 shots: Sequence[Example] = (), chat: bool = False, chat_date: str = CHAT_DATE,
+                 seed: int = 0) -> Ablation:
+    """The :class:`Ablation` of ``kind`` with its values measured on the intact ``model`` over the ``reference``
+    examples (prompted with ``shots`` and ``chat`` as the examples they will ablate): per-head means, or
+    every position's ``z`` for resample (drawn per example with ``seed``). Keep ``reference`` disjoint from
+    any held-out set (a run uses its discovery set). Zero and scale need no reference.
+
+    Example:
+        >>> mean = ablation_for(model, "mean", task, splits.discovery, splits.shots)   # doctest: +SKIP
+        >>> evaluate(model, task, splits.heldout, splits.shots, HeadSet.parse("L1H2"), ablation=mean)  # doctest: +SKIP
+    """
+    kind = AblationKind.parse(kind)
+    if not kind.needs_reference:
+        return Ablation(kind)
+    sequences = reference_sequences(model, task, reference, shots, chat, chat_date)
+    means, stored, count = reference_values(model, sequences, keep=kind.name == "resample")
+    return Ablation(kind, means=means if kind.name == "mean" else None, reference=stored,
+                    reference_hashes=tuple(e.content_hash for e in reference), seed=seed, reference_positions=count)
 
 
 @dataclass(frozen=True)
@@ -334,6 +442,11 @@ class StopRule:
     def of(cls, model: Model, max_new_tokens: int, stop: Sequence[str] = ()) -> StopRule:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
+        if model.n_ctx is not None and max_new_tokens >= model.n_ctx:
+            raise ConfigError(f"max_new_tokens = {max_new_tokens:,} cannot fit in the context of {model.name}, which reads "
+                              f"at most {model.n_ctx:,} positions ({model.n_ctx_source} in its config) for prompt and "
+                              f"generation together; use --max-new-tokens below {model.n_ctx:,} (the prompt's length "
+                              "comes off it too).")
         eos = getattr(model.hf_model.generation_config, "eos_token_id", None)  # what HF generate stops on
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         return cls(tuple(s for s in stop if s), frozenset(eos), max_new_tokens)
@@ -349,15 +462,18 @@ class StopRule:
         return bool(self.stop) and any(s in tokenizer.decode(list(tokens), skip_special_tokens=True) for s in self.stop)
 
 
-def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example] | None = None) -> list[list[int]]:
+def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example] | None = None,
+               new_tokens: int = 0) -> list[list[int]]:
     """Each prompt's token ids as the tokenizer encodes it alone (with BOS where it adds one and
-    the prompt, e.g. a Llama or Gemma chat template, does not already begin with it)."""
+    the prompt, e.g. a Llama or Gemma chat template, does not already begin with it); a prompt
+    that leaves no room for ``new_tokens`` generated tokens in the model's context is refused."""
     out = []
     for i, prompt in enumerate(prompts):
         ids = model.tokenizer(prompt, add_special_tokens=adds_special_tokens(model.tokenizer, prompt)).input_ids
+        name = str(examples[i].id if examples is not None else i)
         if not ids:
-            name = examples[i].id if examples is not None else i
             raise TaskError(f"Example {name}: its prompt encodes to no tokens; every prompt needs at least one token.")
+        check_context(model, name, len(ids), new_tokens, "generation limit")
         out.append(list(ids))
     return out
 
@@ -418,7 +534,8 @@ def generate_greedy(model: Model, prompts: Sequence[str], max_new_tokens: int, s
                     batch_size: int = 8) -> list[str]:
     """Greedy continuations of ``prompts`` (left-padded batches), cut before the first stop string."""
     rule = StopRule.of(model, max_new_tokens, stop)
-    return [rule.text(model.tokenizer, t) for t in generate_tokens(model, prompt_ids(model, prompts), rule, batch_size)]
+    ids = prompt_ids(model, prompts, new_tokens=max_new_tokens)
+    return [rule.text(model.tokenizer, t) for t in generate_tokens(model, ids, rule, batch_size)]
 
 
 def generation_result(task: Task, example: Example, text: str, n_tokens: int, allow_code: bool) -> ExampleResult:
@@ -433,9 +550,9 @@ def _evaluate_generation(model: Model, task: Task, examples: Sequence[Example], 
 
     if task.runs_code:
         require_opt_in(config.allow_code)
-    prompts = [format_prompt(model, task, e, shots, config.chat) for e in examples]
+    prompts = [format_prompt(model, task, e, shots, config.chat, config.chat_date) for e in examples]
     rule = StopRule.for_task(model, task)
-    made = generate_tokens(model, prompt_ids(model, prompts, examples), rule, config.batch_size)
+    made = generate_tokens(model, prompt_ids(model, prompts, examples, rule.max_new_tokens), rule, config.batch_size)
     out = []
     for i, (example, tokens) in enumerate(zip(examples, made), start=1):
         out.append(generation_result(task, example, rule.text(model.tokenizer, tokens), len(tokens), config.allow_code))

@@ -3,13 +3,14 @@
 TransformerLens's bridge runs each attention block through its own re-implementation of eager
 attention with a dozen hook points per layer, and copies every key/value head once per query head
 (``repeat_kv``) before the score product. The screener needs one of those hooks, ``hook_z``, and its
-effect, a head's ``z`` zeroed before the output projection, is one masked fill. A :class:`FusedLayer`
+effect, a head's ``z`` zeroed (or replaced: :mod:`celtk.ablation_kinds`) before the output projection, is one
+masked fill. A :class:`FusedLayer`
 runs a decoder layer from the Hugging Face modules the bridge wraps, calling each of them as the HF
 layer does (norms, projections, q/k norms, activation; the decoder's rotary cos/sin through HF's
 ``apply_rotary_pos_emb``), with the same eager
 attention arithmetic (:func:`grouped_attention`: scaled scores, the decoder's own additive mask for
 that layer, a float32 softmax) but without the key/value copies, and the ablated heads' ``z``
-zeroed per row between attention and the output projection.
+zeroed (or replaced by the kind's value) per row between attention and the output projection.
 
 Only layers whose HF class is one of :data:`FUSED_LAYERS`, and whose modules are the ones read here,
 are fused; every other decoder (Gemma-3, GPT-2, GPT-NeoX, ...) replays through the bridge, and so
@@ -30,6 +31,8 @@ from typing import Any
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
+
+from celtk.ablation_kinds import RowSpec, as_spec
 
 # HF decoder layers whose forward a FusedLayer reproduces: pre-norm attention and gated MLP, RMSNorm
 # ``weight * x̂``, RoPE (``use_rope`` switches it per layer in SmolLM3), optional q/k/v biases (Qwen2)
@@ -69,8 +72,9 @@ class FusedLayer:
 
     def __call__(self, hidden: Float[Tensor, "rows pos d_model"], attention_mask: Tensor | None,
                  position_embeddings: tuple[Tensor, Tensor] | None, cache: Any = None,
-                 head_mask: Bool[Tensor, "rows head_index"] | None = None) -> Float[Tensor, "rows pos d_model"]:
-        """The layer's output on ``hidden`` with the heads ``head_mask`` marks zeroed in each row.
+                 head_mask: Bool[Tensor, "rows head_index"] | RowSpec | None = None) -> Float[Tensor, "rows pos d_model"]:
+        """The layer's output on ``hidden`` with the heads ``head_mask`` marks zeroed in each row (a
+        :class:`celtk.ablation_kinds.RowSpec`: replaced as its kind says, as the bridge's hook_z hook would).
 
         ``attention_mask`` is the decoder's additive (or boolean) mask for this layer, broadcastable
         to ``[rows, head_index, pos, keys]``; ``cache``, when given, is asked for the keys and values
@@ -90,10 +94,10 @@ class FusedLayer:
             q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if cache is not None:
             k, v = cache.update(k, v, self.index)
-        z = grouped_attention(q, k, v, attention_mask, self.scaling)
-        if head_mask is not None:  # hook_z: zero the ablated heads' z before the output projection
-            z = z.masked_fill(head_mask.to(z.device)[:, :, None, None], 0.0)
-        hidden = hidden + m["o_proj"](z.transpose(1, 2).reshape(rows, pos, self.n_heads * self.d_head))
+        z = grouped_attention(q, k, v, attention_mask, self.scaling).transpose(1, 2)  # hook_z's layout
+        if head_mask is not None:  # hook_z: replace the ablated heads' z before the output projection
+            z = as_spec(head_mask).apply(z)
+        hidden = hidden + m["o_proj"](z.reshape(rows, pos, self.n_heads * self.d_head))
         x = m["post_attention_layernorm"](hidden)
         return hidden + m["down_proj"](m["act_fn"](m["gate_proj"](x)) * m["up_proj"](x))
 

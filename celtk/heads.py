@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from celtk.errors import HeadError
+from celtk.validation import check_fields
 
 _HEAD_RE = re.compile(r"^\s*(?:L(\d+)H(\d+)|(\d+)\.(\d+))\s*$", re.IGNORECASE)
 
@@ -57,6 +58,7 @@ class HeadSet:
     heads: tuple[Head, ...] = ()
 
     def __post_init__(self) -> None:
+        check_fields(self)
         ordered = tuple(sorted(set(self.heads)))
         if len(ordered) != len(self.heads):
             dup = sorted({str(h) for h in self.heads if self.heads.count(h) > 1})
@@ -90,7 +92,9 @@ class HeadSet:
         return self.sort_key() < other.sort_key()
 
     def sort_key(self) -> tuple[tuple[int, int], ...]:
-        """Lexicographic order of head ids, used as the last tie-break of the ranking key."""
+        """The heads as ``(layer, head)`` pairs in set order: sets compare lexicographically over their heads,
+        each head by layer, then head index (``L2H0`` before ``L10H0``: numbers, not strings). The last
+        tie-break of the ranking key (:func:`celtk.scores.ranking_key`)."""
         return tuple((h.layer, h.head) for h in self.heads)
 
     def names(self) -> list[str]:

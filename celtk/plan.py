@@ -28,8 +28,11 @@ from celtk.errors import ConfigError
 from celtk.flops import Shape, layer_flops, screen_flops
 from celtk.heads import Head, HeadSet
 from celtk.prefix_tree import layer_evaluations
+from celtk.validation import check_fields
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+             "intermediate_size", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,19 @@ class TaskSize:
     shared_prefix: int = 0
     generate_tokens: int = 0
     mean_prompt_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for name, low in (("n_discovery", 1), ("n_heldout", 0), ("prompt_tokens", 1), ("continuation_tokens", 0),
+                          ("choices", 1), ("shared_prefix", 0), ("generate_tokens", 0)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"Task size {name} must be at least {low}, got {getattr(self, name)}.")
+        if self.mean_prompt_tokens is not None and not 1 <= self.mean_prompt_tokens <= self.prompt_tokens:
+            raise ConfigError(f"The mean prompt ({self.mean_prompt_tokens} tokens) must lie between 1 and the longest "
+                              f"prompt ({self.prompt_tokens} tokens): --mean-prompt-tokens ≤ --prompt-tokens.")
+        if self.shared_prefix >= self.prompt_tokens:
+            raise ConfigError(f"The shared prefix ({self.shared_prefix} tokens of shots and template) must be shorter "
+                              f"than the longest prompt ({self.prompt_tokens} tokens) that holds it.")
 
     @property
     def mean_prompt(self) -> int:
@@ -119,11 +135,21 @@ def shape_from_config(config: Any) -> Shape:
     if missing:
         raise ConfigError(f"Model config lacks {', '.join(missing)}; a decoder config.json names hidden_size, "
                           "num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size.")
-    heads = int(get("num_attention_heads"))
-    d_model = int(get("hidden_size"))
-    return Shape(int(get("num_hidden_layers")), heads, int(get("num_key_value_heads") or heads),
-                 int(get("head_dim") or d_model // heads), d_model, int(get("intermediate_size") or 4 * d_model),
-                 int(get("vocab_size")))
+    for key in SIZE_KEYS:  # a string, a bool, zero or a negative number would make the plan's arithmetic nonsense
+        value = get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"Model config has {key} = {value!r}; a size in a config.json is a positive integer.")
+    heads = get("num_attention_heads")
+    d_model = get("hidden_size")
+    kv = get("num_key_value_heads") or heads
+    if heads % kv:
+        raise ConfigError(f"Model config has num_key_value_heads = {kv}, which does not divide num_attention_heads = "
+                          f"{heads}; each key/value head serves a whole group of query heads.")
+    if get("head_dim") is None and d_model % heads:
+        raise ConfigError(f"Model config has hidden_size = {d_model} and num_attention_heads = {heads}, and no "
+                          "head_dim: the head size must divide the hidden size, or be given as head_dim.")
+    return Shape(get("num_hidden_layers"), heads, kv, get("head_dim") or d_model // heads, d_model,
+                 get("intermediate_size") or 4 * d_model, get("vocab_size"))
 
 
 def n_parameters(shape: Shape, tied: bool) -> int:
@@ -191,6 +217,12 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
     if task.kind not in ("target", "choice", "generate"):
         raise ConfigError(f"Task kind {task.kind!r} is not one of target, choice, generate.")
     shape, width_bytes = shape_from_config(config), DTYPE_BYTES[dtype]
+    if not 1 <= k <= pool <= shape.n_layers * shape.n_heads:
+        raise ConfigError(f"Algorithm 1's pool p = {pool} and set size k = {k} must satisfy 1 ≤ k ≤ p ≤ the model's "
+                          f"{shape.n_layers * shape.n_heads} heads.")
+    for name, value in (("batch_size", batch_size), ("rows_per_pass", rows_per_pass)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}.")
     tied = bool((json.loads(Path(config).read_text()) if isinstance(config, (str, Path)) else
                  config if isinstance(config, dict) else vars(config)).get("tie_word_embeddings", False))
     weights = float(n_parameters(shape, tied) * width_bytes)
@@ -242,3 +274,58 @@ def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -
                     choices=max(1, round(len(requests) / max(n_examples, 1))), shared_prefix=prefix,
                     mean_prompt_tokens=round(sum(len(r.context) for r in requests) / len(requests)))
 
+
+
+def stage_bytes(model: Any, prepared: Any, batch_size: int, rows_per_pass: int | None = None, *, cached: bool = True,
+                share_prefix: bool = True) -> float:
+    """Peak activation bytes of scoring ``prepared`` on ``model`` (weights excluded: they are loaded):
+    by the cached screener (``cached``; :func:`cached_stage_bytes`) or by plain passes, one batch at a
+    time (the held-out stage and :func:`celtk.evaluator.evaluate`)."""
+    if not prepared.requests:
+        return 0.0
+    shape, db = Shape.of(model), model.dtype.itemsize
+    size = task_size_of(prepared, share_prefix=share_prefix)
+    if cached:
+        return cached_stage_bytes(shape, size, len(prepared.examples), batch_size, rows_per_pass or batch_size, db)
+    width = size.prompt_tokens + size.continuation_tokens - 1
+    return plain_pass_bytes(shape, min(batch_size, len(prepared.requests)), width,
+                            batch_size * size.continuation_tokens, db)
+
+
+def check_memory(model: Any, prepared: Any, batch_size: int, rows_per_pass: int | None = None, *, cached: bool = True,
+                 share_prefix: bool = True, free_bytes: int | None = None, what: str = "this stage") -> None:
+    """Refuse, before any work, a stage whose activations (:func:`stage_bytes`, the model of ``celtk
+    plan``) exceed the memory free on the model's device; the message names the batch size that fits.
+    ``rows_per_pass``: the cached screener's rows per forward (it runs ``max(rows_per_pass, batch)``)."""
+    from celtk.screen import available_memory
+
+    free = available_memory(model.device) if free_bytes is None else free_bytes
+
+    def need(batch: int) -> float:
+        rows = max(rows_per_pass or batch, batch)
+        return stage_bytes(model, prepared, batch, rows, cached=cached, share_prefix=share_prefix)
+
+    needed = need(batch_size)
+    if needed <= free:
+        return
+    low, high = 0, batch_size - 1  # the largest batch size that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if need(mid) <= free else (low, mid - 1)
+    rows = f" ({max(rows_per_pass or batch_size, batch_size)} rows per pass)" if cached else ""
+    where = f"the {_bytes(free)} available on {model.device}"
+    if low >= 1:
+        advice = (f"batch size {low} would fit (estimated {_bytes(need(low))}): set batch_size = {low} "
+                  f"(--batch-size {low}) or 'auto'")
+    else:
+        advice = ("no batch size fits: the examples' own cached activations take that much; use fewer or shorter "
+                  "examples, fewer shots, or a device with more memory")
+    raise ConfigError(f"{what} on {len(prepared.examples):,} examples needs about {_bytes(needed)} of activations "
+                      f"at batch size {batch_size}{rows}, more than {where}; {advice}. (The estimate of `celtk plan`.)")
+
+
+def _bytes(n: int | float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"

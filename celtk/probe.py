@@ -20,8 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from einops import einsum
+from jaxtyping import Float, Int
+from torch import Tensor
 
 from celtk.ablation import ablate
+from celtk.ablation_kinds import Ablation
 from celtk.errors import TaskError
 from celtk.evaluator import EvalConfig, evaluate
 from celtk.heads import Head, HeadSet
@@ -73,21 +76,23 @@ def _correct_logprob(result, examples: Sequence[Example]) -> list[float]:
 
 
 def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
-           heads: HeadSet | str = "", batch_size: int = 16, n_boot: int = 2000, seed: int = 0) -> Effect:
-    """Per-example correctness and target log-probability, intact vs with ``heads`` removed, the
-    examples fixed and broken, and the paired comparison (gain, McNemar p, bootstrap CI)."""
+           heads: HeadSet | str = "", batch_size: int = 16, n_boot: int = 2000, seed: int = 0,
+           ablation: Ablation | str | None = None) -> Effect:
+    """Per-example correctness and target log-probability, intact vs with ``heads`` removed (as ``ablation``
+    says: zero by default, ``"scale:α"``, or mean/resample values from :func:`celtk.evaluator.ablation_for`),
+    the examples fixed and broken, and the paired comparison (gain, McNemar p, bootstrap CI)."""
     heads = HeadSet.parse(heads) if isinstance(heads, str) else heads
     if task.kind == "generate":
         raise TaskError("probe.effect scores fixed targets or choices; use celtk.evaluate for generation tasks.")
     config = EvalConfig(batch_size=batch_size)
     intact = evaluate(model, task, examples, shots, config=config)
-    ablated = evaluate(model, task, examples, shots, heads=heads, config=config)
+    ablated = evaluate(model, task, examples, shots, heads=heads, config=config, ablation=ablation)
     rows = [ExampleEffect(i.id, i.correct, a.correct, li, la) for i, a, li, la in
             zip(intact.examples, ablated.examples, _correct_logprob(intact, examples), _correct_logprob(ablated, examples))]
     return Effect(heads, rows, compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=seed))
 
 
-def _encode(model: Model, prompt: str) -> torch.Tensor:
+def _encode(model: Model, prompt: str) -> Int[Tensor, "1 pos"]:
     return model.tokenizer(prompt, return_tensors="pt").input_ids.to(model.device)
 
 
@@ -99,7 +104,7 @@ def tokens(model: Model, prompt: str) -> list[str]:
 class AttentionPattern:
     head: Head
     tokens: list[str]
-    pattern: np.ndarray  # [query, key], rows sum to 1, causal
+    pattern: Float[np.ndarray, "query_pos key_pos"]  # rows sum to 1, causal
 
     def top_keys(self, query: int = -1, n: int = 5) -> list[tuple[int, str, float]]:
         row = self.pattern[query]
@@ -117,21 +122,22 @@ def attention(model: Model, prompt: str, head: Head | str) -> AttentionPattern:
     return AttentionPattern(head, tokens(model, prompt), cache[name][0, head.head].float().cpu().numpy())
 
 
-def _final_norm_factor(model: Model, resid: torch.Tensor) -> torch.Tensor:
+def _final_norm_factor(model: Model, resid: Float[Tensor, "*pos d_model"]) -> Float[Tensor, "*pos d_model"]:
     """The final norm at these residuals as an elementwise factor (exact for RMSNorm with the
     scale frozen at its value here, the usual convention for direct logit attribution)."""
     return model.arch.final_norm(resid) / resid
 
 
-def _ids(model: Model, prompt: str | list[int]) -> torch.Tensor:
+def _ids(model: Model, prompt: str | list[int]) -> Int[Tensor, "1 pos"]:
     if isinstance(prompt, str):
         return _encode(model, prompt)
     return torch.tensor([prompt], device=model.device)
 
 
-def head_outputs(model: Model, prompt: str | list[int], position: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each head's write into the residual stream at ``position``: ``[layer, head, d_model]``,
-    plus the final residual there and the attention outputs ``[layer, d_model]`` (for checks).
+def head_outputs(model: Model, prompt: str | list[int], position: int = -1
+                 ) -> tuple[Float[Tensor, "layer head_index d_model"], Float[Tensor, " d_model"], Float[Tensor, "layer d_model"]]:
+    """Each head's write into the residual stream at ``position``, plus the final residual there
+    (the input of the final norm) and each layer's attention output (for checks).
     ``prompt`` is text or token ids."""
     names = [f"blocks.{l}.attn.hook_z" for l in range(model.n_layers)]
     names += [f"blocks.{l}.attn.o.hook_out" for l in range(model.n_layers)] + ["ln_final.hook_in"]
@@ -140,7 +146,7 @@ def head_outputs(model: Model, prompt: str | list[int], position: int = -1) -> t
         _, cache = model.bridge.run_with_cache(_ids(model, prompt), names_filter=lambda n: n in wanted)
         outs, attn = [], []
         for layer in range(model.n_layers):
-            z = cache[f"blocks.{layer}.attn.hook_z"][0, position]  # [head, d_head]
+            z = cache[f"blocks.{layer}.attn.hook_z"][0, position]  # [head_index, d_head]
             w_o = model.bridge.blocks[layer].attn.W_O  # [head_index, d_head, d_model], any layout of o
             outs.append(einsum(z, w_o.to(z.dtype), "head_index d_head, head_index d_head d_model -> head_index d_model"))
             attn.append(cache[f"blocks.{layer}.attn.o.hook_out"][0, position])
@@ -186,12 +192,14 @@ class TokenChange:
         return self.p_ablated - self.p_intact
 
 
-def next_token_changes(model: Model, prompt: str, heads: HeadSet | str, n: int = 10) -> list[TokenChange]:
-    """The ``n`` next tokens whose probability changes most when ``heads`` are removed."""
+def next_token_changes(model: Model, prompt: str, heads: HeadSet | str, n: int = 10,
+                       ablation: Ablation | str | None = None) -> list[TokenChange]:
+    """The ``n`` next tokens whose probability changes most when ``heads`` are removed (as ``ablation`` says;
+    resample, which needs a reference per prompt, is refused here)."""
     ids = _encode(model, prompt)
     with torch.no_grad():
         p_intact = torch.softmax(model.bridge(ids)[0, -1].float(), -1)
-        with ablate(model, heads):
+        with ablate(model, heads, ablation):
             p_ablated = torch.softmax(model.bridge(ids)[0, -1].float(), -1)
     top = torch.argsort((p_ablated - p_intact).abs(), descending=True)[:n].tolist()
     return [TokenChange(model.tokenizer.decode([t]), t, float(p_intact[t]), float(p_ablated[t])) for t in top]

@@ -41,12 +41,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from jaxtyping import Bool, Int, Shaped
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 
 Mode = Literal["exact", "confidence"]
-ScoreChunk = Callable[[list[HeadSet], np.ndarray], Mapping[HeadSet, np.ndarray]]
+# (heads, example indices of the chunk) -> each head's correctness on those examples, in that order
+ScoreChunk = Callable[[list[HeadSet], Int[np.ndarray, " chunk"]], Mapping[HeadSet, Bool[np.ndarray, " chunk"]]]
 
 
 def race_key(heads: HeadSet, n_correct: int, damage: int, intact_correct: int) -> tuple:
@@ -90,7 +92,7 @@ def serfling_radius(m: int, n: int, log_term: float) -> float:
 class RaceResult:
     """What a race scored and kept.
 
-    ``outcomes[h]`` is a bool array ``[n]`` whose entries at ``order[:examples_scored[h]]``
+    ``outcomes[h]`` is a bool array over the ``n`` examples whose entries at ``order[:examples_scored[h]]``
     are head ``h``'s per-example correctness; unscored entries are False, so a dropped head's
     row is its worst case and ranking every row (``exhaustive_pool(outcomes, intact, p)``)
     gives ``pool`` again (always in exact mode; in confidence mode when its bound held).
@@ -101,9 +103,9 @@ class RaceResult:
     p: int
     heads: list[HeadSet]
     pool: list[HeadSet]  # the top p by the final key, best first
-    outcomes: dict[HeadSet, np.ndarray]
+    outcomes: dict[HeadSet, Bool[np.ndarray, " n"]]
     examples_scored: dict[HeadSet, int]
-    order: np.ndarray  # int [n]: the order the examples were revealed in
+    order: Int[np.ndarray, " n"]  # the order the examples were revealed in
     schedule: list[int]
     racing_after: list[int]  # heads still racing after each chunk
     uncertified: list[HeadSet]  # dropped by the confidence bound alone (always empty in exact mode)
@@ -127,15 +129,15 @@ class RaceResult:
     def survivors(self) -> list[HeadSet]:
         return [h for h in self.heads if self.examples_scored[h] == self.n]
 
-    def scored_mask(self, heads: HeadSet) -> np.ndarray:
-        """Bool ``[n]``: the examples ``heads`` was scored on."""
+    def scored_mask(self, heads: HeadSet) -> Bool[np.ndarray, " n"]:
+        """The examples ``heads`` was scored on."""
         mask = np.zeros(self.n, dtype=bool)
         mask[self.order[:self.examples_scored[heads]]] = True
         return mask
 
 
-def exhaustive_pool(outcomes: Mapping[HeadSet, np.ndarray], intact: np.ndarray, p: int) -> list[HeadSet]:
-    """The top ``p`` heads by the ranking key on complete outcomes (bool ``[n]`` each)."""
+def exhaustive_pool(outcomes: Mapping[HeadSet, Bool[np.ndarray, " n"]], intact: Bool[np.ndarray, " n"], p: int) -> list[HeadSet]:
+    """The top ``p`` heads by the ranking key on complete outcomes (each head's correctness, as ``intact``'s)."""
     intact = np.asarray(intact, dtype=bool)
     total = int(intact.sum())
 
@@ -156,13 +158,13 @@ class _Race:
     """The state between chunks: outcomes in reveal order and each head's scored count."""
 
     heads: list[HeadSet]
-    intact: np.ndarray  # bool [n], in reveal order
+    intact: Bool[np.ndarray, " n"]  # in reveal order
     p: int
-    outcomes: np.ndarray  # bool [heads, n], in reveal order
-    scored: np.ndarray  # int [heads]
-    racing: np.ndarray  # bool [heads]
+    outcomes: Bool[np.ndarray, "head n"]  # in reveal order
+    scored: Int[np.ndarray, " head"]
+    racing: Bool[np.ndarray, " head"]
 
-    def key_bounds(self, low: np.ndarray, high: np.ndarray) -> tuple[list[tuple], list[tuple]]:
+    def key_bounds(self, low: Int[np.ndarray, " head"], high: Int[np.ndarray, " head"]) -> tuple[list[tuple], list[tuple]]:
         """Best and worst final keys of every head, given bounds on its final number right."""
         n = len(self.intact)
         wrong_intact_right = np.cumsum(self.intact[None, :] & ~self.outcomes, axis=1)
@@ -176,20 +178,20 @@ class _Race:
             worst.append(race_key(heads, int(low[i]), damage + int(intact_left[min(m, n)]), total))
         return best, worst
 
-    def exact_counts(self) -> tuple[np.ndarray, np.ndarray]:
+    def exact_counts(self) -> tuple[Int[np.ndarray, " head"], Int[np.ndarray, " head"]]:
         right = np.array([self.outcomes[i, :m].sum() for i, m in enumerate(self.scored)])
         return right, right + (len(self.intact) - self.scored)
 
-    def beaten_by(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    def beaten_by(self, low: Int[np.ndarray, " head"], high: Int[np.ndarray, " head"]) -> Int[np.ndarray, " head"]:
         """For each head, how many heads' worst final key is strictly better than its best."""
         best, worst = self.key_bounds(low, high)
         ordered = sorted(worst)
         return np.array([bisect_left(ordered, b) for b in best])
 
 
-def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: np.ndarray, p: int,
+def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shaped[np.ndarray, "..."], p: int,
          mode: Mode = "exact", schedule: Sequence[int] | None = None, *, delta: float = 0.05,
-         order: Sequence[int] | np.ndarray | None = None, seed: int = 0) -> RaceResult:
+         order: Sequence[int] | Int[np.ndarray, " n"] | None = None, seed: int = 0) -> RaceResult:
     """Score ``heads`` chunk by chunk on ``n`` examples, dropping those that cannot enter the
     top-``p`` pool; return the pool and what was scored.
 
@@ -197,7 +199,8 @@ def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: np.n
         score_chunk: ``score_chunk(heads, indices)`` returns, for each of ``heads``, a bool
             array ``[len(indices)]``: its correctness on examples ``indices`` (in that order).
         heads: the interventions, each a :class:`HeadSet` (one head each in stage 1).
-        n: number of discovery examples; ``intact``: bool ``[n]``, the intact model's correctness.
+        n: number of discovery examples; ``intact``: bool ``[n]``, the intact model's correctness
+            (any other array is refused with a :class:`ConfigError` naming its dtype and shape).
         p: pool size; ``mode``: ``"exact"`` or ``"confidence"`` (see the module docstring).
         schedule: chunk sizes summing to ``n`` (default :func:`default_schedule`).
         delta: the confidence mode's failure probability.
@@ -230,8 +233,8 @@ def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: np.n
                       uncertified, delta if mode == "confidence" else None)
 
 
-def _check(heads: Sequence[HeadSet], n: int, intact: np.ndarray, p: int, mode: Mode, schedule: Sequence[int] | None,
-           delta: float) -> tuple[list[HeadSet], np.ndarray, list[int]]:
+def _check(heads: Sequence[HeadSet], n: int, intact: Shaped[np.ndarray, "..."], p: int, mode: Mode,
+           schedule: Sequence[int] | None, delta: float) -> tuple[list[HeadSet], Bool[np.ndarray, " n"], list[int]]:
     heads = list(heads)
     if any(not isinstance(h, HeadSet) or len(h) == 0 for h in heads):
         raise ConfigError("race() takes non-empty HeadSets; wrap a Head h as HeadSet((h,)).")
@@ -252,7 +255,7 @@ def _check(heads: Sequence[HeadSet], n: int, intact: np.ndarray, p: int, mode: M
     return heads, intact, schedule
 
 
-def _score(state: _Race, score_chunk: ScoreChunk, order: np.ndarray, start: int, size: int) -> None:
+def _score(state: _Race, score_chunk: ScoreChunk, order: Int[np.ndarray, " n"], start: int, size: int) -> None:
     """Score every racing head on the next ``size`` examples of ``order``."""
     rows = np.flatnonzero(state.racing)
     indices = order[start:start + size]
@@ -304,15 +307,16 @@ def subset_prepared(prepared: Any, indices: Sequence[int]) -> Any:
                                requests=[r for k in range(len(indices)) for r in by_example.get(k, [])])
 
 
-def cached_scorer(model: Any, prepared: Any, *, batch_size: int = 16, rows_per_pass: int = 64) -> ScoreChunk:
+def cached_scorer(model: Any, prepared: Any, *, batch_size: int = 16, rows_per_pass: int = 64,
+                  ablation: Any = None) -> ScoreChunk:
     """A ``score_chunk`` for :func:`race` that runs :class:`celtk.screen.CachedScreener` on
     the chunk's examples (each call pays one intact pass over the chunk and, with a shared
     few-shot prefix, the prefix once per head)."""
     from celtk.screen import CachedScreener
 
-    def score_chunk(heads: list[HeadSet], indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
+    def score_chunk(heads: list[HeadSet], indices: Int[np.ndarray, " chunk"]) -> dict[HeadSet, Bool[np.ndarray, " chunk"]]:
         screener = CachedScreener(model, subset_prepared(prepared, indices.tolist()), batch_size=batch_size,
-                                  rows_per_pass=rows_per_pass)
+                                  rows_per_pass=rows_per_pass, ablation=ablation)
         _, results = screener.run(heads)
         return {h: results[h].correct for h in heads}
 

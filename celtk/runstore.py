@@ -119,9 +119,14 @@ def locked(directory: Path) -> Iterator[None]:
         handle.close()
 
 
+# keys added to run fingerprints after runs were made without them, with the value those runs had
+FINGERPRINT_DEFAULTS: dict[str, Any] = {"screen": "exhaustive"}
+
+
 def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | None = None) -> None:
     """Write ``fingerprint`` the first time; afterwards refuse any difference, naming the keys
-    (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's)."""
+    (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's).
+    A key of :data:`FINGERPRINT_DEFAULTS` missing from an older stored fingerprint counts as its default."""
     path = Path(path)
     if not path.exists():
         write_json(path, fingerprint)
@@ -129,17 +134,27 @@ def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | Non
     stored = read_json(path)
     if not isinstance(stored, dict):
         raise RunStoreError(f"{path} is not a fingerprint (a JSON object); delete the run directory and start again.")
-    if stored != json.loads(json.dumps(fingerprint)):
-        keys = sorted(k for k in set(stored) | set(fingerprint) if stored.get(k) != json.loads(json.dumps(fingerprint.get(k))))
-        detail = "; ".join(f"{k}: stored {stored.get(k)!r}, now {fingerprint.get(k)!r}" for k in keys[:4])
+    stored = {**{k: v for k, v in FINGERPRINT_DEFAULTS.items() if k in fingerprint}, **stored}
+    now = json.loads(json.dumps(fingerprint))
+    if stored != now:
+        keys = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
+        detail = "; ".join(f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in keys[:4])
         origin = f" (settings of {source} vs {path.name})" if source else ""
+        fresh = f"{path.parent}-{keys[0]}-{now.get(keys[0])}".replace(" ", "")
         raise RunStoreError(f"{path.parent} holds results of a different configuration{origin} ({detail}). "
-                            "Results are never mixed: use a new --out directory, or rerun with the stored settings.")
+                            f"Results are never mixed, and nothing was changed: start a new run directory for these "
+                            f"settings (the same command with --out {fresh}), or rerun with the stored settings.")
 
 
 def fingerprint_key(fingerprint: Any) -> str:
     """A short stable hash of a fingerprint (or any JSON value): names results that depend on it."""
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (``""`` when it does not exist)."""
+    path = Path(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
 
 
 def bits(values: Iterable[Any]) -> str:

@@ -3,11 +3,14 @@ logic (:mod:`celtk.selection`, :mod:`celtk.strategies`, :mod:`celtk.stability`) 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from celtk.errors import ConfigError
 from celtk.heads import HeadSet
+from celtk.validation import check_fields
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,9 @@ class HeadScore:
     fixes: int  # intact wrong -> ablated right
     correct: np.ndarray  # bool per example
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+
     @property
     def accuracy(self) -> float:
         return self.n_correct / len(self.correct)
@@ -29,17 +35,19 @@ class HeadScore:
     def compare(cls, heads: HeadSet, correct: np.ndarray, intact: np.ndarray) -> HeadScore:
         """Score ``correct`` (bool, shape ``[n]``) against the intact model's ``intact`` (shape ``[n]``)."""
         if correct.shape != intact.shape:
-            raise ValueError(f"correctness vectors differ in length: {correct.shape} vs intact {intact.shape}")
+            raise ConfigError(f"Correctness vectors differ in length: {correct.shape} vs intact {intact.shape}; score a "
+                              "head set on the same examples as the intact model.")
         return cls(heads, int(correct.sum()), int(correct.sum()) - int(intact.sum()),
                    int((intact & ~correct).sum()), int((~intact & correct).sum()), correct)
 
 
 def ranking_key(score: HeadScore) -> tuple:
     """Sort key (ascending = better): higher gain, lower damage, higher accuracy, fewer heads,
-    then lexicographic head ids."""
+    then the head ids in lexicographic order, each id compared as its (layer, head) numbers
+    (:meth:`celtk.heads.HeadSet.sort_key`: ``L2H0`` before ``L10H0``)."""
     return (-score.gain, score.damage, -score.n_correct, len(score.heads), score.heads.sort_key())
 
 
-def rank(scores) -> list[HeadScore]:
+def rank(scores: Iterable[HeadScore]) -> list[HeadScore]:
     """``scores`` sorted best first by :func:`ranking_key`."""
     return sorted(scores, key=ranking_key)

@@ -12,7 +12,9 @@ Sets are walked as a prefix tree (:mod:`celtk.prefix_tree`): sorted by layer, th
 that share their lower heads share the residual those heads leave, so it is computed once
 and branched, batch by batch and depth first (one group of states per depth is held).
 Several tree nodes run together as copies of the batch, each copy with its own heads
-zeroed. Which rows share a forward changes; the arithmetic of a row does not, so a set
+ablated (zeroed, or replaced as the screener's :class:`celtk.ablation_kinds.Ablation` says: each
+layer's per-row mask becomes a :class:`celtk.ablation_kinds.RowSpec` on its way to the layer).
+Which rows share a forward changes; the arithmetic of a row does not, so a set
 scored in the tree gets the numbers it gets scored alone (tests/integration/test_prefix_tree.py).
 
 Shared prefix: when every request starts with the same tokens (the few-shot shots),
@@ -39,17 +41,31 @@ from einops import repeat
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from celtk.ablation import ablate, ablate_rows
+from celtk.ablation import ablate, ablate_rows, as_ablation
+from celtk.ablation_kinds import Ablation, AblationKind, RowSpec, common_prefix
 from celtk.errors import ConfigError, KVCacheIgnoredError
-from celtk.evaluator import Batch, EvalResult, Prepared, Request, aggregate, make_batches, score_hidden, score_requests
+from celtk.evaluator import (
+    Batch,
+    EvalResult,
+    Prepared,
+    Request,
+    ablated,
+    aggregate,
+    make_batches,
+    score_hidden,
+    score_requests,
+)
 from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.models._arch import CACHE_KEYWORDS
 from celtk.prefix_tree import Node, prefix_tree
+from celtk.validation import validated
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 REPLAYS = ("auto", "fused", "bridge")
+# how a group of tree nodes turns its boolean masks (and its size) into what _layer takes
+_Specs = Callable[[dict[int, Tensor], int], dict[int, "Tensor | RowSpec"]]
 
 
 class _RecordKV:
@@ -192,8 +208,8 @@ def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Bo
     return {layer: repeat(mask, "g head_index -> (batch g) head_index", batch=rows) for layer, mask in per_set.items()}
 
 
-def with_masks(model: Model, masks: dict[int, Tensor]) -> ExitStack:
-    """Hooks zeroing, per layer, the heads each row's mask marks (entered as one context)."""
+def with_masks(model: Model, masks: dict[int, Tensor | RowSpec]) -> ExitStack:
+    """Hooks zeroing (a :class:`RowSpec`: replacing), per layer, the heads each row's mask marks (entered as one context)."""
     stack = ExitStack()
     for layer, mask in masks.items():
         stack.enter_context(ablate_rows(model, layer, mask))
@@ -247,16 +263,29 @@ class CachedScreener:
             differently. So under the fused replay the intact pass is also scored through it (the
             bridge's decoder still supplies each layer's inputs), and intact and ablated scores come
             from one arithmetic: the null ablation (``HeadSet()``) then checks the replay's batching.
+        ablation: what replaces an ablated head's ``z`` (default zero; ``"scale:α"``, or an
+            :class:`celtk.ablation_kinds.Ablation` with mean or resampled values). Under resample the
+            shared prefix is cut to the tokens every reference example shares with it, where each
+            reference's ``z`` is the prefix's own.
     """
 
+    @validated
     def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
-                 share_prefix: bool = True, replay: str = "auto") -> None:
+                 share_prefix: bool = True, replay: str = "auto",
+                 ablation: Ablation | AblationKind | str | None = None) -> None:
         if replay not in REPLAYS:
             raise ConfigError(f"Unknown replay {replay!r}; choose one of {', '.join(REPLAYS)}.")
         self.model, self.prepared, self.requested = model, prepared, replay
+        self.ablation = as_ablation(ablation)
         self._choose_replay()
         self.batch_size, self.rows_per_pass = batch_size, max(rows_per_pass, batch_size)
         self.prefix_len = shared_prefix_length(prepared.requests) if share_prefix else 0
+        self._references: Tensor | None = None
+        if self.ablation.reference is not None:  # resample: each example's reference, and a prefix they all share
+            self._references = self.ablation.assign([e.content_hash for e in prepared.examples])
+            if self.prefix_len:
+                ours = prepared.requests[0].context[:self.prefix_len]
+                self.prefix_len = common_prefix([ours, self.ablation.reference.tokens[:self.prefix_len]])
         if self.prefix_len < MIN_SHARED_PREFIX:
             self.prefix_len = 0
 
@@ -306,14 +335,32 @@ class CachedScreener:
         self.replay = "bridge" if fused is None else "fused"
 
     def _layer(self, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
-               copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | None = None
+               copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | RowSpec | None = None
                ) -> Float[Tensor, "rows pos d_model"]:
-        """Block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations), heads ``mask`` marks zeroed."""
+        """Block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations), heads ``mask`` marks zeroed
+        (a :class:`RowSpec`: replaced as its kind says; :meth:`_specs` makes them from boolean masks)."""
         if self.fused is None:
             with ablate_rows(self.model, index, mask) if mask is not None else nullcontext():
                 return call_layer(self.model, index, hidden, kwargs, rows, copies, cache)
         return self.fused[index](hidden, _expand(kwargs.get("attention_mask"), rows, copies),
                                  _expand(kwargs.get("position_embeddings"), rows, copies), cache, mask)
+
+    def _specs(self, masks: dict[int, Tensor], batch: Batch | None, copies: int, pos: int
+               ) -> dict[int, Tensor | RowSpec]:
+        """What each layer's boolean mask (rows ``(batch g)``, ``g = copies``) stands for under this screener's
+        ablation: the masks themselves for zero; else each layer's :class:`RowSpec` for the ``pos`` positions
+        the rows hold: ``batch``'s own tokens after the shared prefix, or (``batch=None``) the prefix itself,
+        where every reference's ``z`` is the prefix's own (so reference 0 stands for all)."""
+        if self.ablation.is_zero:
+            return dict(masks)
+        references, start = None, 0 if batch is None else self.prefix_len
+        if self._references is not None:
+            if batch is None:
+                references = torch.zeros(copies, dtype=torch.long)
+            else:
+                mine = self._references[[self.prepared.requests[r].example for r in batch.request_ids]]
+                references = repeat(mine, "batch -> (batch g)", g=copies)
+        return {layer: self.ablation.spec(layer, mask, references, start, pos) for layer, mask in masks.items()}
 
     # -- intact passes -------------------------------------------------------------
     def _prefix(self) -> _Prefix | None:
@@ -411,7 +458,11 @@ class CachedScreener:
             kv.keys[group.key, index], kv.values[group.key, index] = record.keys[index], record.values[index]
             return out
 
-        self._walk(self._group(nodes, 1), prefix.resid[layer].expand(len(nodes), -1, -1), layer, step, lambda *_: None)
+        def specs(masks: dict[int, Tensor], g: int) -> dict[int, Tensor | RowSpec]:
+            return self._specs(masks, None, g, prefix.length)
+
+        self._walk(self._group(nodes, 1, specs), prefix.resid[layer].expand(len(nodes), -1, -1), layer, step,
+                   lambda *_: None)
         return kv
 
     def _score_chunk(self, state: _BatchState, layer: int, nodes: list[Node],
@@ -432,12 +483,16 @@ class CachedScreener:
                 assert node.set is not None  # only requested sets run through the last layer
                 scored.append((node.set, score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j)))
 
+        def specs(masks: dict[int, Tensor], g: int) -> dict[int, Tensor | RowSpec]:
+            return self._specs(masks, state.batch, g, state.resid.shape[1])
+
         hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=len(nodes))
-        self._walk(self._group(nodes, rows), hidden, layer, step, finish)
+        self._walk(self._group(nodes, rows, specs), hidden, layer, step, finish)
         return scored
 
-    def _group(self, nodes: list[Node], rows: int) -> _Group:
-        return _Group(nodes, tuple(n.index for n in nodes), _row_masks(self.model, [n.heads for n in nodes], rows), rows)
+    def _group(self, nodes: list[Node], rows: int, specs: _Specs) -> _Group:
+        masks = specs(_row_masks(self.model, [n.heads for n in nodes], rows), len(nodes))
+        return _Group(nodes, tuple(n.index for n in nodes), masks, rows, specs)
 
     def _walk(self, group: _Group, hidden: Float[Tensor, "rows_g pos d_model"], layer: int,
               step: Callable[[_Group, Tensor, int], Tensor], finish: Callable[[_Group, Tensor], None]) -> None:
@@ -468,13 +523,13 @@ class CachedScreener:
                         stay.append(heir)
             for start in range(0, len(kids), per):
                 chunk = kids[start:start + per]
-                self._walk(self._group([kid for _, kid in chunk], group.rows), _rows_of(hidden, group, [j for j, _ in chunk]),
+                self._walk(self._group([kid for _, kid in chunk], group.rows, group.specs), _rows_of(hidden, group, [j for j, _ in chunk]),
                            layer, step, finish)
             if not stay:
                 return
             if [node for _, node in stay] != group.nodes:
                 hidden = _rows_of(hidden, group, [j for j, _ in stay])
-                group = self._group([node for _, node in stay], group.rows)
+                group = self._group([node for _, node in stay], group.rows, group.specs)
 
 
 @dataclass
@@ -483,8 +538,9 @@ class _Group:
 
     nodes: list[Node]
     key: tuple[int, ...]  # the nodes' preorder indices: names the group in the prefix's keys/values
-    masks: dict[int, Bool[Tensor, "rows_g head_index"]]  # _row_masks of the nodes' heads
+    masks: dict[int, Tensor | RowSpec]  # _row_masks of the nodes' heads, as the screener's ablation kind says
     rows: int
+    specs: _Specs  # how a group's boolean masks become what _layer takes (for its batch and width)
 
 
 @dataclass
@@ -516,12 +572,12 @@ def shared_prefix_length(requests: Sequence[Request]) -> int:
 
 
 def screen_plain(model: Model, prepared: Prepared, sets: Iterable[HeadSet], *, batch_size: int = 16,
-                 ) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
-    """The reference path: a full forward under :func:`ablate` for every set."""
+                 ablation: Ablation | AblationKind | str | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
+    """The reference path: a full forward under :func:`ablate` for every set (resample: per batch, each
+    row reading its own reference from position 0)."""
     batches = make_batches(prepared.requests, batch_size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
-    results = {}
-    for heads in sets:
-        with ablate(model, heads):
-            results[heads] = aggregate(prepared, *score_requests(model, prepared, batches))
+    results = {heads: aggregate(prepared, *score_requests(model, prepared, batches,
+                                                          around=ablated(model, prepared, heads, ablation)))
+               for heads in sets}
     return intact, results

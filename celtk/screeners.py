@@ -18,13 +18,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Float, Float64
+from torch import Tensor
 
 from celtk.ablation import hook_z_hooks
 from celtk.errors import ConfigError
-from celtk.evaluator import Prepared, decoder_hidden, make_batches, score_hidden
+from celtk.evaluator import Batch, Prepared, decoder_hidden, make_batches, score_hidden
 from celtk.heads import Head, HeadSet
 from celtk.models import Model
 from celtk.scores import HeadScore
@@ -49,7 +52,8 @@ class ScreenerResult:
 # Gradient of the task loss with respect to per-head gates
 
 
-def task_loss_terms(model: Model, prepared: Prepared, hidden_fn: Callable, batch_size: int) -> torch.Tensor:
+def task_loss_terms(model: Model, prepared: Prepared, hidden_fn: Callable[[Batch], Float[Tensor, "batch pos d_model"]],
+                    batch_size: int) -> Float64[Tensor, " request"]:
     """Summed per-request target log-probabilities, differentiable (used by the gradient screener)."""
     requests = prepared.requests
     lp = torch.zeros(len(requests), dtype=torch.float64)
@@ -59,7 +63,7 @@ def task_loss_terms(model: Model, prepared: Prepared, hidden_fn: Callable, batch
     return lp
 
 
-def _example_loss(prepared: Prepared, lp: torch.Tensor) -> torch.Tensor:
+def _example_loss(prepared: Prepared, lp: Float64[Tensor, " request"]) -> Float[Tensor, ""]:
     """Mean task loss: −log p(target) for generative targets; for multiple choice, the cross-entropy
     of the correct choice among the choices (log-likelihoods per character when the task scores
     acc_norm)."""
@@ -79,10 +83,11 @@ def _example_loss(prepared: Prepared, lp: torch.Tensor) -> torch.Tensor:
     return torch.stack(losses).mean()
 
 
-def gate_loss(model: Model, prepared: Prepared, gates: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
+def gate_loss(model: Model, prepared: Prepared, gates: Float[Tensor, "layer head_index"], batch_size: int = 16
+              ) -> Float[Tensor, ""]:
     """The mean task loss with each head's ``hook_z`` output multiplied by ``gates[layer, head]``."""
-    def gate_hook(layer: int):
-        def hook(z, hook):
+    def gate_hook(layer: int) -> Callable[..., Float[Tensor, "batch pos head_index d_head"]]:
+        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
             return z * gates[layer].to(z.dtype)[None, None, :, None]
         return hook
 
@@ -112,7 +117,8 @@ def gradient_scores(model: Model, prepared: Prepared, batch_size: int = 16) -> S
 # LASSO over random knockout masks
 
 
-def lasso_fit(x: np.ndarray, y: np.ndarray, alpha: float, n_iter: int = 2000, tol: float = 1e-9) -> tuple[float, np.ndarray]:
+def lasso_fit(x: Float[np.ndarray, "row column"], y: Float[np.ndarray, " row"], alpha: float, n_iter: int = 2000,
+              tol: float = 1e-9) -> tuple[float, Float[np.ndarray, " column"]]:
     """Coordinate descent for ``min (1/2n)‖y − b − Xβ‖² + α‖β‖₁``; returns ``(b, β)``."""
     n, d = x.shape
     x_mean, y_mean = x.mean(0), y.mean()
@@ -137,7 +143,8 @@ def lasso_fit(x: np.ndarray, y: np.ndarray, alpha: float, n_iter: int = 2000, to
     return float(y_mean - x_mean @ beta), beta
 
 
-def lasso_cv(x: np.ndarray, y: np.ndarray, n_folds: int = 5, n_alphas: int = 25, seed: int = 0) -> tuple[float, np.ndarray, dict]:
+def lasso_cv(x: Float[np.ndarray, "row column"], y: Float[np.ndarray, " row"], n_folds: int = 5, n_alphas: int = 25,
+             seed: int = 0) -> tuple[float, Float[np.ndarray, " column"], dict]:
     """Choose α by K-fold cross-validated squared error on a log grid; refit on all rows."""
     n = len(y)
     xc, yc = x - x.mean(0), y - y.mean()
@@ -170,7 +177,7 @@ def random_masks(heads: Sequence[Head], n_masks: int, rate: float, seed: int) ->
     return list(masks)
 
 
-def lasso_scores(evaluate: Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]], heads: Sequence[Head],
+def lasso_scores(evaluate: Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]], heads: Sequence[Head],
                  n_masks: int = 200, rate: float = 0.05, seed: int = 0, n_folds: int = 5) -> ScreenerResult:
     """Score ``n_masks`` random knockouts with ``evaluate`` (per-example correctness), regress accuracy
     on the masks; the coefficients (accuracy change per removed head) are the scores."""

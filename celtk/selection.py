@@ -22,6 +22,19 @@ NOISE_RULE = ("descriptive, not a test: |gap| > 1.96 * sqrt(fixes + damage) of t
               "null spread also holds the singles' noise, and no correction is made for the number of subsets")
 
 
+def check_scores(single: list[HeadScore], intact: np.ndarray) -> None:
+    """The screen a search starts from: one head per score, and every score and the intact outcomes
+    bool vectors over the same examples."""
+    if intact.dtype != bool or intact.ndim != 1:
+        raise ConfigError(f"intact must be a 1-D bool array (one outcome per example), got dtype {intact.dtype} "
+                          f"and shape {intact.shape}.")
+    for s in single:
+        if len(s.heads) != 1 or s.correct.shape != intact.shape or s.correct.dtype != bool:
+            raise ConfigError(f"Each screened score must be of one head, with bool outcomes on the {len(intact)} "
+                              f"intact examples; got {s.heads or 'no head'} with {s.correct.dtype} outcomes of shape "
+                              f"{s.correct.shape}.")
+
+
 def check_pool_options(*, k: int, p: int, n_heads: int | None = None, **_: object) -> None:
     """The one check of Algorithm 1's options: 1 ≤ k ≤ p ≤ the number of screened heads."""
     for name, value in (("k", k), ("p", p)):
@@ -68,6 +81,7 @@ def select(single: Iterable[HeadScore], intact: np.ndarray, evaluate_set: Callab
     """Algorithm 1, stage 2: pool the top-``p`` heads, evaluate every subset of size 2..``k``
     with ``evaluate_set`` (returns per-example correctness), choose by the ranking key."""
     single = list(single)
+    check_scores(single, intact)
     check_pool_options(k=k, p=p, n_heads=len(single))
     pool = candidate_pool(single, p)
     scores = list(pool)

@@ -14,6 +14,7 @@ import numpy as np
 from scipy.stats import binom
 
 from celtk.errors import ConfigError, SplitError
+from celtk.validation import validated
 
 BOOTSTRAP_CHUNK_ELEMENTS = 1 << 22  # resampled indices held at once (32 MiB of int64)
 T = TypeVar("T")
@@ -43,6 +44,7 @@ def defined(value: T | None, name: str) -> T:
     return value
 
 
+@validated
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value for discordant counts ``b`` and ``c``."""
     n = b + c

@@ -20,9 +20,26 @@ class _Group(click.Group):
 
 @click.group(cls=_Group)
 @click.version_option(__version__, prog_name="celtk")
-def main() -> None:
+@click.option("--quiet", "-q", is_flag=True, default=False, envvar="CELTK_QUIET", show_envvar=True,
+              help="No progress output (results and errors still print).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              envvar="CELTK_LOG_FORMAT", show_envvar=True,
+              help="Progress: text = rich bars on a terminal, plain lines to stderr elsewhere (a log file, a Slurm "
+                   "output); json = one JSON object per line to stderr, anywhere.")
+@click.option("--progress-every", type=click.FloatRange(min=0), default=30.0, show_default=True, metavar="SECONDS",
+              envvar="CELTK_PROGRESS_EVERY", show_envvar=True,
+              help="Off a terminal: at most one progress line per stage this often (plus each stage's first and "
+                   "last).")
+@click.pass_context
+def main(ctx: click.Context, quiet: bool, log_format: str, progress_every: float) -> None:
     """celtk — find attention heads whose removal improves a model on a task (Capability
-    Enhancement Localization), prove the gain on held-out data, and explain it."""
+    Enhancement Localization), prove the gain on held-out data, and explain it.
+
+    Its options come before the verb (`celtk --log-format json screen …`) and apply to every verb;
+    in a batch script the environment variables named below do the same."""
+    from celtk.cli._common import ProgressSettings
+
+    ctx.meta["celtk.progress"] = ProgressSettings(quiet=quiet, log_format=log_format, every=progress_every)
 
 
 def run() -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -36,10 +40,101 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=width)
 
 
+@dataclass(frozen=True)
+class ProgressSettings:
+    """How long stages report progress (the ``celtk`` group's ``--quiet``, ``--log-format``, ``--progress-every``)."""
+
+    quiet: bool = False
+    log_format: str = "text"  # text: rich bars on a terminal, plain lines elsewhere; json: JSON lines anywhere
+    every: float = 30.0  # seconds between lines off a terminal
+
+
+# What one step of each stage's ``progress(stage, done, total)`` counts (the library's stage names).
+UNITS = {"screen": "heads", "select": "head sets", "stability": "head sets", "lasso": "head sets",
+         "held-out": "head sets", "test": "passes", "eval": "batches", "transfer": "variants", "calibrate": "steps"}
+
+
+def progress_settings() -> ProgressSettings:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("celtk.progress", ProgressSettings()) if ctx is not None else ProgressSettings()
+
+
+class ProgressLines:
+    """``progress(stage, done, total)`` as lines for a log: a stage's first call, then at most one
+    line every ``every`` seconds, and its last step, each with the rate and the time left.
+
+    A stage restarts (its rate measured afresh) when its total changes or its count goes back, as a
+    search round that scores a new batch of sets does. ``per_unit[stage]`` examples per step add an
+    examples-per-second figure; ``clock`` is injectable for tests."""
+
+    def __init__(self, write: Callable[[str], None], *, every: float = 30.0, json_lines: bool = False,
+                 units: dict[str, str] | None = None, per_unit: dict[str, int] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.write, self.every, self.json_lines, self.clock = write, every, json_lines, clock
+        self.units = {**UNITS, **(units or {})}
+        self.per_unit = per_unit or {}
+        self.stages: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = self.clock()
+        state = self.stages.get(stage)
+        if state is None or total != state["total"] or done < state["done"]:
+            state = self.stages[stage] = {"start": now, "start_done": done, "total": total, "done": done, "last": None}
+        state["done"] = done
+        finished = done >= total
+        if state["last"] is not None and not finished and now - state["last"] < self.every:
+            return
+        if finished and state.get("reported_end"):
+            return
+        state["last"], state["reported_end"] = now, finished
+        self.write(self.line(stage, done, total, now - state["start"], done - state["start_done"]))
+
+    def line(self, stage: str, done: int, total: int, elapsed: float, advanced: int) -> str:
+        unit = self.units.get(stage, "steps")
+        rate = advanced / elapsed if advanced > 0 and elapsed > 0 else None
+        eta = (total - done) / rate if rate else (0.0 if done >= total else None)
+        examples = rate * self.per_unit[stage] if rate is not None and stage in self.per_unit else None
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if self.json_lines:
+            return json.dumps({"time": stamp, "stage": stage, "done": done, "total": total, "unit": unit,
+                               "rate": None if rate is None else round(rate, 4),
+                               "examples_per_s": None if examples is None else round(examples, 2),
+                               "elapsed_s": round(elapsed, 1), "eta_s": None if eta is None else round(eta, 1)})
+        parts = [f"{stamp} {stage}: {done}/{total} {unit} ({100 * done / total if total else 100:.0f}%)",
+                 f"{rate:.3g} {unit}/s" if rate is not None else f"- {unit}/s"]
+        if examples is not None:
+            parts.append(f"{examples:.3g} examples/s")
+        parts += [f"elapsed {_duration(elapsed)}", f"ETA {_duration(eta) if eta is not None else '-'}"]
+        return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
 @contextmanager
-def progress_bar() -> Iterator[Any]:
-    """A rich progress bar with ETA; yields a ``progress(stage, done, total)`` callback."""
+def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] | None = None) -> Iterator[Any]:
+    """Progress of long stages as the ``celtk`` options ask: a rich bar with ETA on a terminal, plain
+    (or JSON) lines to stderr elsewhere (a log file, a Slurm output), nothing with ``--quiet``. Yields
+    a ``progress(stage, done, total)`` callback, or ``None`` when quiet. ``units`` and ``per_unit``
+    name what a stage's steps count and how many examples each holds (see :class:`ProgressLines`)."""
+    import sys
+
     quiet_libraries()
+    settings = progress_settings()
+    if settings.quiet:
+        yield None
+        return
+    if settings.log_format == "json" or not sys.stderr.isatty():
+        def write(text: str) -> None:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+
+        yield ProgressLines(write, every=settings.every, json_lines=settings.log_format == "json", units=units,
+                            per_unit=per_unit)
+        return
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,

@@ -23,12 +23,12 @@ def attributes_cmd(out, length, seed) -> None:
     doc = run_attributes(Path(out), length=length, seed=seed)
     table = Table(title="Attribute scores of the selected heads (mean attention weight)")
     table.add_column("head")
-    for name in doc["scores"]:
+    for name in doc.scores:
         table.add_column(name.replace("_", " "), justify="right")
-    for head, scores in doc["selected"].items():
+    for head, scores in doc.selected.items():
         table.add_row(head, *(f"{v:.3f}" for v in scores.values()))
     console().print(table)
-    for name, grid in doc["scores"].items():
+    for name, grid in doc.scores.items():
         flat = sorted(((v, f"L{l}H{h}") for l, row in enumerate(grid) for h, v in enumerate(row)), reverse=True)[:5]
         console().print(f"top {name.replace('_', ' ')} heads: " + ", ".join(f"{h} ({v:.2f})" for v, h in flat))
 
@@ -44,24 +44,26 @@ def compare_cmd(out, circuit, top) -> None:
     from celtk.analysis import run_compare
 
     doc = run_compare(Path(out), circuit, top=top)
-    table = Table(title=f"{doc['circuit']} ({doc['n_circuit_heads']} of {doc['population']} heads) vs this run")
+    table = Table(title=f"{doc.circuit} ({doc.n_circuit_heads} of {doc.population} heads) vs this run")
     for col in ("heads compared", "n", "overlap", "expected by chance", "P(≥ overlap)", "shared"):
         table.add_column(col, justify="right")
-    for key in ("selection", f"screen_top{top}"):
-        o = doc[key]
-        table.add_row(key.replace("_", " "), str(o["n"]), str(o["overlap"]), f"{o['expected_by_chance']:.2f}",
-                      f"{o['p_at_least']:.2g}", ", ".join(f"{s['head']} ({s['role']})" for s in o["shared"]) or "—")
+    for label, o in (("selection", doc.selection), (f"screen top{doc.top}", doc.screen_top)):
+        table.add_row(label, str(o.n), str(o.overlap), f"{o.expected_by_chance:.2f}",
+                      f"{o.p_at_least:.2g}", ", ".join(f"{s.head} ({s.role})" for s in o.shared) or "—")
     console().print(table)
-    if doc.get("racing"):
-        console().print(f"Racing screen: {doc['racing']['note']}.")
+    if doc.racing:
+        console().print(f"Racing screen: {doc.racing.note}.")
         return
-    console().print(f"Mean screen rank of circuit heads: {doc['mean_rank_of_circuit_heads']:.0f} "
-                    f"(chance {doc['mean_rank_by_chance']:.0f}; 1 = removal helps most).")
-    ce = doc["critical_vs_enhancing"]
-    console().print(f"Task-critical heads (removal hurts most): {', '.join(r['head'] for r in ce['critical']) or '—'}\n"
-                    f"Enhancing heads (removal helps most): {', '.join(r['head'] for r in ce['enhancing']) or '—'}\n"
-                    f"Critical layers {ce['critical_layers']}; enhancing layers {ce['enhancing_layers']}; "
-                    f"overlap {ce['overlap'] or 'none'}.")
+    mean_rank = "—" if doc.mean_rank_of_circuit_heads is None else f"{doc.mean_rank_of_circuit_heads:.0f}"
+    console().print(f"Mean screen rank of circuit heads: {mean_rank} "
+                    f"(chance {doc.mean_rank_by_chance:.0f}; 1 = removal helps most).")
+    ce = doc.critical_vs_enhancing
+    if ce is None:  # only a racing screen has none
+        return
+    console().print(f"Task-critical heads (removal hurts most): {', '.join(r.head for r in ce.critical) or '—'}\n"
+                    f"Enhancing heads (removal helps most): {', '.join(r.head for r in ce.enhancing) or '—'}\n"
+                    f"Critical layers {ce.critical_layers}; enhancing layers {ce.enhancing_layers}; "
+                    f"overlap {ce.overlap or 'none'}.")
 
 
 @click.command("circuits")

@@ -18,6 +18,8 @@ def _run_options(fn):
         click.option("--model", default=None, help="Alias, hub id, HF directory or .gguf (default smollm2-135m)."),
         click.option("--task", default=None, help="Task (default arithmetic:2da); see `celtk tasks`."),
         click.option("--data", default=None, help="Local copy of a hub task's data."),
+        click.option("--synthetic/--no-synthetic", default=None, help="With --preset paper[:arithmetic]: run the paper's "
+                     "sizes on generated data instead of the official rows (recorded and shown)."),
         click.option("--discovery", type=click.IntRange(min=1), default=None, help="Discovery examples (default 200)."),
         click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default 500)."),
         click.option("--seed", type=click.IntRange(min=0), default=None, help="Split and shot seed (default 0)."),
@@ -33,6 +35,8 @@ def _run_options(fn):
         click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="With --grading generate: token limit (default 32)."),
         click.option("--allow-code-execution/--no-allow-code-execution", "allow_code", default=None,
                      help="Let mbpp/humaneval run model-written code in the sandbox."),
+        click.option("--ablation", default=None, help="What replaces an ablated head's z: zero (default, the paper's), "
+                     "mean or resample (values from the discovery set) or scale:α; recorded, never mixed in one run."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -82,6 +86,9 @@ def _print_screen(doc, top: int = 10) -> None:
     for r in rows:
         table.add_row(r.head, f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", str(r.fixes), str(r.damage))
     console().print(table)
+    if doc.config.get("synthetic"):
+        console().print(f"[bold yellow]Synthetic data:[/] {doc.config.get('preset') or 'these'} settings on celtk's "
+                        "generated data, not the official rows (synthetic = true in config.json).")
     if doc.racing:
         r = doc.racing
         dropped = sum(not row.complete for row in doc.heads)
@@ -96,8 +103,9 @@ def _print_selection(doc) -> None:
               f"(gain {100 * doc.discovery_gain:+.1f} pts, selection-biased: the best of the candidates on the "
               "examples that chose it; `celtk test` gives the honest held-out gain)")
     if doc.forced_after_test:
-        console().print("[bold red]Selected again after the held-out test (--force): the held-out set is no longer "
-                        "untouched for this selection.[/]")
+        looks = ", ".join(f"{look.what} (look {look.seq})" for look in doc.prior_looks or []) or "the test"
+        console().print("[bold red]Selected again after the held-out set was looked at (--force: " + looks + "): the "
+                        "held-out set is no longer untouched for this selection.[/]")
     if doc.strategy == "algorithm1":
         console().print(f"Selected [bold]{','.join(doc.heads)}[/] from pool {', '.join(doc.pool)} "
                         f"({doc.n_evaluated_subsets} subsets evaluated): {change}. "
@@ -105,12 +113,47 @@ def _print_selection(doc) -> None:
     else:
         console().print(f"Selected [bold]{','.join(doc.heads)}[/] by {doc.strategy} search "
                         f"({doc.n_evaluations} interventions evaluated, the screen included): {change}.")
+    if doc.heldout:
+        console().print(f"Frozen with its held-out set: {doc.heldout.n} examples (seed {doc.heldout.seed}, hash "
+                        f"{doc.heldout.hash}); `celtk test` scores exactly these, once.")
 
 
-def _print_test(doc) -> None:
+def _print_test(doc, out: Path | None = None) -> None:
+    _print_test_table(doc, f"Held-out test on {doc.n} examples: ablate {','.join(doc.heads)}")
+    looks = doc.looks or []
+    if out is not None and (len(looks) > 1 or any(not look.chained for look in looks)):
+        from celtk.run.heldout import HeldoutLog
+
+        _print_looks(HeldoutLog(out).looks(), doc.look)
+    latest = looks[-1] if looks else None
+    if out is not None and latest is not None and latest.seq != doc.look and latest.what == "test" and latest.result:
+        from celtk.run.documents import TestDocument
+
+        repeat = TestDocument.load(out, latest.result)
+        console().print("[bold red]A second look (--force): the result above stays the first test's; this look's "
+                        f"figures, in {latest.result}, are not a test of the selection.[/]")
+        _print_test_table(repeat, f"Repeated look {latest.seq} on {repeat.n} examples (not the result)")
+
+
+def _print_looks(looks, result_seq) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Held-out test on {doc.n} examples: ablate {','.join(doc.heads)}")
+    table = Table(title="Every look at the held-out set (heldout_log.jsonl)")
+    for col in ("#", "what", "when", "n", "head sets", "frozen selection", "role"):
+        table.add_column(col)
+    for look in looks:
+        role = ("the result" if look.seq == result_seq else "exploratory" if look.exploratory else "look") + (
+            " (forced)" if look.forced else "") + ("" if look.complete else " (incomplete)") + (
+            "" if look.chained else " (unchained, older celtk)")
+        table.add_row(str(look.seq), look.what, look.when, "" if look.n is None else str(look.n), str(len(look.heads)),
+                      "yes" if look.frozen else "no", role)
+    console().print(table)
+
+
+def _print_test_table(doc, title: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
     for col in ("intact", "ablated", "gain (pts)", "95% CI (pts)", "rel. error red.", "McNemar p", "fixes/damage"):
         table.add_column(col, justify="right")
     lo, hi = doc.gain_ci
@@ -121,6 +164,14 @@ def _print_test(doc) -> None:
     if doc.shrinkage is not None:
         console().print(f"Shrinkage: discovery gain {100 * doc.discovery_gain:+.2f} pts (selection-biased) − held-out "
                         f"gain {100 * doc.gain:+.2f} pts = {100 * doc.shrinkage:.2f} pts.")
+
+
+def _progress_units(config) -> dict:
+    """What the progress lines count, from the settings: heads (a racing screen: head × example
+    evaluations), head sets, passes, and the examples each holds."""
+    racing = config.screen == "racing"
+    return {"units": {"screen": "evaluations"} if racing else {},
+            "per_unit": {"screen": 1 if racing else config.discovery, "select": config.discovery, "test": config.heldout}}
 
 
 @click.command("screen")
@@ -134,7 +185,7 @@ def screen_cmd(config_file, out, shard, **flags) -> None:
     from celtk.run.screen import parse_shard, run_screen
 
     config = resolve_config(config_file, _flags(**flags))
-    with progress_bar() as progress:
+    with progress_bar(**_progress_units(config)) as progress:
         doc = run_screen(config, Path(out), shard=parse_shard(shard), progress=progress)
     _print_screen(doc)
 
@@ -155,27 +206,34 @@ def merge_cmd(out) -> None:
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True,
               help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads (no pool, --p unused).")
 @click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
+@click.option("--heldout", type=click.IntRange(min=1), default=None,
+              help="Held-out examples frozen with the selection, which every test scores (default: as configured).")
 @click.option("--force", is_flag=True, default=False,
-              help="Reselect after the held-out test has run (recorded in selection.json and shown by report).")
-def select_cmd(out, p, k, strategy, width, force) -> None:
-    """Stage 2: search for the best head set, freeze it in OUT/selection.json."""
+              help="Reselect after the held-out set has been looked at (recorded in selection.json, the held-out log "
+                   "and the report).")
+def select_cmd(out, p, k, strategy, width, heldout, force) -> None:
+    """Stage 2: search for the best head set, freeze it and its held-out set in OUT/selection.json."""
     from celtk.run.select import run_select
 
     with progress_bar() as progress:
-        doc = run_select(Path(out), p=p, k=k, strategy=strategy, width=width, force=force, progress=progress)
+        doc = run_select(Path(out), p=p, k=k, strategy=strategy, width=width, heldout=heldout, force=force,
+                         progress=progress)
     _print_selection(doc)
 
 
 @click.command("test")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default: as configured).")
-def test_cmd(out, heldout) -> None:
-    """Held-out comparison of the frozen selection with the intact model."""
+@click.option("--heldout", type=click.IntRange(min=1), default=None,
+              help="Held-out examples: must equal the size frozen with the selection (default: that size).")
+@click.option("--force", is_flag=True, default=False,
+              help="Look again after the first test: test.json keeps the first result and lists every look.")
+def test_cmd(out, heldout, force) -> None:
+    """Held-out comparison of the frozen selection with the intact model (once: the first test is the result)."""
     from celtk.run.test import run_test
 
     with progress_bar() as progress:
-        doc = run_test(Path(out), heldout=heldout, progress=progress)
-    _print_test(doc)
+        doc = run_test(Path(out), heldout=heldout, force=force, progress=progress)
+    _print_test(doc, Path(out))
 
 
 @click.command("run")
@@ -191,7 +249,7 @@ def run_cmd(config_file, out, **flags) -> None:
 
     quiet_libraries()
     config = resolve_config(config_file, _flags(**flags))
-    with progress_bar() as progress:
+    with progress_bar(**_progress_units(config)) as progress:
         result = run_all(config, Path(out), progress=progress)
     _print_screen(result.screen)
     _print_selection(result.selection)

@@ -63,13 +63,15 @@ def _duration(seconds: float) -> str:
 @click.option("--chat-tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens the chat template adds to each prompt.")
 @click.option("--fewshot-tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of shots shared by every prompt.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--p", "pool", type=click.IntRange(min=1), default=10, show_default=True, help="Algorithm 1's pool of top heads.")
+@click.option("--k", type=click.IntRange(min=1), default=3, show_default=True, help="Largest head set Algorithm 1 scores.")
 @click.option("--rows-per-pass", type=click.IntRange(min=1), default=None, help="Rows (examples × ablations) per forward; default = batch size.")
 @click.option("--dtype", default="bfloat16", show_default=True)
 @click.option("--device", "device_name", type=click.Choice(sorted(DEVICES)), default="l40s", show_default=True)
 @click.option("--device-flops", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Sustained FLOP/s (overrides --device).")
 @click.option("--device-memory", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Usable device memory in bytes (overrides --device).")
 def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_prompt_tokens, chat_tokens, fewshot_tokens,
-             batch_size, rows_per_pass, dtype, device_name, device_flops, device_memory) -> None:
+             batch_size, pool, k, rows_per_pass, dtype, device_name, device_flops, device_memory) -> None:
     """Estimate FLOPs, peak memory and time of screen, select and test, before any work."""
     from dataclasses import replace
 
@@ -89,7 +91,7 @@ def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_p
     flops, memory = DEVICES[device_name]
     device = Device(device_name, device_flops or flops, device_memory or memory)
     stages = plan_run(_config_of(config_path, model), size, device, batch_size=batch_size, rows_per_pass=rows_per_pass,
-                      dtype=dtype)
+                      dtype=dtype, pool=pool, k=k)
     table = Table(title=f"{config_path or model} · {task} ({size.n_discovery}/{size.n_heldout}) · {device.name} "
                         f"({device.flops_per_second / 1e12:.0f} TFLOP/s, {device.memory_bytes / 1e9:.0f} GB) · {dtype}")
     for column in ("stage", "evaluations", "FLOPs", "weights", "activations", "peak", "time", "fits"):

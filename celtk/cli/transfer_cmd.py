@@ -1,5 +1,6 @@
-"""``celtk transfer / calibrate``: does a selection hold beyond the prompts it was found on, and
-does its discovery gain stand above what the search finds by chance?"""
+"""``celtk transfer / calibrate / ablations``: does a selection hold beyond the prompts it was found on,
+does its discovery gain stand above what the search finds by chance, and does it survive ablation kinds
+other than zeroing?"""
 
 from __future__ import annotations
 
@@ -30,17 +31,21 @@ def _print_transfer(doc) -> None:
 
     table = Table(title=f"Transfer of {','.join(doc.heads)} (held-out examples only; discovery gain "
                         f"{100 * doc.discovery_gain:+.1f} pts is selection-biased)")
-    for col in ("variant", "task", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p",
+    for col in ("variant", "task", "data", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p",
                 "Holm p", "fixes/damage"):
         table.add_column(col, justify="right")
     for r in doc.variants:
         ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
-        table.add_row(r.variant, r.task, f"{r.fewshot} (seed {r.shot_seed})" + (" chat" if r.chat else ""), str(r.n),
+        table.add_row(r.variant + (" (test.json)" if r.from_test else ""), r.task, r.data or "?",
+                      f"{r.fewshot} (seed {r.shot_seed})" + (" chat" if r.chat else ""), str(r.n),
                       "undefined" if r.intact_accuracy is None else f"{r.intact_accuracy:.1%}",
                       "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain), ci,
                       "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}",
                       "undefined" if r.holm_p is None else f"{r.holm_p:.3g}", f"{r.fixes}/{r.damage}")
     console().print(table)
+    for d in doc.dropped:
+        console().print(f"Not scored: {d.variant} — " + (f"{d.reason} as {d.same_as} (a duplicate row would also count "
+                        "twice in Holm)" if d.same_as else d.reason) + ".")
     if doc.lm_loss:
         lm = doc.lm_loss
         console().print(f"Language-modelling loss on {lm.source} ({lm.n_tokens} tokens): {lm.intact_nll:.4f} → "
@@ -50,7 +55,9 @@ def _print_transfer(doc) -> None:
 
 @click.command("transfer")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--shots-seeds", callback=_seeds, default="1,2,3,4,5", show_default=True, help="Other few-shot draws (seeds).")
+@click.option("--shots-seeds", callback=_seeds, default="1,2,3,4,5", show_default=True,
+              help="Other few-shot draws (seeds); the default is skipped on a run with no shots to redraw, seeds given "
+                   "there are refused.")
 @click.option("--zero-shot/--no-zero-shot", default=True, show_default=True, help="Add the zero-shot variant.")
 @click.option("--subtasks", default=None, help="Neighbouring subtasks of the run's task family, e.g. 2ds,3da.")
 @click.option("--tasks", default=None, help="Other tasks (side effects), e.g. boolq,arithmetic:1dc.")
@@ -66,7 +73,8 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
     from celtk.run.transfer import run_transfer, variant_grid
 
     task = SelectionDocument.load(Path(out)).task["task"]
-    grid = variant_grid(task, shot_seeds=shots_seeds, zero_shot=zero_shot, subtasks=_names(subtasks),
+    given = click.get_current_context().get_parameter_source("shots_seeds") != click.core.ParameterSource.DEFAULT
+    grid = variant_grid(task, shot_seeds=shots_seeds if given else None, zero_shot=zero_shot, subtasks=_names(subtasks),
                         tasks=_names(tasks), chat=chat, models=other_models)
     with progress_bar() as progress:
         doc = run_transfer(Path(out), grid, heldout=heldout, plain_text=plain_text, n_boot=n_boot, progress=progress)
@@ -95,7 +103,53 @@ def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
                     f"{100 * np.quantile(disc, 0.95):+.1f}; its held-out gain: mean {100 * held.mean():+.1f} pts.")
     held_obs = "" if doc.observed_heldout_gain is None else f", held-out {100 * doc.observed_heldout_gain:+.1f} pts"
     console().print(f"  observed: discovery {100 * doc.observed_discovery_gain:+.1f} pts (selection-biased){held_obs}; "
-                    f"share of null bests at or above it p = {doc.p_value:.3g}.")
+                    + (f"share of null bests at or above it p = {doc.p_value:.3g}." if doc.p_value is not None
+                       else f"{doc.p_value_note}"))
 
 
-COMMANDS = [transfer_cmd, calibrate_cmd]
+def _floats(ctx, param, value: str | None) -> list[float]:
+    import math
+
+    try:
+        numbers = [float(s) for s in _names(value)]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of numbers, e.g. 1,0.5,0,-0.5.") from None
+    if not all(math.isfinite(a) for a in numbers):
+        raise click.BadParameter(f"{value!r}: every α must be a finite number.")
+    return numbers
+
+
+def _print_kinds(doc) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{','.join(doc.heads)} under each ablation kind, on {doc.n} held-out examples (intact "
+                        f"{doc.intact_accuracy:.1%}; the run was tested under {doc.run_ablation}: {100 * doc.test_gain:+.1f} pts)")
+    for col in ("kind", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p", "fixes/damage", "Δ log-prob"):
+        table.add_column(col, justify="right")
+    for r in doc.kinds:
+        ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
+        table.add_row(r.kind, "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain), ci,
+                      "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}", f"{r.fixes}/{r.damage}",
+                      "" if r.mean_delta_logprob is None else f"{r.mean_delta_logprob:+.3f}")
+    console().print(table)
+    for kind, why in doc.omitted.items():
+        console().print(f"{kind}: {why}.")
+
+
+@click.command("ablations")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@click.option("--kinds", default="zero,mean,resample", show_default=True,
+              help="Ablation kinds to score beside the scale sweep (zero, mean, resample, scale:α).")
+@click.option("--alphas", callback=_floats, default="1,0.75,0.5,0.25,0,-0.5", show_default=True,
+              help="The scale sweep: z × α for each α (1 is intact, 0 is zeroing).")
+@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True, help="Bootstrap resamples (at most 1,000,000).")
+def ablations_cmd(out, kinds, alphas, n_boot) -> None:
+    """Does the tested selection's gain survive mean, resample and scaled ablation? Held-out looks; writes OUT/ablation-kinds.json."""
+    from celtk.run.ablations import run_ablation_kinds
+
+    with progress_bar() as progress:
+        doc = run_ablation_kinds(Path(out), kinds=_names(kinds), alphas=alphas, n_boot=n_boot, progress=progress)
+    _print_kinds(doc)
+
+
+COMMANDS = [transfer_cmd, calibrate_cmd, ablations_cmd]

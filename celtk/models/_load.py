@@ -145,7 +145,7 @@ def _check_weight_files(directory: str, kind: str) -> None:
 
 
 def load_model(
-    source: str,
+    source: str | Path,
     *,
     device: str | torch.device | None = "cpu",
     dtype: str | torch.dtype = "float32",
@@ -155,7 +155,8 @@ def load_model(
     Args:
         source: a packaged alias (``smollm2-135m``, ``gemma3-270m``), a ``.gguf`` path,
             an HF model directory, a hub id such as ``Qwen/Qwen2.5-3B-Instruct``, or a
-            TransformerLens model name such as ``gpt2`` or ``pythia-70m`` (fetched from the hub).
+            TransformerLens model name such as ``gpt2`` or ``pythia-70m`` (fetched from the hub); a
+            path may be a ``pathlib.Path``.
         device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``.
         dtype: ``float32`` (default), ``bfloat16`` or ``float16``; recorded in results.
 
@@ -167,6 +168,7 @@ def load_model(
         >>> model.n_layers, model.n_heads
         (30, 9)
     """
+    source = os.fspath(source)
     torch_dtype = resolve_dtype(dtype)
     torch_device = resolve_device(device)
     target, kind, metadata = _resolve_source(source)

@@ -12,6 +12,9 @@ import torch
 from celtk.errors import ArchitectureError
 from celtk.heads import HeadSet
 from celtk.models._arch import Architecture, read_architecture, unsupported
+from celtk.validation import check_fields
+
+CONTEXT_KEYS = ("seq_length", "n_positions", "max_position_embeddings", "n_ctx")  # lm-eval's order
 
 
 @dataclass(eq=False)
@@ -44,6 +47,9 @@ class Model:
     arch: Architecture
     local_dir: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     @classmethod
     def from_bridge(cls, bridge: Any, *, name: str | None = None, tokenizer: Any = None, source: str = "bridge",
@@ -100,6 +106,28 @@ class Model:
     @property
     def n_total_heads(self) -> int:
         return self.n_layers * self.n_heads
+
+    @property
+    def n_ctx(self) -> int | None:
+        """The most positions the model reads at once (prompt and continuation together), from its
+        config as lm-eval's ``max_length`` reads it (``seq_length``, ``n_positions``,
+        ``max_position_embeddings``, ``n_ctx``); ``None`` when the config names none."""
+        config = self._hf_config()
+        for key in CONTEXT_KEYS:
+            value = getattr(config, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    def _hf_config(self) -> Any:
+        """The HF config, or None for a model without weights (a stand-in wrapping only a tokenizer)."""
+        return getattr(getattr(self.bridge, "original_model", None), "config", None)
+
+    @property
+    def n_ctx_source(self) -> str:
+        """The config key :attr:`n_ctx` was read from, for messages."""
+        config = self._hf_config()
+        return next((k for k in CONTEXT_KEYS if isinstance(getattr(config, k, None), int)), "config")
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """The weights under their plain HF names (the bridge's wrapper names stripped)."""

@@ -1,7 +1,7 @@
 """A self-contained HTML page and PNG figures from a run directory (no model needed):
 layers × heads heatmaps of single-head gain and damage, the pool's pairwise interaction
 matrix, the held-out table with CI and p, and — where the files exist — the attribute scores
-of the selected heads and the stability report.
+of the selected heads, the stability report, transfer and the ablation kinds' dose-response curve.
 
 Figures are written as PNG files beside ``index.html`` and embedded in it (base64), so the
 page can be mailed or archived alone.
@@ -16,9 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from celtk.analysis import HeadAttributesDocument
 from celtk.errors import RunStoreError
 from celtk.heads import Head
+from celtk.report.ablations import kinds_section
 from celtk.report.transfer import transfer_section
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import (
     DiagnosticsDocument,
     Document,
@@ -27,7 +30,8 @@ from celtk.run.documents import (
     StabilityDocument,
     TestDocument,
 )
-from celtk.runstore import atomic_write_text, locked, read_json
+from celtk.run.heldout import Look
+from celtk.runstore import atomic_write_text, locked
 
 
 def _grid(values: list[tuple[str, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
@@ -146,6 +150,7 @@ def write_report(out: Path, target: Path | None = None) -> Path:
     if not out.is_dir():
         raise RunStoreError(f"{out} is not a run directory; give the --out of a screened run.")
     with locked(out):
+        RunDirectory(out).verify()  # an edited or truncated held-out log, or an edited test.json, is refused
         return _write_report(out, target)
 
 
@@ -158,12 +163,15 @@ def _write_report(out: Path, target: Path | None) -> Path:
     selection, diagnostics = _load(out, SelectionDocument), _load(out, DiagnosticsDocument)
     test, stability = _load(out, TestDocument), _load(out, StabilityDocument)
     _check_one_run(out, screen, selection, test)
-    attributes = read_json(out / "head_attributes.json") if (out / "head_attributes.json").exists() else None
+    attributes = _load(out, HeadAttributesDocument)
     selected = [Head.parse(h) for h in selection.heads] if selection else []
     parts = [f"<h1>celtk report: {html.escape(out.name)}</h1>",
              f"<p>Model <code>{html.escape(screen.model_name)}</code> ({screen.n_layers} layers × {screen.n_heads} heads, "
              f"weights {screen.weight_hash}), task <code>{html.escape(screen.task_name)}</code>, "
              f"{screen.n} discovery examples, intact accuracy {screen.intact_accuracy:.1%}.</p>"]
+    if screen.config.get("synthetic"):
+        parts.append(f"<p><strong>Synthetic data:</strong> the {html.escape(str(screen.config.get('preset') or ''))} "
+                     "settings run on celtk's generated data, not the official rows.</p>")
     if test:
         parts.append(_test_section(test))
     parts.append("<h2>Figures</h2>" + "".join(_figures(target, screen, diagnostics, selected)))
@@ -172,20 +180,28 @@ def _write_report(out: Path, target: Path | None) -> Path:
                      f"{selection.n_evaluations} interventions evaluated; discovery accuracy "
                      f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%} "
                      f"(selection-biased: {html.escape(selection.discovery_gain_note)}).</p>"
-                     + ("<p><strong>Selected again after the held-out test (forced): the held-out set is no longer "
-                        "untouched for this selection.</strong></p>" if selection.forced_after_test else "")
+                     + ("<p><strong>Selected again after the held-out set was looked at (forced: "
+                        + html.escape(", ".join(f"{r.what} (look {r.seq})" for r in selection.prior_looks or []) or "the test")
+                        + "): the held-out set is no longer untouched for this selection.</strong></p>"
+                        if selection.forced_after_test else "")
+                     + (f"<p>Frozen with its held-out set: {selection.heldout.n} examples (seed {selection.heldout.seed}, "
+                        f"hash <code>{selection.heldout.hash}</code>).</p>" if selection.heldout else "")
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
                               [[",".join(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
                                for r in selection.ranking[:10]]))
     if attributes and selected:
-        names = list(attributes["scores"])
+        names = list(attributes.scores)
         parts.append("<h2>Attribute scores of the selected heads</h2>" + _table(
-            ["head", *names], [[str(h), *(f"{attributes['scores'][n][h.layer][h.head]:.3f}" for n in names)] for h in selected]))
+            ["head", *names], [[str(h), *(f"{attributes.score(n, h):.3f}" for n in names)] for h in selected]))
     elif selected:
         parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
+    looks = RunDirectory(out).looks()
+    if looks:
+        parts.append(_looks_section(looks, test.look if test else None))
     if stability:
         parts.append(_stability_section(stability))
     parts.append(transfer_section(out, target, _table, _figure))
+    parts.append(kinds_section(out, target, selection.heads if selection else None, _table, _figure))
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>celtk report: {html.escape(out.name)}</title>"
             f"<style>{_STYLE}</style></head><body>{''.join(parts)}{_LOADED_CHECK}</body></html>")
     atomic_write_text(target / "index.html", page)
@@ -235,6 +251,20 @@ def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocum
                 "Pairwise interactions in the candidate pool")
         figures.append(_figure(target / "interactions.png", "Pairwise interaction matrix of the pool (examples)"))
     return figures
+
+
+def _looks_section(looks: list[Look], result: int | None) -> str:
+    """Every use of the held-out set, from ``heldout_log.jsonl``: the first test is the result."""
+    def role(look: Look) -> str:
+        text = "the result" if look.seq == result else "exploratory" if look.exploratory else "look"
+        return text + (" (forced)" if look.forced else "") + ("" if look.complete else " (incomplete)") + (
+            "" if look.chained else " (unchained: an older celtk)")
+
+    return ("<h2>Looks at the held-out set</h2><p>Every use of the held-out examples, as the hash-chained "
+            "<code>heldout_log.jsonl</code> records it. The first test is the result; the others are exploratory.</p>"
+            + _table(["#", "what", "when", "n", "head sets", "frozen selection scored", "role"],
+                     [[r.seq, html.escape(r.what), r.when, "" if r.n is None else r.n, len(r.heads),
+                       "yes" if r.frozen else "no", role(r)] for r in looks]))
 
 
 def _stability_section(stability: StabilityDocument) -> str:

@@ -62,7 +62,9 @@ def transfer_section(out: Path, target: Path, table, figure) -> str:
         parts.append(f"<p>Null <code>{cal.null}</code> ({html.escape(cal.validity)}), {cal.repeats} draws: best discovery "
                      f"gain median {100 * np.median(disc):+.1f} pts (95th percentile {100 * np.quantile(disc, 0.95):+.1f}), "
                      f"its held-out gain mean {100 * np.mean(cal.null_heldout_gains):+.1f} pts; observed discovery gain "
-                     f"{100 * cal.observed_discovery_gain:+.1f} pts, p = {cal.p_value:.3g}.</p>")
+                     f"{100 * cal.observed_discovery_gain:+.1f} pts, "
+                     + (f"p = {cal.p_value:.3g}." if cal.p_value is not None else html.escape(cal.p_value_note or "no p-value."))
+                     + "</p>")
     return "<h2>Does the selection hold?</h2>" + "".join(parts) if parts else ""
 
 

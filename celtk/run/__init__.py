@@ -5,6 +5,7 @@
 * :mod:`~celtk.run.memo` — :class:`SetMemo`, the resumable store of head-set outcomes
 * :mod:`~celtk.run.documents` — typed result documents (``screen.json``, ``selection.json``, …)
 * stages: :mod:`~celtk.run.screen` (+ merge; :mod:`~celtk.run.racescreen`, the racing screen), :mod:`~celtk.run.select`, :mod:`~celtk.run.test`,
+  :mod:`~celtk.run.ablations` (does the tested selection survive other ablation kinds?),
   :mod:`~celtk.run.altscreen`, :mod:`~celtk.run.stability`, :mod:`~celtk.run.eval`, and
   :mod:`~celtk.run.full` (screen → select → test)
 
@@ -28,6 +29,7 @@ _EXPORTS = {
     "merge_shards": "screen", "parse_shard": "screen", "run_screen": "screen",
     "run_select": "select", "run_test": "test", "run_altscreen": "altscreen", "run_stability": "stability",
     "run_eval": "eval", "RunResult": "full", "run_all": "full",
+    "run_ablation_kinds": "ablations", "AblationKindsDocument": "documents",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -35,7 +37,10 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"celtk.run.{_EXPORTS[name]}"), name)
+        from celtk.validation import public
+
+        value = globals()[name] = public(getattr(importlib.import_module(f"celtk.run.{_EXPORTS[name]}"), name))
+        return value
     raise AttributeError(f"module 'celtk.run' has no attribute {name!r}")
 
 
@@ -44,9 +49,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from celtk.run.ablations import run_ablation_kinds
     from celtk.run.altscreen import run_altscreen
     from celtk.run.config import RunConfig, load_config_file, resolve_config
     from celtk.run.documents import (
+        AblationKindsDocument,
         AltscreenDocument,
         DiagnosticsDocument,
         ScreenDocument,

@@ -27,6 +27,10 @@ def gradient_screener(run: ScreenedRun, *, progress: Progress | None = None, **_
     """Signed per-head gate gradients (:func:`celtk.screeners.gradient_scores`), one backward pass."""
     from celtk.screeners import gradient_scores
 
+    if run.session.config.ablation != "zero":
+        raise ConfigError(f"The gradient screener predicts zeroing (a head's gate moved from 1 to 0), and this run "
+                          f"screened under {run.session.config.ablation} ablation, so the two would rank different "
+                          "interventions. Compare it on a zero run, or use --method lasso (scored under the run's kind).")
     size = run.session.config.batch_size if isinstance(run.session.config.batch_size, int) else 8
     return gradient_scores(run.session.model, run.session.prepared("discovery"), batch_size=size)
 

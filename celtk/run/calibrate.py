@@ -1,17 +1,16 @@
 """How large a discovery gain does a search find when there is nothing to find? Two nulls for
-``selection.json``'s discovery gain (``calibration-NULL.json``):
+``selection.json``'s discovery gain (``calibration-NULL.json``); the statistics are in
+:mod:`celtk.nulls`, which says when each p-value is valid:
 
-* ``permutation`` (no model, stored outcomes only): under "this head set has no effect" the
-  two outcomes of each discordant example are exchangeable, so each scored candidate's fixes are
-  Binomial(fixes + damage, 1/2) — McNemar's exact null. Per repeat every candidate the search
-  scored (every screened head and every scored set) is relabelled independently and the best is
-  kept. Ignoring the candidates' positive correlation (shared intact outcomes, shared heads) makes
-  the null best stochastically larger: the calibration is conservative. The chosen candidate's
-  held-out gain under the same null is drawn on as many held-out examples.
-* ``random-heads`` (forward passes): per repeat, ``n_candidates`` random head sets of the
-  selection's size; the best on the discovery set, and its gain on the held-out set. A control
-  for "picking the best of many ablations", valid for any task; on a model where random
-  ablations do have effects it measures those too, so it is a control, not a pure null.
+* ``permutation`` (no model, stored outcomes only): every candidate the search scored (each
+  screened head and each scored set) relabelled independently under McNemar's exact null, the
+  best kept; conservative.
+* ``random-heads`` (forward passes): Algorithm 1 run again with a random pool of p heads in place
+  of the screened top p, per repeat: the same number and make-up of candidates as the search, so
+  its best is the same statistic and the p-value compares like with like. Each repeat's best set
+  is then scored on the held-out set (a logged, exploratory look). With ``n_candidates`` it is the
+  older control instead (the best of that many random sets of the selection's size): a different
+  statistic, so no p-value is given, and the document says why.
 
 Relabelling intact against ablated per example *across* candidates (one swap for all) is not
 used: the intact vector is shared, so one swap cannot be applied consistently to several sets.
@@ -21,61 +20,87 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model
+from celtk.nulls import p_value, permutation_null, random_pool_null, random_pools
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import CalibrationDocument, ScreenDocument, SelectionDocument, TestDocument
-from celtk.run.frozen import log_heldout
-from celtk.run.session import check_no_overlap, session_for
-from celtk.runstore import locked
+from celtk.run.memo import memo_for
+from celtk.run.session import check_no_overlap, open_run
+from celtk.scores import HeadScore, rank
+from celtk.selection import n_subsets
 
 Progress = Callable[[str, int, int], None]
 NULLS = ("permutation", "random-heads")
+MAX_RANDOM_SETS = 1_000_000  # random head sets one calibration may draw (Algorithm 1's limit of subsets)
+MAX_RELABELLED = 20_000_000  # relabelled gains the permutation null holds at once (three 8-byte arrays: ~0.5 GB)
 VALIDITY = {
     "permutation": "exact McNemar null per candidate (discordant outcomes exchangeable under no effect); the best is "
                    "taken over independently relabelled candidates, which is conservative",
-    "random-heads": "control: best of random head sets of the selection's size, chosen on discovery; includes any "
-                    "effect random ablations have on this model",
+    "random-heads": "the search itself on random pools: every single head and every subset of a random pool of p, "
+                    "the best by the ranking key, i.e. the search's own statistic over as many candidates; valid where "
+                    "candidates' outcomes are exchangeable under no effect, optimistic where subsets inherit their "
+                    "heads' luck (celtk.nulls)",
+    "random-heads-control": "control: the best of random head sets of the selection's size, chosen on discovery; "
+                            "includes any effect random ablations have on this model",
 }
 
 
 def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200, seed: int = 0,
-                    n_candidates: int = 20, model: Model | None = None,
+                    n_candidates: int | None = None, model: Model | None = None,
                     progress: Progress | None = None) -> CalibrationDocument:
     """The distribution of the best discovery gain under ``null`` (:data:`NULLS`), its held-out
-    counterpart, and the share of null bests at or above the observed discovery gain (as a
-    p-value with the +1 correction). Writes ``calibration-NULL.json``."""
+    counterpart, and, where the null's statistic is the search's own, the share of null bests at
+    or above the observed discovery gain as a p-value (+1 correction). ``n_candidates`` (random-heads
+    only) takes the best of that many random sets per repeat instead of the search on a random pool:
+    a control with no p-value. Writes ``calibration-NULL.json``; the random-heads null's held-out
+    scoring is a look, logged before it is made."""
     if null not in NULLS:
         raise ConfigError(f"Unknown null {null!r}; use one of {', '.join(NULLS)}.")
-    if repeats < 1 or n_candidates < 1:
+    if repeats < 1 or (n_candidates is not None and n_candidates < 1):
         raise ConfigError(f"repeats and n_candidates must be at least 1, got {repeats} and {n_candidates}.")
+    if null == "permutation" and n_candidates is not None:
+        raise ConfigError("n_candidates (--candidates) applies to the random-heads null; the permutation null "
+                          "relabels every candidate the search scored.")
+    if null == "random-heads" and n_candidates is not None and repeats * n_candidates > MAX_RANDOM_SETS:
+        raise ConfigError(f"repeats × candidates = {repeats:,} × {n_candidates:,} = {repeats * n_candidates:,} random head "
+                          f"sets, more than the limit of {MAX_RANDOM_SETS:,} (each is scored on the discovery set); "
+                          "lower --repeats or --candidates.")
     out = Path(out)
-    with locked(out):
-        sel = SelectionDocument.load(out)
-        test = TestDocument.load(out) if (out / TestDocument.FILE).exists() else None
+    rd = RunDirectory(out)
+    with rd.lock():
+        rd.verify()
+        sel = rd.load(SelectionDocument)
+        test = rd.load_if(TestDocument)
         n_disc = len(sel.discovery_ids)
-        if null == "permutation":
-            n_held = test.n if test else int(sel.config["heldout"])
-            disc, held, n_cand = permutation_null(_discordant(out, sel), n_disc, n_held, repeats, seed)
-        else:
-            disc, held = random_heads_null(out, sel, repeats, n_candidates, seed, model, progress)
-            n_cand = n_candidates
         observed = sel.discovery_gain
-        document = CalibrationDocument(
-            null=null, repeats=repeats, seed=seed, n_candidates=n_cand, set_size=len(sel.heads),
-            null_discovery_gains=[float(g) for g in disc], null_heldout_gains=[float(g) for g in held],
-            observed_discovery_gain=observed, observed_heldout_gain=test.gain if test else None,
-            p_value=float((1 + np.sum(np.asarray(disc) >= observed - 1e-12)) / (1 + repeats)), validity=VALIDITY[null])
-        document.save(out)
-        return document
+        base: dict[str, Any] = dict(null=null, repeats=repeats, seed=seed, set_size=len(sel.heads),
+                                    observed_discovery_gain=observed, observed_heldout_gain=test.gain if test else None)
+        if null == "permutation":
+            n_held = test.n if test else sel.heldout.n if sel.heldout else int(sel.config["heldout"])
+            discordant = _discordant(rd, sel)
+            if repeats * len(discordant) > MAX_RELABELLED:
+                raise ConfigError(f"repeats × candidates = {repeats:,} × {len(discordant):,} scored candidates = "
+                                  f"{repeats * len(discordant):,} relabelled gains, more than the limit of "
+                                  f"{MAX_RELABELLED:,} held at once; use --repeats {MAX_RELABELLED // len(discordant):,} "
+                                  "or fewer.")
+            disc, held, n_cand = permutation_null(discordant, n_disc, n_held, repeats, seed)
+            document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
+                                           null_heldout_gains=[float(g) for g in held], p_value=p_value(disc, observed),
+                                           validity=VALIDITY[null])
+            document.save(out)
+            return document
+        return _random_heads(rd, sel, base, n_candidates, model, progress)
 
 
-def _discordant(out: Path, sel: SelectionDocument) -> np.ndarray:
+def _discordant(rd: RunDirectory, sel: SelectionDocument) -> np.ndarray:
     """fixes + damage of every candidate the search scored: each screened head and each ranked set."""
-    counts = screen_discordant(ScreenDocument.load(out))
+    counts = screen_discordant(rd.load(ScreenDocument))
     counts.update({tuple(r.heads): r.fixes + r.damage for r in sel.ranking})
     return np.array(list(counts.values()), dtype=int)
 
@@ -89,51 +114,59 @@ def screen_discordant(screen: ScreenDocument) -> dict[tuple[str, ...], int]:
             for r in screen.heads}
 
 
-def permutation_null(discordant: np.ndarray, n_disc: int, n_held: int, repeats: int,
-                     seed: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Best relabelled gain per repeat and the chosen candidate's null held-out gain.
-
-    Args:
-        discordant: int [m], fixes + damage of each candidate on the ``n_disc`` discovery examples.
-
-    Returns:
-        (discovery gains [repeats], held-out gains [repeats], m), gains as fractions.
-    """
-    rng = np.random.default_rng(seed)
-    fixes = rng.binomial(discordant[None, :], 0.5, size=(repeats, len(discordant)))
-    gains = (2 * fixes - discordant[None, :]) / n_disc
-    best = gains.argmax(axis=1)
-    held_discordant = np.rint(discordant[best] * n_held / n_disc).astype(int)  # same discordance rate
-    held = (2 * rng.binomial(held_discordant, 0.5) - held_discordant) / n_held
-    return gains[np.arange(repeats), best], held, len(discordant)
-
-
-def random_heads_null(out: Path, sel: SelectionDocument, repeats: int, n_candidates: int, seed: int,
-                      model: Model | None, progress: Progress | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per repeat: the best of ``n_candidates`` random head sets on discovery, and its held-out gain."""
-    session = session_for(sel, model)
-    check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
-    heads = all_heads(session.model.n_layers, session.model.n_heads)
-    size = len(sel.heads)
-    if size > len(heads):
-        raise ConfigError(f"The selection has {size} heads but the model only {len(heads)}.")
-    rng = np.random.default_rng(seed)
-    draws = [[HeadSet(tuple(heads[i] for i in rng.choice(len(heads), size, replace=False))) for _ in range(n_candidates)]
-             for _ in range(repeats)]
-    unique = list(dict.fromkeys(s for draw in draws for s in draw))
+def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any], n_candidates: int | None,
+                  model: Model | None, progress: Progress | None) -> CalibrationDocument:
+    """The random-heads null (or control) per repeat: the best set on discovery, then on held-out."""
+    repeats, seed = base["repeats"], base["seed"]
+    if n_candidates is None and sel.strategy != "algorithm1":
+        raise ConfigError(f"The random-heads null reruns Algorithm 1 on random pools; this selection was made by "
+                          f"{sel.strategy} search, whose statistic it does not reproduce. Pass n_candidates "
+                          "(--candidates N) for the control (best of N random sets, no p-value), or use the "
+                          "permutation null, which covers every strategy.")
+    run = open_run(rd.path, model, **rd.heldout_overrides())
+    rd.check_contract(run.session.splits.manifest())
+    check_no_overlap(sel.discovery_hashes, sel.discovery_ids, run.session.splits.heldout)
+    heads = all_heads(run.session.model.n_layers, run.session.model.n_heads)
+    memo = memo_for(run, progress, "calibrate")
+    n = len(run.intact)
+    if n_candidates is None:
+        p, k = int(sel.p or 0), sel.k
+        if repeats * n_subsets(p, k) > MAX_RANDOM_SETS:
+            raise ConfigError(f"repeats × subsets of a pool = {repeats:,} × {n_subsets(p, k):,} = {repeats * n_subsets(p, k):,} "
+                              f"head sets to score on the discovery set, more than the limit of {MAX_RANDOM_SETS:,}; "
+                              f"use --repeats {max(1, MAX_RANDOM_SETS // n_subsets(p, k)):,} or fewer.")
+        best = random_pool_null(run.scores, run.intact, memo, random_pools(heads, p, repeats, seed), k)
+        disc = np.array([b.gain / n for b in best])
+        n_cand, note, validity = len(run.scores) + n_subsets(p, k), None, VALIDITY["random-heads"]
+        pv: float | None = p_value(disc, base["observed_discovery_gain"])
+    else:
+        size = len(sel.heads)
+        if size > len(heads):
+            raise ConfigError(f"The selection has {size} heads but the model only {len(heads)}.")
+        rng = np.random.default_rng(seed)
+        draws = [[HeadSet(tuple(heads[i] for i in rng.choice(len(heads), size, replace=False)))
+                  for _ in range(n_candidates)] for _ in range(repeats)]
+        outcomes = memo(list(dict.fromkeys(s for draw in draws for s in draw)))
+        best = [rank([HeadScore.compare(s, outcomes[s], run.intact) for s in draw])[0] for draw in draws]
+        disc = np.array([b.gain / n for b in best])
+        n_cand, pv, validity = n_candidates, None, VALIDITY["random-heads-control"]
+        searched = sel.n_evaluations
+        note = (f"no p-value: each null draw is the best of {n_candidates} random sets of {size} heads, while the "
+                f"search's discovery gain is the best of its {searched} candidates (every single head, then the "
+                "subsets of its pool); the two maxima are different statistics. Leave out n_candidates "
+                "(--candidates) for the search on random pools, whose best is comparable.")
+    chosen = list(dict.fromkeys(b.heads for b in best))  # only each draw's best reaches the held-out set
+    session = run.session
+    seq = rd.begin_look("calibrate-random-heads", [h.names() for h in chosen], session.splits.manifest()["heldout_hash"],
+                        len(session.splits.heldout), exploratory=True)
     if progress:
-        progress("calibrate", 0, 2)
-    intact, results = session.screener("discovery").run(unique)
-    discovery = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in unique}
-    best = [max(draw, key=lambda s: discovery[s]) for draw in draws]
-    if progress:
-        progress("calibrate", 1, 2)
-    chosen = list(dict.fromkeys(best))  # only each draw's best reaches the held-out set
+        progress("calibrate held-out", 0, 1)
     intact, results = session.screener("heldout").run(chosen)
-    # random sets, not the selection: exploratory, not a test of it
-    log_heldout(out, "calibrate-random-heads", [h.names() for h in chosen], session.splits.manifest()["heldout_hash"],
-                exploratory=True)
-    heldout = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in chosen}
     if progress:
-        progress("calibrate", 2, 2)
-    return np.array([discovery[b] for b in best]), np.array([heldout[b] for b in best])
+        progress("calibrate held-out", 1, 1)
+    heldout = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in chosen}
+    document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
+                                   null_heldout_gains=[heldout[b.heads] for b in best], p_value=pv, p_value_note=note,
+                                   validity=validity, null_sets=[b.heads.names() for b in best])
+    rd.finish_look(seq, (document, None))
+    return document

@@ -7,7 +7,8 @@ so a TOML/JSON file written for one works for the others.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+import os
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,13 @@ import tomllib
 
 from celtk.errors import ConfigError
 from celtk.registry import SCREENS
-from celtk.run.presets import preset_names, preset_values
+from celtk.run.presets import check_paper_data, preset_names, preset_values
+from celtk.validation import check_fields, check_value
 
 CHAT_DATE = "2024-07-26"  # celtk.evaluator.CHAT_DATE; repeated so that reading a config does not import torch
+
+
+PATH_KEYS = ("model", "data")  # settings that may be given as a pathlib.Path (kept as text)
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,22 @@ class RunConfig:
     stop: list[str] | None = None  # generation stop strings (jsonl generate grading; default a newline)
     max_new_tokens: int | None = None  # generation token limit (jsonl generate grading; default 32)
     allow_code: bool = False  # let code tasks (mbpp, humaneval) run generated code in the sandbox
+    ablation: str = "zero"  # what replaces an ablated head's z: zero (the paper's), mean, resample, scale:α
     preset: str | None = None  # recorded: which preset (celtk.run.presets) filled unset settings
+    synthetic: bool = False  # a paper preset run on generated data instead of the official rows, said out loud
+
+    def __post_init__(self) -> None:
+        """Checked at construction, however built (a file, the CLI or ``RunConfig(...)`` directly): a
+        model or data path may be a ``pathlib.Path`` (kept as its string, as the config files hold it)."""
+        for name in PATH_KEYS:
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        check_fields(self, ranges=False)
+        if self.ablation != "zero":  # one spelling (scale:0.50 → scale:0.5); parsed only when set, so that a default
+            from celtk.ablation_kinds import AblationKind  # config does not import torch
+
+            object.__setattr__(self, "ablation", str(AblationKind.parse(self.ablation)))
+        self.validated()
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -63,6 +83,7 @@ class RunConfig:
         if unknown:
             raise ConfigError(f"Unknown key(s) {', '.join(unknown)} in {where}; valid keys: {', '.join(sorted(known))}.")
         annotations = {f.name: f.type for f in fields(cls)}
+        values = {k: os.fspath(v) if k in PATH_KEYS and isinstance(v, os.PathLike) else v for k, v in values.items()}
         for key, value in values.items():
             check_type(key, value, str(annotations[key]), where)
         return replace(cls(), **values).validated()
@@ -85,6 +106,7 @@ class RunConfig:
             raise ConfigError(f"racing_mode must be 'exact' or 'confidence', got {self.racing_mode!r}.")
         if self.preset is not None and self.preset not in preset_names():
             raise ConfigError(f"Unknown preset {self.preset!r}; choose one of {', '.join(preset_names())}.")
+        check_paper_data(self.preset, self.task, self.data, self.synthetic)
         try:
             date.fromisoformat(self.chat_date)
         except (TypeError, ValueError):
@@ -92,28 +114,22 @@ class RunConfig:
                               f"got {self.chat_date!r}.") from None
         return self
 
-
-_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float),
-                                       "None": (type(None),)}
+    def recorded(self) -> dict[str, Any]:
+        """The settings as written beside results (``config.json``, ``screen.json``, ...): every field, except
+        ``ablation`` when it is the paper's zero, so that zero runs' files stay as they were before the setting."""
+        values = asdict(self)
+        if values["ablation"] == "zero":
+            del values["ablation"]
+        return values
 
 
 def check_type(key: str, value: Any, annotation: str, where: str = "config") -> None:
-    """Refuse ``value`` unless it has a type named in ``annotation`` (e.g. ``"int | str"``).
+    """Refuse ``value`` unless it has a type named in ``annotation`` (e.g. ``"int | str"``), by the
+    shared validator (:func:`celtk.validation.check_value`).
 
     A bool is not an int here (``discovery = true`` is a mistake, not 1), and a string is never
     read as a bool (``chat = "no"`` is refused, not taken as true)."""
-    allowed: list[type] = []
-    for part in (p.strip() for p in annotation.split("|")):
-        if part.startswith(("list[", "tuple[")):
-            allowed += [list, tuple]
-        elif part in _TYPES:
-            allowed += _TYPES[part]
-        else:
-            return  # a type this check does not know: leave it to the field's own validation
-    ok = isinstance(value, tuple(allowed)) and not (isinstance(value, bool) and bool not in allowed)
-    if not ok:
-        raise ConfigError(f"{key} in {where} must be {annotation.replace(' | ', ' or ')}, got {value!r} "
-                          f"({type(value).__name__}).")
+    check_value(where, key, value, annotation, __name__, message=f"{key} in {where}", ranges=False)
 
 
 def load_config_file(path: str | Path | None) -> dict[str, Any]:

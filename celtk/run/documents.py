@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from celtk.errors import RunStoreError
-from celtk.runstore import read_json, write_json
+from celtk.runstore import file_digest, read_json, write_json
 
 SCHEMA_VERSION = 1
 UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was not scored on
@@ -89,13 +89,50 @@ class Document(Record):
                                 f"{SCHEMA_VERSION}. Rerun the stage with this version.")
         return super().from_json(data, where)
 
+    def file_name(self) -> str:
+        """The file this document is saved as by default (``FILE``; per null or method for some)."""
+        return self.FILE
+
     def save(self, directory: Path, name: str | None = None) -> None:
-        write_json(Path(directory) / (name or self.FILE), self.to_json())
+        """Write the file atomically, then record its SHA-256 in ``digests.json`` (see :func:`check_digest`)."""
+        path = Path(directory) / (name or self.file_name())
+        write_json(path, self.to_json())
+        record_digest(path)
 
     @classmethod
     def load(cls, directory: Path, name: str | None = None):
+        """Read the file, refusing one changed since celtk wrote it (:func:`check_digest`)."""
         path = Path(directory) / (name or cls.FILE)
-        return cls.from_json(read_json(path), str(path))
+        data = read_json(path)  # a damaged file is named as such first
+        check_digest(path)
+        return cls.from_json(data, str(path))
+
+
+DIGESTS = "digests.json"
+
+
+def record_digest(path: Path) -> None:
+    """Record ``path``'s SHA-256 in ``digests.json`` beside it (written by the stage that wrote the file)."""
+    book = Path(path).parent / DIGESTS
+    digests = read_json(book) if book.exists() else {}
+    digests[Path(path).name] = file_digest(path)
+    write_json(book, digests)
+
+
+def check_digest(path: Path) -> None:
+    """Refuse a document whose bytes differ from the digest celtk recorded when it wrote it: a result
+    edited by hand is not read as celtk's. Files from before digests were kept have none and pass."""
+    path = Path(path)
+    book = path.parent / DIGESTS
+    recorded = read_json(book).get(path.name) if book.exists() else None
+    if recorded is None:
+        return
+    if not path.exists():
+        raise RunStoreError(f"{path} was deleted after celtk wrote it ({DIGESTS} records it); rerun the stage that writes it.")
+    if file_digest(path) != recorded:
+        raise RunStoreError(f"{path} was changed after celtk wrote it (its SHA-256 differs from the one in {DIGESTS}); a "
+                            "result edited by hand is not read. Restore the file, or rerun the stage that writes it "
+                            "in a new run directory.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,6 +217,15 @@ class ScreenDocument(Document):
     def task_name(self) -> str:
         return self.task["task"]
 
+    def results_digest(self) -> str:
+        """SHA-256 of what the screen found (everything but ``config``, whose batch size or device may
+        differ between two calls that screen the same run): what a selection records it was searched on."""
+        import hashlib
+        import json
+
+        results = {k: v for k, v in self.to_json().items() if k != "config"}
+        return hashlib.sha256(json.dumps(results, sort_keys=True).encode()).hexdigest()
+
 
 # ---------------------------------------------------------------------------------------------
 # selection.json and diagnostics.json
@@ -208,6 +254,34 @@ class Interaction(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HeldoutContract(Record):
+    """The held-out set every test of a selection scores, fixed when the selection is frozen."""
+
+    n: int
+    seed: int
+    hash: str  # celtk.tasks.Splits.manifest()'s heldout_hash: the examples' ids and contents, in order
+    source: str  # where the examples came from (generator, a data path, the hub)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookRecord(Record):
+    """One use of the held-out set, as ``heldout_log.jsonl`` records it (:class:`celtk.run.heldout.Look`;
+    its time stays in the log, so two identical runs write identical documents)."""
+
+    seq: int
+    what: str
+    heads: list[list[str]]
+    n: int | None
+    heldout_hash: str
+    frozen: bool  # the frozen selection's held-out outcomes were among those scored
+    exploratory: bool  # not the run's test
+    forced: bool
+    complete: bool  # its result was written
+    result: str | None  # the file it wrote
+    chained: bool  # False: a line from before the log was hash-chained
+
+
+@dataclass(frozen=True, kw_only=True)
 class SelectionDocument(Document):
     """Stage 2: the frozen head set and every set the search scored."""
 
@@ -233,8 +307,11 @@ class SelectionDocument(Document):
     n_evaluated_subsets: int | None = optional()
     pool: list[str] | None = optional()
     flagged_interactions: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
-    forced_after_test: bool | None = optional()  # reselected with force=True after test.json existed
+    forced_after_test: bool | None = optional()  # reselected with force=True after a look at the held-out set
     discovery_gain_note: str = DISCOVERY_GAIN_NOTE
+    heldout: HeldoutContract | None = optional_record(HeldoutContract)  # None: frozen before celtk kept the contract
+    screen_digest: str | None = optional()  # ScreenDocument.results_digest() of the screen it was searched on
+    prior_looks: list[LookRecord] | None = field(default=None, metadata={"omit_none": True, "rows": LookRecord})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,6 +370,53 @@ class TestDocument(Document):
     examples: list[TestExample] = rows(TestExample)
     discovery_gain: float | None = optional()  # selection-biased, copied from selection.json
     shrinkage: float | None = optional()  # discovery_gain − gain: how much of the searched gain did not hold
+    look: int | None = optional()  # the held-out log's seq of the look that gave this result
+    # every look at the held-out set up to the last write of this file (the first test stays the result)
+    looks: list[LookRecord] | None = field(default=None, metadata={"omit_none": True, "rows": LookRecord})
+
+
+# ---------------------------------------------------------------------------------------------
+# ablation-kinds.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindRow(Record):
+    """The frozen selection under one ablation kind against the intact model, on the held-out examples.
+    Statistics left undefined (n = 0) are ``None``, with the reason in ``undefined``."""
+
+    kind: str  # zero, mean, resample, scale:α
+    alpha: float | None  # scale:α's α (the dose-response axis); None for zero, mean, resample
+    ablated_accuracy: float | None
+    gain: float | None
+    gain_ci: list[float] | None
+    fixes: int
+    damage: int
+    mcnemar_p: float | None
+    mean_delta_logprob: float | None  # mean (ablated − intact) target log-probability (the correct choice's); None: generation
+    ablated_correct: str  # per-example bits, '0101…'
+    undefined: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AblationKindsDocument(Document):
+    """Does the selection's enhancement survive other ablation kinds? Held-out looks of the frozen selection
+    under zero, mean and resample ablation and along a scale sweep (``ablation-kinds.json``); they reselect nothing."""
+
+    FILE: ClassVar[str] = "ablation-kinds.json"
+    heads: list[str]
+    model: str
+    task: str
+    run_ablation: str  # the kind the run was screened, selected and tested under
+    test_gain: float  # test.json's held-out gain: the confirmatory result these rows sit beside
+    n: int
+    intact_accuracy: float
+    intact_correct: str
+    heldout_hash: str
+    reference: dict[str, Any]  # what mean and resample were measured on (the discovery set), and how
+    n_boot: int
+    ci_level: float
+    kinds: list[KindRow] = rows(KindRow)
+    omitted: dict[str, str] = field(default_factory=dict)  # kind -> why it was not scored
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,7 +432,7 @@ class StableSelection(Record):
     heldout_gain: float
     heldout_gain_ci: list[float]
     heldout_mcnemar_p: float
-    exploratory: bool = True  # held-out figures of selections other than the frozen one: not a test
+    exploratory: bool = True  # every row but the tested frozen selection (whose figure repeats the test): not a test
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,8 +476,11 @@ class AltscreenDocument(Document):
     def file(method: str) -> str:
         return f"altscreen-{method}.json"
 
+    def file_name(self) -> str:
+        return self.file(self.method)
+
     def save(self, directory: Path, name: str | None = None) -> None:
-        super().save(directory, name or self.file(self.method))
+        super().save(directory, name)
         write_json(Path(directory) / f"altscreen-{self.method}-timing.json", {"seconds": round(self.seconds, 1)})
 
     @classmethod
@@ -387,11 +514,22 @@ class TransferRow(Record):
     fixes: int
     damage: int
     mcnemar_p: float | None
-    holm_p: float | None  # Holm-adjusted across every row of the grid
+    holm_p: float | None  # Holm-adjusted across the distinct rows of the grid
     heldout_hash: str
+    data: str | None = None  # where the examples came from: the data path, or generator / hub / file
+    from_test: bool = False  # the original row: the test's comparison, read from test.json (not a second look)
     intact_correct: str  # per-example bits, '0101…'
     ablated_correct: str
     undefined: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DroppedVariant(Record):
+    """A variant of the grid not scored: it would repeat ``same_as``'s comparison, or cannot apply."""
+
+    variant: str
+    same_as: str | None
+    reason: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -421,6 +559,7 @@ class TransferDocument(Document):
     n_boot: int
     ci_level: float
     variants: list[TransferRow] = rows(TransferRow)
+    dropped: list[DroppedVariant] = field(default_factory=list, metadata={"rows": DroppedVariant})
     lm_loss: LanguageModelLoss | None = optional()
 
     @classmethod
@@ -445,12 +584,14 @@ class CalibrationDocument(Document):
     null_heldout_gains: list[float]  # per repeat: that candidate's held-out gain
     observed_discovery_gain: float
     observed_heldout_gain: float | None  # from test.json, where it exists
-    p_value: float  # (1 + #{null best >= observed}) / (1 + repeats)
+    p_value: float | None  # (1 + #{null best >= observed}) / (1 + repeats); None: not the same statistic (p_value_note)
     validity: str
+    p_value_note: str | None = optional()  # why there is no p-value
+    null_sets: list[list[str]] | None = optional()  # random-heads: each repeat's best set
 
     @staticmethod
     def file(null: str) -> str:
         return f"calibration-{null}.json"
 
-    def save(self, directory: Path, name: str | None = None) -> None:
-        super().save(directory, name or self.file(self.null))
+    def file_name(self) -> str:
+        return self.file(self.null)

@@ -3,33 +3,54 @@ of ``celtk eval``."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
+from celtk.run.config import CHAT_DATE
 from celtk.runstore import locked, write_json
+from celtk.tasks import get_task, make_splits
 
 SPLITS = ("discovery", "heldout", "all")
 
 
-def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str, data: str | None = None,
+def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", task: str | None = None,
+             data: str | Path | None = None,
              heads: str | HeadSet = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
-             fewshot: int = 0, chat: bool = False, batch_size: int = 32, device: str = "cpu", dtype: str = "float32",
-             allow_code: bool = False, progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+             fewshot: int = 0, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
+             device: str = "cpu", dtype: str = "float32", allow_code: bool = False, run: Path | None = None,
+             exploratory: bool = False, ablation: str = "zero", reference: int = 100,
+             progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Evaluate ``model`` (an alias/path, or a loaded :class:`Model`) on ``split`` of ``task`` with
     ``heads`` ablated; returns the ``eval.json`` document and writes it to ``out`` (unless ``None``).
 
     ``limit`` takes the first examples of the split; ``allow_code`` lets the sandbox run
-    model-written code (MBPP)."""
-    from celtk.evaluator import EvalConfig, evaluate
-    from celtk.tasks import get_task, make_splits
+    model-written code (MBPP). The held-out split is a run's held-out set: with ``run`` (a run
+    directory) the task, data, seed, shots, template and held-out set are the run's, and the
+    evaluation is a look logged in its ``heldout_log.jsonl`` (exploratory; the run's test stays its
+    result). Without ``run`` it is refused unless ``exploratory``: then the task's held-out pool is
+    scored outside any run, and ``eval.json`` says so. ``ablation`` is the kind (``zero``, ``mean``,
+    ``resample``, ``scale:α``); mean and resample measure their values on discovery examples, disjoint
+    from held-out: a run's discovery set, or else the first ``reference`` of the task's discovery split
+    (refused with ``split="all"``, which would evaluate them too)."""
+    from celtk.ablation_kinds import AblationKind
+    from celtk.evaluator import EvalConfig, ablation_for, evaluate
 
     head_set = heads if isinstance(heads, HeadSet) else HeadSet.parse(heads)
+    kind = AblationKind.parse(ablation)
+    if kind.needs_reference and split == "all":
+        raise ConfigError(f"{kind} ablation measures its values on discovery examples, which split 'all' evaluates too; "
+                          "evaluate --split heldout (or discovery) with it.")
+    if reference < 1:
+        raise ConfigError(f"reference must be at least 1 example, got {reference}.")
+    data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
     if limit is not None and limit < 1:  # no examples would give an accuracy of NaN
@@ -38,6 +59,21 @@ def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str
         raise ConfigError(f"seed must be non-negative, got {seed}.")
     if split not in SPLITS:
         raise ConfigError(f"Unknown split {split!r}; use one of {', '.join(SPLITS)}.")
+    try:
+        date.fromisoformat(chat_date)
+    except (TypeError, ValueError):
+        raise ConfigError(f"chat_date must be an ISO date (YYYY-MM-DD) such as {CHAT_DATE!r}, got {chat_date!r}.") from None
+    if run is not None and split != "heldout":
+        raise ConfigError(f"run (--run) evaluates a run's held-out set; use split='heldout' (--split heldout), not {split!r}.")
+    if split == "heldout" and run is None and not exploratory:
+        raise ConfigError("The held-out split is a run's held-out set, whose every use a run directory logs. Name the "
+                          "run (run=DIR, `--run DIR`): its task, data, seed, shots and held-out set are used and the "
+                          "look is logged there. To score the task's held-out pool outside any run, pass "
+                          "exploratory=True (`--exploratory`); eval.json then says so.")
+    if run is not None:
+        return _eval_run(out, Path(run), model, head_set, limit, batch_size, allow_code, progress, kind)
+    if task is None:
+        raise ConfigError("task is required (--task), unless a run directory is given (--run) for its held-out set.")
     the_task = get_task(task, data_path=data)
     n_disc = limit if split == "discovery" else (0 if split == "heldout" else None)
     n_held = limit if split == "heldout" else (0 if split == "discovery" else None)
@@ -48,13 +84,66 @@ def run_eval(out: Path | None, *, model: str | Model = "smollm2-135m", task: str
     with locked(Path(out)) if out is not None else nullcontext():
         loaded = model if isinstance(model, Model) else load_model(model, device=device, dtype=dtype)
         loaded.validate_heads(head_set)
-        config = EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code)
+        config = EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code, chat_date=chat_date)
+        refs = make_splits(the_task, reference, 0, seed=seed, fewshot=fewshot).discovery if kind.needs_reference else []
+        chosen = ablation_for(loaded, kind, the_task, refs, splits.shots, chat, chat_date, seed=seed)
         result = evaluate(loaded, the_task, examples, splits.shots, head_set, config,
-                          progress=(lambda done, total: progress("eval", done, total)) if progress else None)
+                          progress=(lambda done, total: progress("eval", done, total)) if progress else None,
+                          ablation=chosen)
         document = _document(loaded, the_task, head_set, result, splits, asdict(config) | {
-            "fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data, "device": device, "dtype": dtype})
+            "fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data, "device": device,
+            "dtype": dtype} | ({"exploratory": True} if split == "heldout" else {})
+            | _kind_record(chosen, f"the first {reference} discovery examples"))
         if out is not None:
             write_json(Path(out) / "eval.json", document)
+    return document
+
+
+def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:
+    """``{"ablation": …}`` for eval.json's config under another kind than zero; zero evaluations keep the
+    document they always had."""
+    if ablation.is_zero:
+        return {}
+    return {"ablation": ablation.describe() | ({"reference": reference} if ablation.kind.needs_reference else {})}
+
+
+def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: HeadSet, limit: int | None, batch_size: int,
+              allow_code: bool, progress: Callable[[str, int, int], None] | None, kind: Any = None) -> dict[str, Any]:
+    """``heads`` on the held-out set of the run in ``run`` (the first ``limit`` examples), logged there."""
+    from celtk.evaluator import EvalConfig, evaluate
+    from celtk.run.directory import RunDirectory
+    from celtk.run.documents import ScreenDocument, SelectionDocument
+    from celtk.run.session import check_no_overlap, session_for
+
+    rd = RunDirectory(run)
+    if not rd.has(SelectionDocument) and not rd.has(ScreenDocument):
+        raise ConfigError(f"{run} is not a run directory (no selection.json or screen.json); give the --out of a run.")
+    separate = out is not None and Path(out).resolve() != run.resolve()
+    with rd.lock(), locked(Path(out)) if separate and out is not None else nullcontext():
+        rd.verify()
+        doc: Any = rd.load_if(SelectionDocument) or rd.load(ScreenDocument)
+        session = session_for(doc, model if isinstance(model, Model) else None, **rd.heldout_overrides())
+        manifest = session.splits.manifest()
+        rd.check_contract(manifest)
+        check_no_overlap(doc.discovery_hashes, doc.discovery_ids, session.splits.heldout)
+        session.model.validate_heads(heads)
+        examples = session.splits.heldout[:limit] if limit is not None else session.splits.heldout
+        seq = rd.begin_look("eval", [heads.names()], manifest["heldout_hash"], len(examples), exploratory=True,
+                            limit=limit)
+        c = session.config
+        config = EvalConfig(batch_size=batch_size, chat=c.chat, allow_code=allow_code, chat_date=c.chat_date)
+        chosen = session.ablation(kind)  # mean and resample: measured on the run's discovery set
+        result = evaluate(session.model, session.task, examples, session.splits.shots, heads, config,
+                          progress=(lambda done, total: progress("eval", done, total)) if progress else None,
+                          ablation=chosen)
+        document = _document(session.model, session.task, heads, result, session.splits, asdict(config) | {
+            "fewshot": c.fewshot, "seed": c.seed, "split": "heldout", "limit": limit, "data": c.data, "device": c.device,
+            "dtype": c.dtype, "run": str(run), "look": seq} | _kind_record(chosen, "the run's discovery set"))
+        if out is not None:
+            write_json(Path(out) / "eval.json", document)
+            rd.log.complete(seq, Path(out) / "eval.json")
+        else:
+            rd.log.complete(seq)
     return document
 
 
@@ -63,4 +152,5 @@ def _document(model: Model, task, heads: HeadSet, result, splits, settings: dict
         "model": model.name, "task": task.full_name, "heads": heads.names(), "n": len(result.examples),
         "accuracy": result.accuracy, "examples": result.to_json(),
         "config": {**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest()},
+        "held_back": [{"id": i, "reason": why} for i, why in splits.held_back],  # rows no split holds, and why
     }

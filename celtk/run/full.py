@@ -10,12 +10,12 @@ from pathlib import Path
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig
 from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
-from celtk.run.frozen import tested
 from celtk.run.screen import run_screen
 from celtk.run.select import run_select
 from celtk.run.test import run_test
 from celtk.runstore import write_json
 from celtk.strategies import get_strategy
+from celtk.validation import check_fields
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class RunResult:
     selection: SelectionDocument
     test: TestDocument
     seconds: float
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
@@ -34,20 +37,22 @@ def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
     started = time.time()
     model = model or load_model(config.model, device=config.device, dtype=config.dtype)
     screen = run_screen(config, Path(out), model=model, progress=progress)
-    if _finished(Path(out), config):  # a tested run is not reselected or retested: its held-out set stays frozen
-        selection, test = SelectionDocument.load(out), TestDocument.load(out)
-    else:
-        selection = run_select(Path(out), p=config.p, k=config.k, model=model, progress=progress)
-        test = run_test(Path(out), model=model, progress=progress)
+    # a frozen selection is not searched again, and a tested run not tested again: its held-out set was looked at once
+    out = Path(out)
+    selection = SelectionDocument.load(out) if _selected(out, config) else None
+    if selection is None:
+        selection = run_select(out, p=config.p, k=config.k, model=model, progress=progress)
+    test = TestDocument.load(out) if (out / TestDocument.FILE).exists() else run_test(out, model=model, progress=progress)
     seconds = time.time() - started
     write_json(Path(out) / "run_timing.json", {"wall_seconds": round(seconds, 1)})
     return RunResult(screen, selection, test, seconds)
 
 
-def _finished(out: Path, config: RunConfig) -> bool:
-    """Whether ``out`` holds a tested Algorithm 1 selection with ``config``'s p and k (else
-    run_select decides: a different p or k after the test is refused there)."""
-    if not (tested(out) and (out / SelectionDocument.FILE).exists() and (out / TestDocument.FILE).exists()):
+def _selected(out: Path, config: RunConfig) -> bool:
+    """Whether ``out`` holds an Algorithm 1 selection with ``config``'s p and k (else run_select decides:
+    another p or k after a look at the held-out set is refused there)."""
+    if not (out / SelectionDocument.FILE).exists():
         return False
     selection = SelectionDocument.load(out)
-    return selection.strategy == "algorithm1" and (selection.p, selection.k) == (config.p, config.k)
+    fresh = selection.screen_digest in (None, ScreenDocument.load(out).results_digest())  # None: an older celtk's
+    return fresh and selection.strategy == "algorithm1" and (selection.p, selection.k) == (config.p, config.k)

@@ -99,7 +99,13 @@ def check_screen_fingerprint(out: Path, doc) -> None:
 
 
 def check_selection_matches_screen(out: Path, selection, screen) -> None:
-    """``selection.json`` must have been searched on this directory's ``screen.json``."""
+    """``selection.json`` must have been searched on this directory's ``screen.json`` (the same bytes,
+    where the selection recorded them)."""
+    digest = getattr(selection, "screen_digest", None)
+    if digest is not None and digest != screen.results_digest():
+        raise RunStoreError(f"{Path(out) / 'selection.json'} was searched on another screen.json than the one in {out} "
+                            "(the screen was rerun or extended since): select again, in a new run directory if the "
+                            "held-out set was looked at.")
     _agree(out, "screen.json", "selection.json", {
         "task": (screen.task, selection.task), "weight hash": (screen.weight_hash, selection.model.get("weight_hash")),
         "discovery hash": (screen.splits.get("discovery_hash"), selection.discovery_hash),

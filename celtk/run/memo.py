@@ -13,6 +13,7 @@ import numpy as np
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
 from celtk.runstore import atomic_write_text, bits, fingerprint_key, read_json, unbits, write_json
+from celtk.validation import validated
 
 if TYPE_CHECKING:
     from celtk.screen import CachedScreener  # imports torch: not at run time
@@ -34,8 +35,10 @@ class SetMemo:
         key: what the outcomes depend on (``DIR.key`` records it); ``None`` keeps any parts.
     """
 
+    @validated
     def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], CachedScreener],
                  progress: Progress | None = None, stage: str = "select", key: str | None = None) -> None:
+        directory = Path(directory)
         if key is not None:
             claim_parts(directory, key)
         self.directory, self._screener = directory, screener

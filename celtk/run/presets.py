@@ -47,3 +47,24 @@ def preset_values(name: str, task: str | None) -> dict[str, Any]:
     values = dict(PAPER[family])
     values.pop("task")  # keep the configured task (e.g. one arithmetic subtask)
     return values
+
+
+GENERATED = {"arithmetic"}  # families whose default data is celtk's generator, not the official rows
+
+
+def check_paper_data(preset: str | None, task: str, data: str | None, synthetic: bool) -> None:
+    """A paper preset is the paper's data: refuse it on generated data unless ``synthetic`` says so,
+    and refuse ``synthetic`` beside a data source (it would mislabel official rows)."""
+    family = task.split(":", 1)[0]
+    generated = data is None or data == "generator"
+    if synthetic and not generated:
+        raise ConfigError(f"synthetic (--synthetic) says the run is on generated data, but data = {data!r} is given; "
+                          "drop one of them.")
+    if synthetic and family not in GENERATED:
+        raise ConfigError(f"synthetic (--synthetic) applies to tasks celtk can generate ({', '.join(sorted(GENERATED))}); "
+                          f"{task} has no generator.")
+    if preset is not None and preset.startswith("paper") and family in GENERATED and generated and not synthetic:
+        raise ConfigError(f"Preset {preset!r} is the paper's setting, which draws {family} from the official GPT-3 rows; "
+                          f"without data (--data DIR with the official files, or --data hub) it would run on celtk's "
+                          "generator instead. Give the data, or pass synthetic = true (--synthetic) to run the "
+                          "paper's sizes on generated data, which config.json, the CLI and the report then show.")

@@ -46,7 +46,7 @@ def racing_screen(session: Session, directory: Path, heads: list[Head], progress
     parts = directory / "race_parts"
     claim_parts(parts, fingerprint_key({"mode": mode, "p": config.p, "schedule": schedule, "order": order.tolist(),
                                         "heads": [str(s) for s in sets], "intact": bits(intact.correct)}))
-    scorer = ChunkScorer(session, parts, progress, len(sets) * n)
+    scorer = ChunkScorer(session, parts, progress, len(sets) * n, intact.correct)
     result = race(scorer, sets, n, intact.correct, config.p, mode, schedule, delta=DELTA, order=order)
     rows = [screen_row(s, result.outcomes[s], intact.correct, result.scored_mask(s)) for s in sets]
     return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, racing_record(result),
@@ -72,10 +72,16 @@ class ChunkScorer:
         parts: the claimed ``race_parts`` directory.
         progress: ``progress("screen", evaluations done, evaluations of an exhaustive screen)``.
         total: heads × examples.
+        intact: the intact correctness on the whole discovery set (bool ``[n]``): each chunk's own
+            intact pass must agree with it on the chunk's examples (batch shapes differ between the
+            two; on a GPU or in bfloat16 that can flip a verdict, and a race must not rank heads
+            against another baseline than the screen's).
     """
 
-    def __init__(self, session: Session, parts: Path, progress: Progress | None, total: int) -> None:
+    def __init__(self, session: Session, parts: Path, progress: Progress | None, total: int,
+                 intact: np.ndarray) -> None:
         self.session, self.parts, self.progress, self.total = session, parts, progress, total
+        self.intact = np.asarray(intact, dtype=bool)
         self.prepared = session.prepared("discovery")
         self.chunk, self.done, self.evaluated = 0, 0, 0
 
@@ -97,9 +103,19 @@ class ChunkScorer:
                 self.done += len(results) * len(indices)
                 self._report()
 
-            screener.run(missing, on_layer=on_layer)
+            chunk_intact, _ = screener.run(missing, on_layer=on_layer)
+            self._check_intact(chunk, indices, np.asarray(chunk_intact.correct, dtype=bool))
             self.evaluated += len(missing)
         return {h: known[h] for h in heads}
+
+    def _check_intact(self, chunk: int, indices: np.ndarray, correct: np.ndarray) -> None:
+        expected = self.intact[indices]
+        if not np.array_equal(correct, expected):
+            differ = int((correct != expected).sum())
+            raise RunStoreError(f"The intact model scores {differ} of chunk {chunk}'s {len(indices)} examples differently "
+                                "when they are batched as a chunk than in the screen's intact pass: the batch shape "
+                                "changed a verdict (device or dtype numerics), so heads would be raced against another "
+                                "baseline. Screen exhaustively (--screen exhaustive), or race in float32.")
 
     def _stored(self, chunk: int, indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
         known: dict[HeadSet, np.ndarray] = {}

@@ -5,10 +5,11 @@ exhaustive one here, or the racing one (:mod:`celtk.run.racescreen`)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +77,20 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
     writes ``screen.json`` and ``screen.csv``; resumes from the parts of an interrupted screen."""
     directory = shard_dir(Path(out), shard)
     screen = SCREENS.get(config.screen)
+    if shard is not None and not 0 <= shard[0] < shard[1]:
+        raise ConfigError(f"Shard {shard[0]}/{shard[1]}: need 0 ≤ i < N, e.g. 0/{max(shard[1], 1)}.")
     if shard is not None and config.screen != "exhaustive":
         raise ConfigError(f"A {config.screen} screen cannot be sharded: it ranks every head against the others as it "
                           "goes. Run it unsharded, or shard the exhaustive screen (screen = 'exhaustive').")
     with locked(directory):
         started = time.time()
         session = Session.open(config, model)
+        if shard is not None and shard[1] > session.model.n_total_heads:
+            raise ConfigError(f"Shard {shard[0]}/{shard[1]}: {config.model} has {session.model.n_total_heads} heads, so "
+                              f"at most {session.model.n_total_heads} shards each screen one; use N ≤ "
+                              f"{session.model.n_total_heads}.")
         check_fingerprint(directory / "fingerprint.json", session.fingerprint())
-        write_json(directory / "config.json", {**asdict(config), "celtk_version": __version__})
+        write_json(directory / "config.json", {**config.recorded(), "celtk_version": __version__})
         heads = all_heads(session.model.n_layers, session.model.n_heads)
         if layers is not None:
             bad = sorted(set(layers) - set(range(session.model.n_layers)))
@@ -131,9 +138,41 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
     intact, scored = session.screener("discovery").run(todo + [HeadSet()], on_layer=on_layer,
                                                         on_intact=intact_holder.append)
     _write_generations(directory, "intact", {"intact": intact})
-    mine = {str(h) for h in heads}
-    rows = [row for _, path in sorted(layer_parts(parts).items()) for row in read_layer_part(path) if row.head in mine]
+    rows = covered_rows(parts, heads, session.model.n_layers)
     return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, evaluated=len(todo))
+
+
+def covered_rows(parts: Path, heads: list[Head], n_layers: int) -> list[ScreenRow]:
+    """The rows of ``heads`` from the part files, in head order, after checking that the parts hold
+    every one of them exactly once and nothing else (no layer the model lacks, no stranger head):
+    a resumed screen never writes a screen.json with a head missing or twice."""
+    found = layer_parts(parts)
+    beyond = sorted(layer for layer in found if layer >= n_layers)
+    if beyond:
+        raise RunStoreError(f"{found[beyond[0]]} holds layer {beyond[0]}, but the model has layers 0..{n_layers - 1}: "
+                            f"it is not this run's. Delete it and rerun the screen.")
+    wanted = [str(HeadSet((h,))) for h in heads]
+    layers = {h.layer for h in heads}
+    rows: dict[str, ScreenRow] = {}
+    for layer, path in sorted(found.items()):
+        if layer not in layers:
+            continue
+        part = read_layer_part(path)
+        names = [row.head for row in part]
+        stranger = sorted(set(names) - set(wanted), key=names.index)
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        missing = [name for name in wanted if Head.parse(name).layer == layer and name not in names]
+        if stranger or repeated or missing:
+            what = "; ".join(text for text in (f"heads not in this screen: {', '.join(stranger[:5])}" if stranger else "",
+                                               f"repeated: {', '.join(repeated[:5])}" if repeated else "",
+                                               f"missing: {', '.join(missing[:5])}" if missing else "") if text)
+            raise RunStoreError(f"{path} does not hold layer {layer}'s heads of this screen exactly once ({what}). "
+                                "Delete it and rerun the screen: that layer is screened again.")
+        rows.update({row.head: row for row in part})
+    unscored = [name for name in wanted if name not in rows]
+    if unscored:
+        raise RunStoreError(f"{parts} has no part for {', '.join(unscored[:5])}; rerun the screen, which scores what is missing.")
+    return [rows[name] for name in wanted]
 
 
 def _write_generations(directory: Path, name: str, results: dict) -> None:
@@ -177,7 +216,7 @@ def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> 
         intact_accuracy=intact.accuracy, intact_correct=bits(intact.correct),
         discovery_ids=[e.id for e in discovery], discovery_hashes=[e.content_hash for e in discovery],
         splits=session.splits.manifest(), shard=list(shard) if shard else None,
-        config={**asdict(session.config), "celtk_version": __version__}, heads=rows)
+        config={**session.config.recorded(), "celtk_version": __version__}, heads=rows)
 
 
 def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
@@ -221,10 +260,12 @@ def _merge_shards(out: Path) -> ScreenDocument:
     if len(counts) != 1:
         raise RunStoreError(f"Shards in {out} disagree on N: {sorted(counts)}. Merge shards of one split only.")
     n = counts.pop()
-    present = {int(p.name.split("-")[1]) for p in found}
-    missing = sorted(set(range(n)) - present)
-    if missing:
-        raise RunStoreError(f"Cannot merge {out}: shard(s) {', '.join(f'{i}/{n}' for i in missing)} missing.")
+    present = {i for i in (int(p.name.split("-")[1]) for p in found) if i < n}
+    if len(present) < n:  # N is read from directory names, so it may be absurd: never build range(N) whole
+        shown = list(itertools.islice((i for i in range(n) if i not in present), 8))
+        count = n - len(present)
+        more = f" ({count:,} in all)" if count > len(shown) else ""
+        raise RunStoreError(f"Cannot merge {out}: shard(s) {', '.join(f'{i}/{n}' for i in shown)}{more} missing.")
     docs = [ScreenDocument.load(out / f"shard-{i}-of-{n}") for i in range(n)]
     prints = [read_json(out / f"shard-{i}-of-{n}" / "fingerprint.json") for i in range(n)]
     for i, (doc, fp) in enumerate(zip(docs, prints)):

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from celtk import __version__
 from celtk.models import Model
-from celtk.run.documents import DiagnosticsDocument, Interaction, RankedSet, SelectionDocument
-from celtk.run.frozen import log_heldout, refuse_select_after_test
+from celtk.run.directory import RunDirectory, record
+from celtk.run.documents import (
+    DiagnosticsDocument,
+    HeldoutContract,
+    Interaction,
+    RankedSet,
+    SelectionDocument,
+    TestDocument,
+)
 from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
 from celtk.run.session import ScreenedRun, open_run, verify_intact
-from celtk.runstore import locked
 from celtk.selection import n_subsets
 from celtk.strategies import SearchResult, get_strategy
 
@@ -23,25 +29,33 @@ Progress = Callable[[str, int, int], None]
 
 
 def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
-               model: Model | None = None, force: bool = False, progress: Progress | None = None) -> SelectionDocument:
+               heldout: int | None = None, model: Model | None = None, force: bool = False,
+               progress: Progress | None = None) -> SelectionDocument:
     """``algorithm1`` (default): pool the top-p heads, evaluate every subset of size 2..k, freeze
     the best. ``greedy`` / ``beam`` (width ``width``): search over all heads (``p`` unused).
-    Writes ``selection.json`` and ``diagnostics.json``; resumes an interrupted search. Refused
-    once the run has been tested unless ``force`` (then recorded as ``forced_after_test``)."""
+    Writes ``selection.json`` and ``diagnostics.json``; resumes an interrupted search.
+
+    The selection is frozen with its held-out set (``heldout`` examples, default as configured:
+    size, seed and hash in ``selection.json``'s ``heldout``), which every test of it scores; no
+    held-out outcome is computed here. Refused once the held-out set has been looked at (a test,
+    stability, transfer, …) unless ``force``, which is recorded (``forced_after_test``, ``prior_looks``)
+    in selection.json and the held-out log."""
     out = Path(out)
     search = get_strategy(strategy)
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
-    with locked(out):
-        forced = refuse_select_after_test(out, force)
-        run = open_run(out, model)
+    rd = RunDirectory(out)
+    with rd.lock():
+        rd.verify()
+        prior = rd.refuse_select_after_looks(force)
+        run = open_run(out, model, **({"heldout": heldout} if heldout is not None else {}))
         check_racing_use(run.screen, whole=None if strategy == "algorithm1" else f"{strategy} search", p=p)
         verify_intact(run)
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
         result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)
         document = _selection_document(run, result, p, k)
-        if forced:
-            document = replace(document, forced_after_test=True)
-            log_heldout(out, "reselect-forced", [document.heads], "", note="select rerun with force after test")
+        if prior or rd.has(TestDocument):
+            document = replace(document, forced_after_test=True, prior_looks=[record(look) for look in prior])
+            rd.log.note("select-forced", heads=document.heads, after_looks=[look.seq for look in prior])
         document.save(out)
         _diagnostics_document(result).save(out)
         return document
@@ -58,13 +72,15 @@ def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) 
                 "pool": result.rounds[0],
                 "flagged_interactions": [Interaction.from_json(f) for f in result.diagnostics["flagged"]]}
     config = replace(run.session.config, p=p, k=k)  # what the search ran with, recorded beside the result
+    manifest, splits = run.session.splits.manifest(), run.session.splits
+    contract = HeldoutContract(n=len(splits.heldout), seed=config.seed, hash=manifest["heldout_hash"], source=splits.source)
     return SelectionDocument(
         heads=best.heads.names(), discovery_accuracy=best.accuracy, discovery_gain=best.gain / n,
         intact_discovery_accuracy=float(np.mean(intact)), model=doc.model, task=doc.task,
-        config={**asdict(config), "celtk_version": __version__}, discovery_ids=doc.discovery_ids,
+        config={**config.recorded(), "celtk_version": __version__}, discovery_ids=doc.discovery_ids,
         discovery_hashes=doc.discovery_hashes, discovery_hash=doc.splits["discovery_hash"], shots=doc.splits["shot_ids"],
         strategy=result.strategy, strategy_options=result.options, k=result.k, n_evaluations=result.n_evaluations,
-        rounds=result.rounds, ranking=ranking, **pool)
+        rounds=result.rounds, ranking=ranking, heldout=contract, screen_digest=doc.results_digest(), **pool)
 
 
 def _diagnostics_document(result: SearchResult) -> DiagnosticsDocument:

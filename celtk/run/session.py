@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +13,13 @@ from celtk.errors import ConfigError, RunStoreError, SplitError
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig
-from celtk.run.documents import ScreenDocument
+from celtk.run.documents import ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
 from celtk.runstore import check_fingerprint, unbits
 from celtk.scores import HeadScore
 from celtk.tasks import Splits, Task, get_task, make_splits
 from celtk.tasks._splits import shared_examples
+from celtk.validation import check_fields
 
 
 @dataclass
@@ -29,39 +30,81 @@ class Session:
     model: Model
     task: Task
     splits: Splits
+    _ablation: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     @classmethod
     def open(cls, config: RunConfig, model: Model | None = None) -> Session:
         task = task_for(config)
         splits = make_splits(task, config.discovery, config.heldout, seed=config.seed, fewshot=config.fewshot)
         model = model or load_model(config.model, device=config.device, dtype=config.dtype)
+        if task.kind == "generate":  # a generation limit beyond the model's context, refused before any work
+            from celtk.evaluator import StopRule
+
+            StopRule.for_task(model, task)
         return cls(config, model, task, splits)
 
     def prepared(self, which: str):
-        """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluator.Prepared`)."""
+        """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluator.Prepared`): an
+        example longer than the model's context is refused, and so is a plain pass over it (the least
+        any stage does with it) that the device's free memory cannot hold."""
         from celtk.evaluator import prepare
+        from celtk.plan import check_memory
 
         examples = self.splits.discovery if which == "discovery" else self.splits.heldout
-        return prepare(self.model, self.task, examples, self.splits.shots, self.config.chat, self.config.chat_date)
+        prepared = prepare(self.model, self.task, examples, self.splits.shots, self.config.chat, self.config.chat_date)
+        if self.task.kind != "generate" and isinstance(self.config.batch_size, int):
+            check_memory(self.model, prepared, self.config.batch_size, cached=False, what=f"Scoring the {which} set")
+        return prepared
 
     def screener(self, which: str):
         """A :class:`celtk.screen.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
         :class:`celtk.screen_generate.GenerationScreener` for a generation-graded task."""
         return self.screener_on(self.prepared(which))
 
-    def screener_on(self, prepared: Any) -> Any:
-        """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk)."""
+    def screener_on(self, prepared: Any, ablation: Any = None) -> Any:
+        """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk), under
+        the run's ablation kind (or ``ablation``, a :class:`celtk.ablation_kinds.Ablation`)."""
         from celtk.screen import CachedScreener, auto_batch
         from celtk.screen_generate import GenerationScreener
 
+        ablation = self.ablation() if ablation is None else ablation
         if self.task.kind == "generate":  # auto_batch sizes teacher-forced requests, which generation has none of
             size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
             return GenerationScreener(self.model, prepared, self.task, allow_code=self.config.allow_code,
-                                      batch_size=size, share_prefix=self.config.share_prefix)
+                                      batch_size=size, share_prefix=self.config.share_prefix, ablation=ablation)
+        from celtk.plan import check_memory
+
         sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
             sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
-        return CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, **sizes)
+        screener = CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, ablation=ablation, **sizes)
+        check_memory(self.model, prepared, screener.batch_size, screener.rows_per_pass,
+                     share_prefix=self.config.share_prefix, what="The cached screener")
+        return screener
+
+    def ablation(self, kind: Any = None) -> Any:
+        """The run's ablation kind (or ``kind``) with its values (a :class:`celtk.ablation_kinds.Ablation`): mean
+        and resample are measured on the intact model over the discovery set, prompted as every example is
+        (its shots, chat setting and date), resample drawn with the run's seed. Built once per kind."""
+        from celtk.ablation_kinds import AblationKind
+        from celtk.evaluator import ablation_for, refuse_resample_generation
+
+        kind = AblationKind.parse(self.config.ablation if kind is None else kind)
+        cache = self._ablation if self._ablation is not None else {}
+        self._ablation = cache
+        if str(kind) not in cache:
+            if kind.needs_reference and not self.splits.discovery:
+                raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session has "
+                                  "none; use zero or scale:α here.")
+            if self.task.kind == "generate":  # before the reference pass, not after it
+                refuse_resample_generation(kind)
+            c = self.config
+            cache[str(kind)] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots, c.chat,
+                                            c.chat_date, seed=c.seed)
+        return cache[str(kind)]
 
     def replay(self) -> str:
         """How the screener re-runs layers: ``fused`` or ``bridge`` (:class:`celtk.screen.CachedScreener`),
@@ -78,10 +121,14 @@ class Session:
         from celtk.evaluator import prepared_hash
 
         c = self.config
+        racing = {"racing_mode": c.racing_mode} if c.screen == "racing" else {}
+        # zero runs keep the fingerprint they had; another kind is recorded, and never mixed with them
+        kind = {"ablation": c.ablation} if c.ablation != "zero" else {}
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
                 "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
                 "discovery": self.splits.manifest()["discovery_hash"], "shots": [s.id for s in self.splits.shots],
-                "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True}
+                "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True,
+                "screen": c.screen, **racing, **kind}
 
 
 def task_for(config: RunConfig) -> Task:
@@ -112,7 +159,7 @@ def task_for(config: RunConfig) -> Task:
     return task
 
 
-def session_for(document: Any, model: Model | None = None, **overrides: Any) -> Session:
+def session_for(document: ScreenDocument | SelectionDocument, model: Model | None = None, **overrides: Any) -> Session:
     """A session on the configuration stored in ``document`` (a screen or selection document),
     with ``overrides``; refuses a model whose weights differ from the run's."""
     stored = {k: v for k, v in document.config.items() if k != "celtk_version"}
@@ -150,6 +197,9 @@ class ScreenedRun:
     intact: np.ndarray  # bool [n_discovery]
     scores: list[HeadScore]  # one per head, in screen order (racing screens: the heads scored on every example)
     session: Session
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def open_run(out: Path, model: Model | None = None, **overrides: Any) -> ScreenedRun:

@@ -10,12 +10,11 @@ import numpy as np
 
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.documents import SelectionDocument, StabilityDocument, StableSelection
-from celtk.run.frozen import log_heldout
+from celtk.run.directory import RunDirectory
+from celtk.run.documents import StabilityDocument, StableSelection, TestDocument
 from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
 from celtk.run.session import check_no_overlap, open_run, verify_intact
-from celtk.runstore import locked
 from celtk.stability import stability
 from celtk.stats import compare_paired, defined
 from celtk.strategies import get_strategy
@@ -28,29 +27,37 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
                   n_boot: int = 2000, progress: Progress | None = None) -> StabilityDocument:
     """Selections of ``strategy`` on ``resamples`` resamples of the discovery set, how often each
     head and set is chosen, and each distinct selection's held-out gain: exploratory for every
-    selection but the frozen one (``selection.json``), since many are compared on the same held-out set."""
+    selection but the frozen one (``selection.json``), since many are compared on the same held-out set.
+
+    The held-out scoring is a look, logged before it is made (on the held-out set fixed with the
+    selection, when there is one): after it, ``select`` is refused unless forced, since the rows
+    include what a selection with these ``p`` and ``k`` would choose."""
     out = Path(out)
     get_strategy(strategy).check(k=k, p=p, width=width)
-    with locked(out):
-        run = open_run(out, model)
+    rd = RunDirectory(out)
+    with rd.lock():
+        rd.verify()
+        run = open_run(out, model, **rd.heldout_overrides())
         check_racing_use(run.screen, whole="selection on resampled discovery sets")
         verify_intact(run)
         memo = memo_for(run, progress, "stability")
         result = stability(run.scores, run.intact, memo, n_resamples=resamples, method=method, fraction=fraction,
                            seed=seed, strategy=strategy, p=p, k=k, width=width)
         session = run.session
+        manifest = session.splits.manifest()
+        rd.check_contract(manifest)
         check_no_overlap(run.screen.discovery_hashes, run.screen.discovery_ids, session.splits.heldout)
         distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
+        seq = rd.begin_look("stability", [h.names() for h in distinct], manifest["heldout_hash"],
+                            len(session.splits.heldout), exploratory=True, p=p, k=k, strategy=strategy)
         if progress:
             progress("held-out", 0, len(distinct))
         held_intact, held = session.screener("heldout").run(distinct)
         if progress:
             progress("held-out", len(distinct), len(distinct))
-        log_heldout(out, "stability", [h.names() for h in distinct], session.splits.manifest()["heldout_hash"],
-                    exploratory=True)
         full = memo(distinct)
-        # only the selection frozen before the test is a confirmatory held-out figure; the rest were chosen after
-        frozen = SelectionDocument.load(out).heads if (out / SelectionDocument.FILE).exists() else None
+        # the frozen selection's row is its held-out figure again (the test is the result); the rest were chosen after
+        frozen = rd.frozen_heads() if rd.has(TestDocument) else None  # untested: no row is the test's figure
         rows = []
         for heads in distinct:
             cmp = compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot, seed=session.config.seed)
@@ -72,5 +79,5 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
                                          "q95": float(np.quantile(gains, 0.95)), "max": float(gains.max())},
             heldout_intact_accuracy=held_intact.accuracy, n_heldout=len(held_intact.examples), selections=rows,
             per_resample=[s.names() for s in result.selections], n_discovery_evaluations=result.n_evaluations)
-        document.save(out)
+        rd.finish_look(seq, (document, None))
         return document

@@ -3,64 +3,92 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from celtk.ablation import ablate
+from celtk.ablation_kinds import Ablation
 from celtk.errors import RunStoreError
 from celtk.evaluator import EvalResult
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument, TestExample
-from celtk.run.frozen import log_heldout
+from celtk.run.directory import RunDirectory
+from celtk.run.documents import LookRecord, ScreenDocument, SelectionDocument, TestDocument, TestExample
 from celtk.run.integrity import check_selection_matches_screen
 from celtk.run.session import Session, check_no_overlap, session_for
-from celtk.runstore import bits, check_fingerprint, locked
+from celtk.runstore import bits, check_fingerprint
 from celtk.stats import compare_paired, defined
 
 Progress = Callable[[str, int, int], None]
 
 
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
-             progress: Progress | None = None) -> TestDocument:
-    """Score ``selection.json``'s heads and the intact model on the held-out set (``heldout``
-    examples, default as configured) in two streamed passes; McNemar and a paired bootstrap CI, and
-    the shrinkage from the selection-biased discovery gain to the held-out gain; writes ``test.json``
-    and appends to ``heldout_log.jsonl``. Refuses a changed discovery set, shots or intact baseline."""
+             force: bool = False, progress: Progress | None = None) -> TestDocument:
+    """Score ``selection.json``'s heads and the intact model on the held-out set fixed with the selection
+    (``heldout``, if given, must equal its size) in two streamed passes; McNemar and a paired
+    bootstrap CI, and the shrinkage from the selection-biased discovery gain to the held-out gain.
+
+    The look is logged in ``heldout_log.jsonl`` before anything is scored, and ``test.json`` is written
+    after it. The first test is the run's result: a second one is refused unless ``force``, and then
+    ``test.json`` keeps the first result, lists every look (``looks``) and this look's figures go to
+    ``test-repeat-SEQ.json``. Returns ``test.json``'s document. Refuses a changed discovery set,
+    shots, intact baseline or held-out set, and a log or result edited by hand."""
     out = Path(out)
-    with locked(out):
-        sel = SelectionDocument.load(out)
-        session = session_for(sel, model, **({"heldout": heldout} if heldout is not None else {}))
+    rd = RunDirectory(out)
+    with rd.lock():
+        rd.verify()
+        sel = rd.load(SelectionDocument)
+        first = rd.refuse_second_test(force)
+        session = session_for(sel, model, **rd.heldout_overrides(heldout))
         if session.task.config() != sel.task:
             raise RunStoreError(f"selection.json was made for task {sel.task['task']!r}, not {session.task.full_name!r}.")
         check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
-        if (out / ScreenDocument.FILE).exists():
-            check_selection_matches_screen(out, sel, ScreenDocument.load(out))
-        check_frozen(out, sel, session)
+        if rd.has(ScreenDocument):
+            check_selection_matches_screen(out, sel, rd.load(ScreenDocument))
+        check_frozen(rd, sel, session)
+        manifest = session.splits.manifest()
+        rd.check_contract(manifest)
         check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
         heads = HeadSet.parse(",".join(sel.heads))
+        seq = rd.begin_look("test", [sel.heads], manifest["heldout_hash"], len(session.splits.heldout),
+                            exploratory=first is not None, forced=first is not None)
         if progress:
             progress("test", 0, 2)
         intact, ablated = score_streaming(session, "heldout", heads)
         if progress:
             progress("test", 2, 2)
-        cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
-        document = TestDocument(
-            heads=sel.heads, strategy=sel.strategy, model=sel.model["name"], task=sel.task["task"], n=cmp.n,
-            intact_accuracy=defined(cmp.intact_accuracy, "intact accuracy"),
-            ablated_accuracy=defined(cmp.ablated_accuracy, "ablated accuracy"), gain=defined(cmp.gain, "gain"),
-            relative_error_reduction=cmp.relative_error_reduction, fixes=cmp.fixes, damage=cmp.damage,
-            mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), gain_ci=list(defined(cmp.gain_ci, "gain CI")),
-            ci_level=cmp.ci_level, n_boot=n_boot,
-            heldout_hash=session.splits.manifest()["heldout_hash"],
-            examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
-                                  intact_logprob=_finite(a.logprob), ablated_logprob=_finite(b.logprob),
-                                  intact_generation=a.extra.get("generation"), ablated_generation=b.extra.get("generation"))
-                      for a, b in zip(intact.examples, ablated.examples)],
-            discovery_gain=sel.discovery_gain, shrinkage=sel.discovery_gain - defined(cmp.gain, "gain"))
-        document.save(out)
-        log_heldout(out, "test", [sel.heads], document.heldout_hash, n=document.n)
-        return document
+        document = _document(sel, session, intact, ablated, n_boot, seq)
+        if first is None:
+            document = replace(document, looks=_records(rd, seq, TestDocument.FILE))
+            rd.finish_look(seq, (document, None))
+            return document
+        repeat_name = f"test-repeat-{seq}.json"
+        looks = _records(rd, seq, repeat_name)
+        kept = replace(first, looks=looks)  # the first test stays the result
+        rd.finish_look(seq, (replace(document, looks=looks), repeat_name), (kept, None))
+        return kept
+
+
+def _document(sel: SelectionDocument, session: Session, intact: EvalResult, ablated: EvalResult, n_boot: int,
+              seq: int) -> TestDocument:
+    cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
+    return TestDocument(
+        heads=sel.heads, strategy=sel.strategy, model=sel.model["name"], task=sel.task["task"], n=cmp.n,
+        intact_accuracy=defined(cmp.intact_accuracy, "intact accuracy"),
+        ablated_accuracy=defined(cmp.ablated_accuracy, "ablated accuracy"), gain=defined(cmp.gain, "gain"),
+        relative_error_reduction=cmp.relative_error_reduction, fixes=cmp.fixes, damage=cmp.damage,
+        mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), gain_ci=list(defined(cmp.gain_ci, "gain CI")),
+        ci_level=cmp.ci_level, n_boot=n_boot, heldout_hash=session.splits.manifest()["heldout_hash"],
+        examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
+                              intact_logprob=_finite(a.logprob), ablated_logprob=_finite(b.logprob),
+                              intact_generation=a.extra.get("generation"), ablated_generation=b.extra.get("generation"))
+                  for a, b in zip(intact.examples, ablated.examples)],
+        discovery_gain=sel.discovery_gain, shrinkage=sel.discovery_gain - defined(cmp.gain, "gain"), look=seq)
+
+
+def _records(rd: RunDirectory, seq: int, result: str) -> list[LookRecord]:
+    """Every look so far, the one being written (``seq``) shown complete with ``result``."""
+    return [replace(r, complete=True, result=result) if r.seq == seq else r for r in rd.look_records()]
 
 
 def _finite(logprob):
@@ -68,7 +96,7 @@ def _finite(logprob):
     return None if isinstance(logprob, float) and math.isnan(logprob) else logprob
 
 
-def check_frozen(out: Path, sel: SelectionDocument, session: Session) -> None:
+def check_frozen(rd: RunDirectory, sel: SelectionDocument, session: Session) -> None:
     """Refuse a test whose discovery set, shots or intact baseline differ from the selection's."""
     manifest = session.splits.manifest()
     if manifest["discovery_hash"] != sel.discovery_hash:
@@ -77,26 +105,34 @@ def check_frozen(out: Path, sel: SelectionDocument, session: Session) -> None:
     if manifest["shot_ids"] != sel.shots:
         raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest['shot_ids']) or 'none'}) differ from "
                             f"those of selection.json ({', '.join(sel.shots) or 'none'}); test with the selection's settings.")
-    if (out / ScreenDocument.FILE).exists():
-        stored = ScreenDocument.load(out).intact_correct
+    if rd.has(ScreenDocument):
+        stored = rd.load(ScreenDocument).intact_correct
         intact, _ = session.screener("discovery").run([])  # the path that produced the stored baseline
         if bits(intact.correct) != stored:
-            raise RunStoreError(f"{out}: the intact model now scores the discovery set differently from screen.json, so "
+            raise RunStoreError(f"{rd.path}: the intact model now scores the discovery set differently from screen.json, so "
                                 "the baseline changed (model, data, device or numerics); test on the screen's setup.")
 
 
 def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalResult, EvalResult]:
-    """Two plain passes over a split, intact then under ``heads``, one batch resident at a time:
-    no layer cache, so the held-out set's size does not bound memory."""
-    from celtk.evaluator import aggregate, make_batches, score_requests
+    """Two plain passes over a split, intact then under ``heads`` (removed as the run's ablation kind
+    says), one batch resident at a time: no layer cache, so the held-out set's size does not bound memory."""
+    intact, ablated = score_kinds(session, which, heads, [session.ablation()])
+    return intact, ablated[0]
+
+
+def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequence[Ablation]
+                ) -> tuple[EvalResult, list[EvalResult]]:
+    """One plain intact pass over a split, then one under ``heads`` per ablation kind in ``ablations``
+    (streamed as :func:`score_streaming`)."""
+    from celtk.evaluator import ablated, aggregate, make_batches, score_requests
     from celtk.screen import auto_batch
 
     if session.task.kind == "generate":  # graded by generation: the session's screener decodes
-        intact, results = session.screener(which).run([heads])
-        return intact, results[heads]
+        runs = [session.screener_on(session.prepared(which), ablation).run([heads]) for ablation in ablations]
+        return runs[0][0], [results[heads] for _, results in runs]
     prepared, model = session.prepared(which), session.model
     size = session.config.batch_size if isinstance(session.config.batch_size, int) else auto_batch(model, prepared)[0]
     batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
-    with ablate(model, heads):
-        return intact, aggregate(prepared, *score_requests(model, prepared, batches))
+    return intact, [aggregate(prepared, *score_requests(model, prepared, batches, around=ablated(model, prepared, heads, a)))
+                    for a in ablations]

@@ -8,16 +8,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from celtk.errors import ConfigError
+from celtk.errors import CeltkError, ConfigError
+from celtk.evaluator import prepared_hash
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
-from celtk.run.documents import LanguageModelLoss, SelectionDocument, TransferDocument, TransferRow
-from celtk.run.frozen import log_heldout
+from celtk.run.directory import RunDirectory
+from celtk.run.documents import DroppedVariant, LanguageModelLoss, SelectionDocument, TransferDocument, TransferRow
 from celtk.run.session import Session, check_no_overlap, session_for
-from celtk.runstore import bits, locked
+from celtk.runstore import bits
 from celtk.stats import compare_paired, holm
 from celtk.tasks import Splits, get_task, make_splits
 
@@ -26,7 +28,8 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass(frozen=True)
 class Variant:
-    """One cell of the grid; ``None`` keeps the run's own setting."""
+    """One cell of the grid; ``None`` keeps the run's own setting. ``requested``: asked for by name
+    (refused where it cannot apply), not a default of the grid (dropped there, with a note)."""
 
     name: str
     kind: str  # original / shots / zero-shot / subtask / task / chat / model
@@ -35,16 +38,26 @@ class Variant:
     shot_seed: int | None = None
     chat: bool | None = None
     model: str | None = None
+    requested: bool = True
 
 
-def variant_grid(task: str, *, shot_seeds: Iterable[int] = (1, 2, 3, 4, 5), zero_shot: bool = True,
+DEFAULT_SHOT_SEEDS = (1, 2, 3, 4, 5)
+
+
+def variant_grid(task: str, *, shot_seeds: Iterable[int] | None = None, zero_shot: bool = True,
                  subtasks: Iterable[str] = (), tasks: Iterable[str] = (), chat: bool = False,
                  models: Iterable[str] = ()) -> list[Variant]:
     """The run's own configuration first, then each asked-for variant of the run's ``task``
-    (e.g. ``subtasks=("2ds",)`` on ``arithmetic:2da`` gives ``arithmetic:2ds``)."""
+    (e.g. ``subtasks=("2ds",)`` on ``arithmetic:2da`` gives ``arithmetic:2ds``). ``shot_seeds``
+    ``None`` is the default draw (seeds 1–5), dropped on a run that has no shots to redraw;
+    seeds given by name are refused there."""
     family = task.split(":")[0]
+    requested = shot_seeds is not None
+    seeds = list(DEFAULT_SHOT_SEEDS if shot_seeds is None else shot_seeds)
+    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"shot seeds must be distinct non-negative whole numbers, got {seeds}.")
     grid = [Variant("original", "original")]
-    grid += [Variant(f"shots seed={s}", "shots", shot_seed=s) for s in shot_seeds]
+    grid += [Variant(f"shots seed={s}", "shots", shot_seed=s, requested=requested) for s in seeds]
     grid += [Variant("zero-shot", "zero-shot", fewshot=0)] if zero_shot else []
     grid += [Variant(f"{family}:{s}", "subtask", task=f"{family}:{s}") for s in subtasks]
     grid += [Variant(t, "task", task=t) for t in tasks]
@@ -59,45 +72,104 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
                  progress: Progress | None = None) -> TransferDocument:
     """Score ``selection.json``'s heads against the intact model under each of ``variants``
     (default :func:`variant_grid` of the run's task) on held-out examples that share none with
-    the discovery set; Holm-adjusts the McNemar p-values across the grid; with ``plain_text``
-    (a file), adds the language-modelling loss. ``other_models`` maps a variant's model name to
-    a loaded model (otherwise it is loaded). Writes ``transfer.json``; each variant's held-out use
-    is appended to ``heldout_log.jsonl``, and counts as a test for the frozen rule (a later select
-    is refused unforced). Not refused itself: it reads the held-out set, it chooses nothing."""
+    the discovery set; Holm-adjusts the McNemar p-values across the distinct comparisons; with
+    ``plain_text`` (a file), adds the language-modelling loss.
+
+    A tested run only (the first look is the test): the ``original`` row is the test's own
+    comparison, read from ``test.json``, not a second look. Variants of the run's task score the
+    held-out set fixed with the selection; other tasks draw ``heldout`` examples (default its
+    size). A variant whose prompts and held-out examples equal an earlier row's is dropped with a
+    note (``dropped``), and so is a default shot seed on a run with no shots to redraw. Variants of
+    the run's task family read the run's data (``data``), and every row records its data source.
+    Each scored variant is a look, logged before it is scored. ``other_models`` maps a variant's
+    model name to a loaded model (otherwise it is loaded). Writes ``transfer.json``."""
     out = Path(out)
-    with locked(out):
-        sel = SelectionDocument.load(out)
-        base = session_for(sel, model, **({"heldout": heldout} if heldout is not None else {}))
+    rd = RunDirectory(out)
+    with rd.lock():
+        rd.verify()
+        test = rd.require_tested("transfer")
+        sel = rd.load(SelectionDocument)
+        base = session_for(sel, model, **rd.heldout_overrides())
+        rd.check_contract(base.splits.manifest())
         variants = variants or variant_grid(base.config.task)
         heads = HeadSet.parse(",".join(sel.heads))
-        comparisons = []
-        for i, variant in enumerate(variants):
+        planned, dropped = _plan(base, variants, other_models or {}, heldout)
+        comparisons, seqs = [], []
+        for i, (variant, session) in enumerate(planned):
             if progress:
-                progress("transfer", i, len(variants))
-            session = variant_session(base, variant, other_models or {})
+                progress("transfer", i, len(planned))
+            if variant.kind == "original":  # the test's comparison, on the same examples: no second look
+                comparisons.append((variant, session, np.array([e.intact_correct for e in test.examples]),
+                                    np.array([e.ablated_correct for e in test.examples])))
+                continue
             check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
+            seqs.append(rd.begin_look("transfer", [sel.heads], session.splits.manifest()["heldout_hash"],
+                                      len(session.splits.heldout), exploratory=True, variant=variant.name))
             intact, results = session.screener("heldout").run([heads])
-            log_heldout(out, "transfer", [sel.heads], session.splits.manifest()["heldout_hash"], variant=variant.name,
-                        n=len(intact.correct))
             comparisons.append((variant, session, intact.correct, results[heads].correct))
         if progress:
-            progress("transfer", len(variants), len(variants))
+            progress("transfer", len(planned), len(planned))
         rows = _rows(comparisons, n_boot, base.config.seed)
         loss = None
         if plain_text is not None:
-            loss = lm_loss(base.model, heads, Path(plain_text).read_text(), source=str(plain_text), n_boot=n_boot,
-                           seed=base.config.seed)
+            loss = lm_loss(base.model, heads, read_plain_text(plain_text), source=str(plain_text), n_boot=n_boot,
+                           seed=base.config.seed, ablation=base.ablation())
         document = TransferDocument(heads=sel.heads, model=sel.model["name"], task=sel.task["task"],
                                     discovery_gain=sel.discovery_gain, n_boot=n_boot, ci_level=0.95, variants=rows,
-                                    lm_loss=loss)
-        document.save(out)
+                                    dropped=dropped, lm_loss=loss)
+        rd.finish_looks(seqs, (document, None))
         return document
 
 
-def variant_session(base: Session, variant: Variant, other_models: dict[str, Model]) -> Session:
-    """A session with the variant's model, task, shots and template; its held-out set is the
-    run's own for the run's task, else the variant task's held-out draw (seed as configured)."""
+def _plan(base: Session, variants: list[Variant], other_models: dict[str, Model],
+          heldout: int | None) -> tuple[list[tuple[Variant, Session]], list[DroppedVariant]]:
+    """The variants to score, each with its session, and those dropped: a default shot seed with no
+    shots to redraw, or a comparison (model, prompts, held-out examples) an earlier row already makes."""
+    planned: list[tuple[Variant, Session]] = []
+    dropped: list[DroppedVariant] = []
+    seen: dict[tuple[str, str, str], str] = {}
+    fixed = _fixed_shots(base)
+    for variant in variants:
+        if variant.kind == "shots" and fixed:
+            if variant.requested:
+                raise ConfigError(f"Variant {variant.name!r}: {fixed}, so another shot seed draws the same prompts. "
+                                  "Leave out shot seeds (--shots-seeds) for this run.")
+            dropped.append(DroppedVariant(variant=variant.name, same_as=None, reason=fixed))
+            continue
+        session = variant_session(base, variant, other_models, heldout)
+        key = (session.model.weight_hash, prepared_hash(session.prepared("heldout")),
+               session.splits.manifest()["heldout_hash"])
+        if key in seen:
+            dropped.append(DroppedVariant(variant=variant.name, same_as=seen[key],
+                                          reason="the same model, prompts and held-out examples"))
+            continue
+        seen[key] = variant.name
+        planned.append((variant, session))
+    if not planned or planned[0][0].kind != "original":
+        raise ConfigError("A transfer grid starts with the run's own configuration (Variant('original', 'original')), "
+                          "the test it is compared with; build grids with variant_grid().")
+    return planned, dropped
+
+
+def _fixed_shots(session: Session) -> str | None:
+    """Why another shot seed cannot change the prompts (``None``: it can)."""
+    if session.config.fewshot == 0:
+        return "the run uses no shots (fewshot = 0)"
+    if getattr(session.task, "fewshot_sampler", "random") == "first_n":
+        return f"{session.task.full_name} always takes its first {session.config.fewshot} shots"
+    return None
+
+
+def variant_session(base: Session, variant: Variant, other_models: dict[str, Model],
+                    heldout: int | None = None) -> Session:
+    """A session with the variant's model, task, shots and template. Its held-out set is the run's
+    own for the run's task; another task draws ``heldout`` examples (default the run's count) with
+    the run's seed. Tasks of the run's family read the run's data; others their own default."""
     c = base.config
+    if c.ablation in ("mean", "resample") and (variant.task is not None or variant.model is not None):
+        raise ConfigError(f"This run ablates by {c.ablation}, whose values are measured on its discovery set with its model; "
+                          f"variant {variant.name!r} changes the {'task' if variant.task is not None else 'model'}. "
+                          "Transfer such a run to other shots, zero-shot or the chat template only.")
     fewshot = c.fewshot if variant.fewshot is None else variant.fewshot
     shot_seed = c.seed if variant.shot_seed is None else variant.shot_seed
     model = base.model
@@ -106,19 +178,32 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
         if (model.n_layers, model.n_heads) != (base.model.n_layers, base.model.n_heads):
             raise ConfigError(f"Model {variant.model!r} has {model.n_layers} layers × {model.n_heads} heads, the run's "
                               f"{base.model.n_layers} × {base.model.n_heads}; a selection transfers only to a model of the same shape.")
-    if variant.task is None:
-        task, heldout = base.task, base.splits.heldout
+    data, discovery = c.data, []
+    if variant.task is None:  # the run's task: its discovery set stays the reference of mean/resample ablation
+        task, held, source, discovery = base.task, base.splits.heldout, base.splits.source, base.splits.discovery
         same_shots = (fewshot, shot_seed) == (c.fewshot, c.seed)
         shots = base.splits.shots if same_shots else make_splits(task, c.discovery, c.heldout, seed=shot_seed,
                                                                  fewshot=fewshot).shots
     else:
-        task = get_task(variant.task)
-        drawn = make_splits(task, 0, c.heldout, seed=c.seed, fewshot=fewshot)
-        heldout = drawn.heldout
-        shots = drawn.shots if shot_seed == c.seed else make_splits(task, 0, c.heldout, seed=shot_seed, fewshot=fewshot).shots
-    config = replace(c, task=variant.task or c.task, data=c.data if variant.task is None else None, fewshot=fewshot,
+        same_family = variant.task.split(":")[0] == c.task.split(":")[0]
+        data = c.data if same_family else None  # the run's data for its own family: never generated beside official
+        try:
+            task = get_task(variant.task, data_path=data)
+            drawn = make_splits(task, 0, heldout or len(base.splits.heldout), seed=c.seed, fewshot=fewshot)
+            shots = drawn.shots if shot_seed == c.seed else make_splits(task, 0, len(drawn.heldout), seed=shot_seed,
+                                                                         fewshot=fewshot).shots
+        except CeltkError as error:
+            raise type(error)(f"Transfer variant {variant.name!r}"
+                              + (f" (the run's data {data!r})" if data else "") + f": {error}") from None
+        held, source = drawn.heldout, drawn.source
+    config = replace(c, task=variant.task or c.task, data=data, fewshot=fewshot,
                      chat=c.chat if variant.chat is None else variant.chat, model=variant.model or c.model)
-    return Session(config, model, task, Splits(discovery=[], heldout=heldout, shots=shots, source=base.splits.source))
+    return Session(config, model, task, Splits(discovery=discovery, heldout=held, shots=shots, source=source))
+
+
+def data_source(session: Session) -> str:
+    """Where a session's examples come from: the data path given, else the task's own source."""
+    return session.config.data or session.splits.source
 
 
 def _rows(comparisons, n_boot: int, seed: int) -> list[TransferRow]:
@@ -135,43 +220,73 @@ def _rows(comparisons, n_boot: int, seed: int) -> list[TransferRow]:
             n=s.n, intact_accuracy=s.intact_accuracy, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
             gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage, mcnemar_p=s.mcnemar_p,
             holm_p=float(adjusted[i]) if i in adjusted else None, heldout_hash=session.splits.manifest()["heldout_hash"],
+            data=data_source(session), from_test=variant.kind == "original",
             intact_correct=bits(intact), ablated_correct=bits(ablated),
             undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"}))
     return rows
 
 
+def bos_id(tokenizer: Any) -> int | None:
+    """The BOS token the tokenizer puts before a text (``None``: it adds none, e.g. GPT-2, SmolLM2)."""
+    with_special = tokenizer("a").input_ids
+    plain = tokenizer("a", add_special_tokens=False).input_ids
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return bos if bos is not None and len(with_special) > len(plain) and with_special[0] == bos else None
+
+
 def window_nll(model: Model, text: str, window: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """Summed next-token NLL (nats) and predicted-token count of each ``window``-token piece of ``text``.
+
+    Where the tokenizer begins a text with BOS (Llama, Gemma), every window begins with it, as the
+    model saw text in training, and all of the window's tokens are predicted; otherwise a window's
+    first token is its context.
 
     Returns:
         (float [n_windows], int [n_windows]).
     """
     import torch
 
-    ids = model.tokenizer(text, return_tensors="pt").input_ids[0]
+    bos = bos_id(model.tokenizer)
+    ids = torch.tensor(model.tokenizer(text, add_special_tokens=False).input_ids, dtype=torch.long)
     device = next(model.bridge.parameters()).device
     sums, counts = [], []
     for start in range(0, len(ids), window):
         piece = ids[start:start + window]
-        if len(piece) < 2:
+        tokens = piece if bos is None else torch.cat([torch.tensor([bos]), piece])
+        if len(tokens) < 2:
             continue
         with torch.no_grad():
-            logits = model.bridge(piece[None].to(device))[0, :-1].float()
-        nll = -torch.log_softmax(logits, dim=-1).gather(1, piece[1:, None].to(device)).squeeze(1)
+            logits = model.bridge(tokens[None].to(device))[0, :-1].float()
+        nll = -torch.log_softmax(logits, dim=-1).gather(1, tokens[1:, None].to(device)).squeeze(1)
         sums.append(float(nll.sum()))
-        counts.append(len(piece) - 1)
+        counts.append(len(tokens) - 1)
     return np.array(sums), np.array(counts)
 
 
-def lm_loss(model: Model, heads: HeadSet, text: str, *, source: str = "text", window: int = 128, n_boot: int = 10_000,
-            level: float = 0.95, seed: int = 0) -> LanguageModelLoss:
-    """Mean token NLL on ``text``, intact against ``heads`` ablated, with a paired bootstrap CI over windows."""
-    from celtk.ablation import ablate
+def read_plain_text(path: str | Path) -> str:
+    """The plain text for the language-modelling loss (UTF-8), or a clear error."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"The plain text {path} is not UTF-8 (byte {error.start}); save it as UTF-8 text.") from None
+    except OSError as error:
+        raise ConfigError(f"Cannot read the plain text {path}: {error.strerror}.") from None
 
+
+def lm_loss(model: Model, heads: HeadSet, text: str, *, source: str = "text", window: int = 128, n_boot: int = 10_000,
+            level: float = 0.95, seed: int = 0, ablation: Any = None) -> LanguageModelLoss:
+    """Mean token NLL on ``text``, intact against ``heads`` ablated (as ``ablation`` says, default zero; resample,
+    which needs a reference example per row, is refused), with a paired bootstrap CI over windows."""
+    from celtk.ablation import ablate, as_ablation
+
+    kind = as_ablation(ablation)
+    if kind.per_row:
+        raise ConfigError("The plain-text loss has no reference example to resample a head's z from; drop --plain-text "
+                          "for a resample run.")
     intact, counts = window_nll(model, text, window)
     if not len(counts):
         raise ConfigError(f"The plain text {source} has fewer than two tokens; give a longer text for the language-modelling loss.")
-    with ablate(model, heads):
+    with ablate(model, heads, kind):
         ablated, _ = window_nll(model, text, window)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(counts), size=(n_boot, len(counts)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -43,12 +44,15 @@ class Pools:
     """Where discovery, held-out and few-shot examples may come from.
 
     When ``heldout`` is None, discovery and held-out are drawn disjointly from ``discovery``.
+    ``reserved``: rows of the task's evaluation data it set aside, before ``discovery``, as its
+    few-shot pool (never evaluated, whatever the shot count), so that splits can name them.
     """
 
     discovery: list[Example]
     heldout: list[Example] | None
     fewshot: list[Example]
     source: str  # "hub" | "generator" | "fixture" | "file"
+    reserved: list[Example] = field(default_factory=list)
 
 
 class Task:
@@ -61,9 +65,9 @@ class Task:
     fewshot_delimiter: ClassVar[str] = "\n\n"
     runs_code: ClassVar[bool] = False  # grading executes what the model writes (sandboxed, opt-in)
 
-    def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
+    def __init__(self, option: str | None = None, data_path: str | os.PathLike[str] | None = None) -> None:
         self.option = option
-        self.data_path = data_path
+        self.data_path = os.fspath(data_path) if data_path is not None else None  # a Path too; recorded as text
 
     @property
     def full_name(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from celtk.errors import TaskError, suggest
 from celtk.tasks._base import Task
 
@@ -22,7 +24,7 @@ def task_classes() -> dict[str, type[Task]]:
     return dict(_REGISTRY)
 
 
-def get_task(spec: str, data_path: str | None = None) -> Task:
+def get_task(spec: str, data_path: str | Path | None = None) -> Task:
     """Look a task up by ``name`` or ``name:option`` (``arithmetic:2da``, ``jsonl:/path/file.jsonl``).
 
     ``data_path`` points a hub task at a local copy of its data (a file or directory).

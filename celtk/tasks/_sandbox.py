@@ -2,16 +2,19 @@
 
 Isolation, strongest the machine allows (:func:`isolation`):
 
-* ``root-namespaces`` (started as root): new PID, IPC, mount and network namespaces; a fresh
-  ``/proc`` that shows only the program's processes; every mount read-only; ``/tmp``, ``/var/tmp``,
-  ``/dev/shm``, ``/run/lock``, the user's home and the model caches replaced by private empty
-  tmpfs (the interpreter's own install is bound back read-only); the program runs as ``nobody``
-  with no capabilities.
+* ``root-namespaces`` (started as root): new PID, IPC, mount and network namespaces and a new root
+  file system holding only what the interpreter needs (its executable and standard library, the
+  system's shared libraries, ``/dev/null`` and the random devices, all read-only) and an empty
+  private ``/tmp`` that is the program's working directory and home: not the project, the model
+  caches, other tasks' data, ``/proc`` or anything else of the host; the program runs as
+  ``nobody`` with no capabilities.
 * ``user-namespaces`` (not root, unprivileged user namespaces allowed): the same namespaces and
-  mounts inside a user namespace; the program keeps the caller's uid (without capabilities), so it
-  can still read what the caller can read outside the hidden directories.
+  root file system inside a user namespace; the program keeps the caller's uid (without capabilities).
 * ``weak`` (neither): only limits, a process group and, as root, the ``nobody`` user. Refused
   unless the user opts in (``allow_weak`` / ``CELTK_ALLOW_WEAK_SANDBOX=1``).
+
+The tools that build the namespaces are found by absolute path in the system's directories
+(:data:`TOOL_DIRS`), never on ``PATH``.
 
 Limits: CPU and wall time, address space per process, file size; memory and process count for the
 whole program by a cgroup where one can be made (:mod:`._sandbox_cgroup`), else per process plus
@@ -20,11 +23,16 @@ the weak mode, the process group; it never kills by user.
 
 Grading: the program runs under a small runner, as ``exec`` in fresh globals like ``code_eval``;
 it passes only if ``exec`` returned normally, i.e. every statement ran, every assertion held and
-nothing raised (``SystemExit`` included). The runner then writes a per-run random token to a
-private duplicate of its stdout and leaves by ``os._exit`` (no ``atexit`` hooks). Exit status
-alone proves nothing: ``sys.exit(0)``, ``os._exit(0)`` or an ``atexit`` hook ends the run without
-the token. The token is out of reach of accidents, not of a program that deliberately searches
-the runner's memory for it; containing hostile programs is the isolation's job.
+nothing raised (``SystemExit`` included). Exit status alone proves nothing: only a per-run random
+token, written to a private copy of stdout after ``exec`` returns, does. The token is out of the
+program's reach: the runner keeps it only inside an audit hook (:func:`sys.addaudithook`, which
+no Python code can remove or read) and runs the program in a second thread, while an audit guard
+refuses the program every way Python offers to reach another frame or object (``sys._getframe``,
+traceback, generator and coroutine frames, tracing and profiling, ``gc``'s object lists), to read
+memory (``ctypes`` and the test modules, ``/proc/*/mem``, code objects built from bytes) or to
+start a process without the guard (``exec``, ``posix_spawn``, ``subprocess``). The hook releases the
+token only to the runner's own frame after ``exec`` returns; a forked child loses it. In the
+program's thread ``signal.signal`` is unavailable (as in any thread but the main one).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -45,18 +54,21 @@ from celtk.tasks._sandbox_cgroup import ProgramCgroup, make_cgroup
 
 OPT_IN_ENV = "CELTK_ALLOW_CODE_EXEC"
 WEAK_OPT_IN_ENV = "CELTK_ALLOW_WEAK_SANDBOX"
+TOOL_DIRS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")  # where the namespace tools are looked up, in order
+TOOLS = ("unshare", "setpriv", "mount", "umount", "pivot_root", "sh", "mkdir", "ln")
 
-# Runs inside the sandbox as `python -I -S -c RUNNER`; stdin holds "<token>\n<weak 0|1>\n<program>".
+# Runs inside the sandbox as `python -I -S -c RUNNER`; stdin holds "<token>\n<weak 0|1><guard 0|1>\n<program>".
 _RUNNER = r"""
-import os, sys
-def _run():
-    data = sys.stdin.buffer.read()
-    token, weak, source = data.split(b"\n", 2)
+# celtk-sandbox-runner
+import os, signal, sys, threading
+
+def _setup():
+    token, weak, source = sys.stdin.buffer.read().split(b"\n", 2)
     null = os.open(os.devnull, os.O_RDWR)
     channel, errors = os.dup(1), os.dup(2)  # private copies; the program's 0, 1, 2 go to /dev/null
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    if weak == b"1":  # no namespaces: keep the program off the network and off other processes
+    if weak[:1] == b"1":  # no namespaces: keep the program off the network and off other processes
         import socket
         def no_net(*a, **k):
             raise OSError("network access is disabled in the celtk sandbox")
@@ -68,48 +80,141 @@ def _run():
             return _kill(pid, sig)
         os.kill = no_kill
         os.killpg = lambda group, sig: no_kill(-group if group else 0, sig)
+    # imports compile from source from now on: a cached .pyc would need marshal, which the guard refuses
+    sys.dont_write_bytecode, sys.pycache_prefix = True, "/nonexistent/celtk-sandbox"
+    return token, weak[:1] == b"1", weak[1:] == b"1", source, channel, errors
+
+_FRAMES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_REFUSED = frozenset({
+    "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile", "sys._settraceallthreads",
+    "sys._setprofileallthreads", "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "code.__new__", "marshal.load", "marshal.loads", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
+    "subprocess.Popen", "os.symlink", "os.link"})
+_MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "_testcapi", "_testinternalcapi", "_testbuffer",
+                      "_testmultiphase", "_testsinglephase", "_testimportmultiple", "_xxsubinterpreters",
+                      "_xxinterpchannels", "_xxtestfuzz"})
+
+def _arm(token, channel, weak, guard):
+    # The token lives only in this hook's closure: no Python code can read or remove an audit hook,
+    # and the guard below keeps the program from the hook's frame while it runs.
+    state, entered, busy = [token], [], [None, 0]
+    getframe, ident, write, leave = sys._getframe, threading.get_ident, os.write, os._exit
+    realpath = os.path.realpath
+    def hook(event, args):
+        if busy[0] == ident():  # the one frame lookup made below, in this thread
+            if event == "sys._getframe" and busy[1]:
+                busy[1] -= 1
+                return
+        elif event == "celtk.enter" and not entered:  # the runner's thread, before the program starts
+            busy[0], busy[1] = ident(), 1
+            try:
+                entered.append(getframe(1))
+            finally:
+                busy[0] = None
+            return
+        elif event == "celtk.pass":
+            busy[0], busy[1] = ident(), 1
+            try:
+                caller = getframe(1)
+            except BaseException:
+                caller = None
+            busy[0] = None
+            if entered and caller is entered[0] and state:  # exec returned in the runner's own frame
+                write(channel, state.pop())
+                leave(0)
+            state.clear()
+            leave(1)
+        elif event == "celtk.fail":
+            state.clear()
+            return
+        if not entered or not guard:
+            return
+        if event == "sys._getframe":
+            raise ValueError("call stack frames are not available in the celtk sandbox")
+        if event in _REFUSED or event.startswith("ctypes."):
+            raise PermissionError(f"{event} is disabled in the celtk sandbox")
+        if event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAMES:
+            raise PermissionError(f"reading {args[1]} is disabled in the celtk sandbox")
+        if event == "import" and args and str(args[0]).partition(".")[0] in _MODULES:
+            raise PermissionError(f"import of {args[0]} is disabled in the celtk sandbox")
+        if weak and event == "open" and args and isinstance(args[0], (str, bytes)):
+            path = os.fsdecode(args[0])
+            if realpath(path).startswith("/proc/") or os.path.basename(path.rstrip("/")) == "mem":
+                raise PermissionError("process memory is not readable in the celtk sandbox")
+    sys.addaudithook(hook)
+    os.register_at_fork(after_in_child=state.clear)  # a forked child never holds the token
+
+def _describe(error):
+    tb, line = error.__traceback__, None
+    if tb is not None and tb.tb_next is not None:  # the program's own top-level line
+        line = tb.tb_next.tb_lineno
+    try:
+        text = f"{type(error).__name__}: {error}"
+    except BaseException:
+        text = type(error).__name__
+    return (f"program.py, line {line}: " if line else "") + text
+
+def _work(source, errors, audit=sys.audit, leave=os._exit, write=os.write):
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    audit("celtk.enter")
     try:
         exec(compile(source, "program.py", "exec"), {})
-    except BaseException:
-        import traceback
-        os.write(errors, traceback.format_exc()[-2000:].encode(errors="replace"))
-        os._exit(1)
-    os.write(channel, token)
-    os._exit(0)
-_run()
+    except BaseException as error:
+        audit("celtk.fail")
+        write(errors, _describe(error)[-2000:].encode(errors="replace"))
+        leave(1)
+    audit("celtk.pass")
+    leave(1)  # reached only when the pass was refused
+
+def _main():
+    token, weak, guard, source, channel, errors = _setup()
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # the main thread runs no handler
+    _arm(token, channel, weak, guard)
+    del token
+    worker = threading.Thread(target=_work, args=(source, errors), daemon=True)
+    worker.start()
+    worker.join()
+    os._exit(1)
+
+_main()
 """
 
-# Runs as PID 1 of the new namespaces (root there): make every mount read-only, hide the shared
-# and private directories behind empty tmpfs, bind the interpreter's install back, then run the
+# Runs as PID 1 of the new namespaces (root there): build a new root holding only the paths given
+# (read-only binds, or symlinks) and an empty /tmp, pivot into it, drop the old root, then run the
 # runner without capabilities (as `nobody` when we are root). PID 1 stays a shell, so when the
 # program ends the kernel ends every process it left.
 _LAUNCH = r"""
 set -e
-uid=$1; python=$2; keep=$3; runner=$4; shift 4
-mount --make-rprivate /
-while read -r _ _ _ _ point options _; do
-  case "$point" in /proc|/proc/*) continue;; esac
-  case "$options" in ro|ro,*) continue;; esac
-  mount -o remount,bind,ro "$point"
-done < /proc/self/mountinfo
-for d in "$@"; do
-  [ -d "$d" ] || continue
-  case "$keep/" in
-    "$d"/*) cd "$keep"
-            mount -t tmpfs -o size=16m,mode=1777,nosuid,nodev tmpfs "$d"
-            mkdir -p "$keep"; mount -c --bind . "$keep"; mount -c -o remount,bind,ro "$keep"; cd /;;
-    *) mount -t tmpfs -o size=16m,mode=1777,nosuid,nodev tmpfs "$d";;
+root=$1 uid=$2 python=$3 runner=$4 setpriv=$5 mount=$6 umount=$7 pivot=$8 mkdir=$9; ln=${10}; shift 10
+"$mount" --make-rprivate /
+"$mount" -t tmpfs -o size=16m,mode=755 celtk-root "$root"
+cd "$root"
+while [ $# -gt 0 ]; do
+  kind=$1 path=$2 target=$3; shift 3
+  "$mkdir" -p ".${path%/*}"
+  case $kind in
+    l) "$ln" -s "$target" ".$path";;
+    d) "$mkdir" -p ".$path"; "$mount" --bind "$path" ".$path"; "$mount" -o remount,bind,ro,nosuid ".$path";;
+    f) : > ".$path"; "$mount" --bind "$path" ".$path"; "$mount" -o remount,bind,ro,nosuid ".$path";;
   esac
 done
-work=$(mktemp -d /tmp/celtk-sandbox-XXXXXX)
+"$mkdir" -p tmp .old proc
+"$mount" -t tmpfs -o size=16m,mode=1777,nosuid,nodev celtk-tmp tmp
+"$mount" -o remount,bind,ro "$root"
+"$pivot" . .old
+"/.old$mount" -n --move /.old/proc /proc  # umount reads the mount table there
+"$umount" -n -l /.old
+"$umount" -n -l /proc
+cd /tmp
+export HOME=/tmp TMPDIR=/tmp
 drop="--inh-caps=-all --bounding-set=-all --no-new-privs"
-if [ "$uid" != - ]; then chown "$uid" "$work"; drop="--reuid=$uid --regid=$uid --clear-groups $drop"; fi
-cd "$work"
-export HOME="$work" TMPDIR="$work"
-setpriv $drop "$python" -I -S -c "$runner"
+if [ "$uid" != - ]; then drop="--reuid=$uid --regid=$uid --clear-groups $drop"; fi
+"$setpriv" $drop "$python" -I -S -c "$runner"
 """
 
 _NAMESPACES = ["--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--mount", "--net"]
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+_LIBRARY_DIRS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32")
 
 
 @dataclass(frozen=True)
@@ -148,25 +253,59 @@ def _interpreter() -> tuple[str, str]:
     return os.path.realpath(getattr(sys, "_base_executable", sys.executable)), os.path.realpath(sys.base_prefix)
 
 
-def hidden_directories() -> list[str]:
-    """Directories replaced by an empty tmpfs: shared writable ones, the user's home, the model caches."""
-    home = os.path.expanduser("~")
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    candidates = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", home, os.environ.get("CELTK_CACHE", ""),
-                  os.path.join(cache, "celtk"), os.environ.get("HF_HOME", ""), os.path.join(cache, "huggingface")]
-    tools = [os.path.realpath(shutil.which(t) or "/") for t in ("sh", "setpriv", "mount", "mktemp", "chown")]
-    out: list[str] = []
-    for d in sorted({os.path.realpath(c) for c in candidates if c}, key=len):
-        # never hide a tool the launcher needs, nor anything under a directory already hidden
-        if d != "/" and os.path.isdir(d) and not any(t.startswith(d + "/") for t in tools) \
-                and not any(d.startswith(h + "/") for h in out):
-            out.append(d)
-    return out
+@functools.lru_cache(maxsize=None)
+def tools() -> dict[str, str]:
+    """The namespace tools by absolute path, from :data:`TOOL_DIRS` only: an executable of the same name
+    earlier on ``PATH`` (a wrapper, a shim) is never run. Missing tools are absent from the result."""
+    found = {}
+    for name in TOOLS:
+        for directory in TOOL_DIRS:
+            path = os.path.join(directory, name)
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                found[name] = path
+                break
+    return found
+
+
+def sandbox_paths() -> list[tuple[str, str, str]]:
+    """What the program's root file system holds besides an empty ``/tmp``, as ``(kind, path, target)``:
+    ``f``/``d`` a file or directory bound read-only at the same path, ``l`` a symlink to ``target``.
+
+    The interpreter's executable and standard library (and its shared library's directory), the
+    system's library directories (for the dynamic loader), ``/etc/ld.so.cache``, the ``setpriv``
+    that drops privileges and the ``umount`` that detaches the host's root, and a few devices. Nothing else: not the project, the home directory,
+    the caches, other tasks' data or ``/proc``."""
+    python, prefix = _interpreter()
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix,
+                                     "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix})
+    libdir = sysconfig.get_config_var("LIBDIR") if sysconfig.get_config_var("Py_ENABLE_SHARED") else None
+    dirs = [base["stdlib"], base["platstdlib"], libdir or "", *_LIBRARY_DIRS]
+    files = [python, tools().get("setpriv", ""), tools().get("umount", ""), "/etc/ld.so.cache", *_DEVICES]
+    out: list[tuple[str, str, str]] = []
+    bound: list[str] = []
+
+    def covered(path: str) -> bool:
+        return any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound)
+
+    for path in [d for d in dirs if d] + [f for f in files if f]:
+        if not os.path.lexists(path):
+            continue
+        if os.path.islink(path) and path in _LIBRARY_DIRS:  # /lib -> usr/lib: the link, and its target bound below
+            out.append(("l", path, os.readlink(path)))
+            path = os.path.realpath(path)
+        real = os.path.realpath(path)
+        if covered(real):
+            continue
+        kind = "d" if os.path.isdir(real) else "f"
+        out.append((kind, real, "-"))
+        if kind == "d":
+            bound.append(real)
+    return sorted(out, key=lambda entry: (entry[0] == "l", entry[1]))
 
 
 def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: str,
-           cgroup: ProgramCgroup | None, out, err) -> subprocess.Popen:
-    python, prefix = _interpreter()
+           cgroup: ProgramCgroup | None, out, err, guard: bool = True) -> subprocess.Popen:
+    python, _ = _interpreter()
     if mode == "weak":
         command = [python, "-I", "-S", "-c", _RUNNER]
         drop = _nobody()
@@ -175,14 +314,16 @@ def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: 
     else:
         userns = ["--user", "--map-root-user"] if mode == "user-namespaces" else []
         uid = "-" if mode == "user-namespaces" else str(_nobody())
-        command = ["unshare", *userns, *_NAMESPACES, "sh", "-c", _LAUNCH, "celtk-sandbox", uid, python, prefix, _RUNNER,
-                   *hidden_directories()]
+        t = tools()
+        command = [t["unshare"], *userns, *_NAMESPACES, t["sh"], "-c", _LAUNCH, "celtk-sandbox", workdir, uid, python,
+                   _RUNNER, t["setpriv"], t["mount"], t["umount"], t["pivot_root"], t["mkdir"], t["ln"],
+                   *(part for entry in sandbox_paths() for part in entry)]
         drop = None
     stdin = tempfile.TemporaryFile()
-    stdin.write(f"{token}\n{int(mode == 'weak')}\n{program}\n".encode())
+    stdin.write(f"{token}\n{int(mode == 'weak')}{int(guard)}\n{program}\n".encode())
     stdin.seek(0)
-    env = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": workdir, "TMPDIR": workdir,
-           "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    env = {"PATH": ":".join(TOOL_DIRS), "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1",
+           "LANG": "C.UTF-8"}
     joins = cgroup.join_fds() if cgroup else []
     try:
         return subprocess.Popen(command, cwd=workdir, env=env, stdin=stdin, stdout=out, stderr=err, close_fds=True,
@@ -266,7 +407,9 @@ def _end(process: subprocess.Popen, mode: str, cgroup: ProgramCgroup | None) -> 
     return exceeded
 
 
-def _execute(mode: str, program: str, limits: SandboxLimits) -> SandboxResult:
+def _execute(mode: str, program: str, limits: SandboxLimits, guard: bool = True) -> SandboxResult:
+    """Run ``program`` in ``mode``; ``guard=False`` (tests only) lets it use what the audit guard refuses
+    (``ctypes``, ``exec``), to show that the namespaces contain native code on their own."""
     token = os.urandom(16).hex()
     workdir = tempfile.mkdtemp(prefix="celtk-sandbox-")
     cgroup = make_cgroup(limits.memory_bytes, limits.max_processes)
@@ -274,7 +417,7 @@ def _execute(mode: str, program: str, limits: SandboxLimits) -> SandboxResult:
     timed_out = exceeded = False
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # files: a flood is bounded by RLIMIT_FSIZE
     try:
-        process = _spawn(mode, token, program, limits, workdir, cgroup, out, err)
+        process = _spawn(mode, token, program, limits, workdir, cgroup, out, err, guard)
         timed_out = not _exited(process.pid, limits.wall_seconds)
     finally:
         if process is not None:
@@ -295,9 +438,9 @@ def _execute(mode: str, program: str, limits: SandboxLimits) -> SandboxResult:
 @functools.lru_cache(maxsize=None)
 def _probe() -> tuple[str, str]:
     """(mode, why the namespace modes failed, if they did), found by running a program once."""
-    missing = [tool for tool in ("unshare", "setpriv", "mount", "sh", "mktemp") if not shutil.which(tool)]
+    missing = [tool for tool in TOOLS if tool not in tools()]
     if missing:
-        return "weak", f"missing {', '.join(missing)}"
+        return "weak", f"no {', '.join(missing)} in {', '.join(TOOL_DIRS)}"
     mode = "root-namespaces" if os.geteuid() == 0 else "user-namespaces"
     probe = _execute(mode, "assert True", SandboxLimits(cpu_seconds=5, wall_seconds=30.0))
     return (mode, "") if probe.passed else ("weak", f"{mode} failed: {probe.stderr_tail.strip()[-200:]}")

@@ -17,6 +17,8 @@ class Splits:
     heldout: list[Example]
     shots: list[Example]
     source: str
+    # (id, reason) of the task's rows no draw can contain: its few-shot reserve and repeated content
+    held_back: tuple[tuple[str, str], ...] = ()
 
     def manifest(self) -> dict:
         return {
@@ -60,6 +62,26 @@ def check_disjoint(discovery: list[Example], heldout: list[Example]) -> None:
         raise SplitError(f"Discovery and held-out sets share {count} example(s): {shown}. They must be disjoint.")
 
 
+FEWSHOT_POOL = "few-shot pool"  # the reason a reserved or shot-equal row is held back
+
+
+def _held_back(rows: list[Example], kept: list[Example], shot_hashes: set[str], heldout_hashes: set[str]) -> list[tuple[str, str]]:
+    """Why each of ``rows`` that :func:`_dedupe` dropped (those not in ``kept``) was dropped."""
+    kept_ids = {e.id for e in kept}
+    first = {e.content_hash: e.id for e in reversed(kept)}
+    out = []
+    for e in rows:
+        if e.id in kept_ids:
+            continue
+        if e.content_hash in shot_hashes:
+            out.append((e.id, FEWSHOT_POOL))
+        elif e.content_hash in heldout_hashes:
+            out.append((e.id, "same content as a held-out row"))
+        else:
+            out.append((e.id, f"same content as {first[e.content_hash]}"))
+    return out
+
+
 def _take(pool: list[Example], n: int | None, what: str, total_hint: str) -> list[Example]:
     if n is None:
         return pool
@@ -88,9 +110,11 @@ def make_splits(task: Task, n_discovery: int | None, n_heldout: int | None, *, s
     else:
         shots = draw_shots(shot_pool, fewshot, seed)
     banned = {e.content_hash for e in shot_pool}
+    held_back = [(e.id, FEWSHOT_POOL) for e in pools.reserved]
     rng = random.Random(f"celtk-splits-{seed}")
     if pools.heldout is None:
         pool = _dedupe(pools.discovery, banned)
+        held_back += _held_back(pools.discovery, pool, banned, set())
         rng.shuffle(pool)
         if (n_discovery or 0) + (n_heldout or 0) > len(pool):
             raise SplitError(f"Discovery ({n_discovery}) + held-out ({n_heldout}) exceed the {len(pool)} distinct examples of "
@@ -99,12 +123,14 @@ def make_splits(task: Task, n_discovery: int | None, n_heldout: int | None, *, s
         heldout = _take(pool[::-1], n_heldout if n_heldout is not None else len(pool) - len(discovery), "held-out", task.full_name)
     else:
         held_pool = _dedupe(pools.heldout, banned)
+        held_back += _held_back(pools.heldout, held_pool, banned, set())
         heldout = _take(held_pool, n_heldout, "held-out", f"the official held-out split of {task.full_name}")
         if len(heldout) < len(held_pool):  # a seeded random sample (in split order), not the split's first rows
             keep = sorted(random.Random(f"celtk-heldout-{seed}").sample(range(len(held_pool)), len(heldout)))
             heldout = [held_pool[i] for i in keep]
         disc_pool = _dedupe(pools.discovery, banned | {e.content_hash for e in held_pool})
+        held_back += _held_back(pools.discovery, disc_pool, banned, {e.content_hash for e in held_pool})
         rng.shuffle(disc_pool)
         discovery = _take(disc_pool, n_discovery, "discovery", f"the discovery split of {task.full_name}")
     check_disjoint(discovery, heldout)
-    return Splits(discovery=discovery, heldout=heldout, shots=shots, source=pools.source)
+    return Splits(discovery=discovery, heldout=heldout, shots=shots, source=pools.source, held_back=tuple(held_back))

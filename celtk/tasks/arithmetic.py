@@ -22,6 +22,7 @@ and never repeats a question of the evaluation pool.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from celtk.errors import DataFormatError, TaskError
@@ -75,14 +76,33 @@ def generate(sub: str, n: int, seed: int) -> list[Example]:
     return out
 
 
+_OPERAND = r"\d+"
+_QUESTIONS = {  # what a subtask's (normalised) question looks like, so one subtask's file cannot pass as another's
+    **{sub: re.compile(rf"Question: What is (\d+) {_WORDS[sub[2]][0]} (\d+)\?\nAnswer:") for sub in SUBTASKS if sub != "1dc"},
+    "1dc": re.compile(r"Question: What is \(\d [-+*] \d\) [-+*] \d\?\nAnswer:"),
+}
+
+
+def check_subtask(sub: str, context: str, where: str) -> None:
+    """Refuse a question that is not one of subtask ``sub``'s (operator word, operand digits)."""
+    match = _QUESTIONS[sub].fullmatch(context)
+    ok = match is not None and (sub == "1dc" or all(len(x) <= int(sub[0]) for x in match.groups()))
+    if not ok:
+        raise DataFormatError(f"{where}: {context!r} is not a question of arithmetic subtask {sub} "
+                              f"({OFFICIAL_FILES[sub]}); give that subtask's file, or name the subtask the file "
+                              "holds (e.g. arithmetic:2da for two_digit_addition.jsonl).")
+
+
 def official_examples(sub: str, rows: list[dict], where: str) -> list[Example]:
-    """Raw GPT-3 rows (or rows already normalised) -> examples, normalised as lm-eval does."""
+    """Raw GPT-3 rows (or rows already normalised) -> examples, normalised as lm-eval does; every
+    row must be a question of subtask ``sub`` (:func:`check_subtask`)."""
     examples = []
     for i, row in enumerate(rows):
         if not isinstance(row.get("context"), str) or not isinstance(row.get("completion"), str):
             raise DataFormatError(f"{where}: row {i} lacks string 'context'/'completion' (the GPT-3 arithmetic schema): {row}")
-        examples.append(Example(id=f"{sub}-{i}", context=normalize_context(row["context"]), target=row["completion"],
-                                meta={"subtask": sub}))
+        context = normalize_context(row["context"])
+        check_subtask(sub, context, f"{where} row {i}")
+        examples.append(Example(id=f"{sub}-{i}", context=context, target=row["completion"], meta={"subtask": sub}))
     return examples
 
 
@@ -118,12 +138,16 @@ class Arithmetic(Task):
             shots = [e for sub in self.subtasks for e in generate(sub, 200, seed=1) if e.content_hash not in seen]
             shots = [Example(id=f"shot-{e.id}", context=e.context, target=e.target, meta=e.meta) for e in shots]
             return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="generator")
-        evaluation, shots = [], []
+        evaluation, shots, reserved = [], [], []
         for sub in self.subtasks:
-            part, pool = split_official(self._official_rows(sub))
+            rows = self._official_rows(sub)
+            part, pool = split_official(rows)
+            kept = {e.id for e in part}
             evaluation += part
             shots += pool
-        return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="hub" if self.data_path == "hub" else "file")
+            reserved += [e for e in rows if e.id not in kept]
+        return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="hub" if self.data_path == "hub" else "file",
+                     reserved=reserved)
 
     def _official_rows(self, sub: str) -> list[Example]:
         source = HUB_DATA.format(file=OFFICIAL_FILES[sub]) if self.data_path == "hub" else self._local_file(sub)
@@ -135,6 +159,10 @@ class Arithmetic(Task):
         assert self.data_path is not None
         path = Path(self.data_path)
         if path.is_file():
+            if len(self.subtasks) > 1:  # one file holds one subtask: it must not stand in for all ten
+                raise TaskError(f"{self.data_path} is one file, which holds one arithmetic subtask; name it "
+                                f"(e.g. --task arithmetic:2da --data {self.data_path}), or give the directory that "
+                                "holds the ten GPT-3 files (the hub's EleutherAI/arithmetic layout).")
             return str(path)
         name = OFFICIAL_FILES[sub]
         candidates = [path / "data" / f"{name}.jsonl", path / f"{name}.jsonl", path / f"arithmetic_{sub}" / "validation.jsonl"]

@@ -1,19 +1,44 @@
-"""The numerical checks of Theorems 4.2 and 4.3; each returns plain data."""
+"""The numerical experiments on Theorems 4.2 and 4.3: one setting trained on many seeds, the α sweep,
+the largest stable step. Each returns a record (:class:`celtk.run.documents.Record`) whose fields are
+its keys in ``theory.json``."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+from jaxtyping import Bool, Float, Int
 
-from celtk.theory._checks import symmetry
+from celtk.run.documents import Record, optional
+from celtk.theory._checks import PrE, record, symmetry
 from celtk.theory._model import Setting, coefficients
-from celtk.theory._train import delete_head, event_e, init, train, winners
+from celtk.theory._train import Deletion, TrainResult, delete_head, event_e, init, train, winners
 
 
-@dataclass(frozen=True)
-class SettingReport:
-    setting: dict
+@dataclass(frozen=True, kw_only=True)
+class DeletionSummary(Record):
+    """Deleting U's winner on E at convergence: mean risks before and after, against the predictions."""
+
+    n: int  # seeds on E
+    t2: float
+    delta_a_predicted: float
+    delta_b_predicted: float
+    delta_joint_predicted: float
+    undefined: str | None = optional()  # why the means are absent (no seed on E)
+    before_a_mean: float | None = optional()
+    before_b_mean: float | None = optional()
+    after_a_mean: float | None = optional()
+    after_b_mean: float | None = optional()
+    delta_a_mean: float | None = optional()
+    delta_b_mean: float | None = optional()
+    delta_joint_mean: float | None = optional()
+    delta_a_max_abs_residual: float | None = optional()
+    delta_b_max_abs_residual: float | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingReport(Record):
+    setting: Setting = record(Setting)
     alpha: float
     lr: float
     n_seeds: int
@@ -24,29 +49,31 @@ class SettingReport:
     winner_counts: list[list[int]]  # per feature, per head
     uniform_p: list[float] | None  # chi-square goodness of fit, per feature (None: too few seeds)
     independence_p: dict[str, float] | None  # chi-square contingency, per feature pair
-    pr_e: dict  # estimate, ci, n_seeds, predicted
-    deletion: dict  # on E: mean changes and predictions
+    pr_e: PrE = record(PrE)  # n_seeds: the converged seeds
+    deletion: DeletionSummary = record(DeletionSummary)  # on E: mean changes and predictions
     no_clear_winner_fraction: float
 
 
-def _deletion_summary(d, t2: float) -> dict:
+def _deletion_summary(d: Deletion, t2: float) -> DeletionSummary:
     n = len(d.delta_a)
-    doc = {"n": n, "t2": t2, "delta_a_predicted": -t2, "delta_b_predicted": 3 * t2, "delta_joint_predicted": t2 / 2}
+    predicted = DeletionSummary(n=n, t2=t2, delta_a_predicted=-t2, delta_b_predicted=3 * t2, delta_joint_predicted=t2 / 2)
     if n == 0:  # no seed on E: every mean is undefined
-        return {**doc, "undefined": "no seed on event E"}
-    return {**doc, "before_a_mean": float(d.before_a.mean()), "before_b_mean": float(d.before_b.mean()),
-            "after_a_mean": float(d.after_a.mean()), "after_b_mean": float(d.after_b.mean()),
-            "delta_a_mean": float(d.delta_a.mean()), "delta_b_mean": float(d.delta_b.mean()),
-            "delta_joint_mean": float(d.delta_joint.mean()),
-            "delta_a_max_abs_residual": float(np.abs(d.delta_a + t2).max()),
-            "delta_b_max_abs_residual": float(np.abs(d.delta_b - 3 * t2).max())}
+        return replace(predicted, undefined="no seed on event E")
+    return replace(predicted, before_a_mean=float(d.before_a.mean()), before_b_mean=float(d.before_b.mean()),
+                   after_a_mean=float(d.after_a.mean()), after_b_mean=float(d.after_b.mean()),
+                   delta_a_mean=float(d.delta_a.mean()), delta_b_mean=float(d.delta_b.mean()),
+                   delta_joint_mean=float(d.delta_joint.mean()),
+                   delta_a_max_abs_residual=float(np.abs(d.delta_a + t2).max()),
+                   delta_b_max_abs_residual=float(np.abs(d.delta_b - 3 * t2).max()))
 
 
 def run_setting(setting: Setting, n_seeds: int, alpha: float, lr: float, seed: int = 0,
-                max_steps: int = 200_000, checkpoints: tuple[int, ...] = ()) -> tuple[SettingReport, tuple]:
+                max_steps: int = 200_000, checkpoints: tuple[int, ...] = ()
+                ) -> tuple[SettingReport, tuple[TrainResult, Float[np.ndarray, "seed head_index feature"],
+                                                Int[np.ndarray, "seed feature"], Bool[np.ndarray, " seed"], Deletion]]:
     """Train ``n_seeds`` seeds; winners, Pr(E) and deletion on E at convergence.
 
-    Returns the report and (train result, converged c [S, H, F], winners [S, F], E [S], Deletion).
+    Returns the report and (train result, the converged seeds' coefficients, their winners, E, Deletion).
     """
     result = train(init(n_seeds, setting, alpha, seed), setting, lr, max_steps=max_steps, checkpoints=checkpoints)
     ok = result.converged
@@ -56,12 +83,12 @@ def run_setting(setting: Setting, n_seeds: int, alpha: float, lr: float, seed: i
     e = event_e(win)
     d = delete_head(c[e], win[e, 0], setting)
     report = SettingReport(
-        setting=asdict(setting), alpha=alpha, lr=lr, n_seeds=n_seeds,
+        setting=setting, alpha=alpha, lr=lr, n_seeds=n_seeds,
         converged_fraction=float(ok.mean()), diverged_fraction=float(result.diverged.mean()),
         median_steps=float(np.median(result.steps)),
         w_max_error=float(np.abs(c.sum(axis=-2) - setting.optimum).max()) if ok.any() else None,
-        winner_counts=sym["winner_counts"], uniform_p=sym["uniform_p"], independence_p=sym["independence_p"],
-        pr_e={**sym["pr_e"], "n_seeds": int(len(e))},
+        winner_counts=sym.winner_counts, uniform_p=sym.uniform_p, independence_p=sym.independence_p,
+        pr_e=replace(sym.pr_e, n_seeds=int(len(e))),
         deletion=_deletion_summary(d, setting.t ** 2),
         no_clear_winner_fraction=float((share < 0.95).mean()) if ok.any() else 0.0,
     )
@@ -69,7 +96,7 @@ def run_setting(setting: Setting, n_seeds: int, alpha: float, lr: float, seed: i
 
 
 @dataclass(frozen=True)
-class AlphaSweep:
+class AlphaSweep(Record):
     alphas: list[float]
     lr: float
     n_seeds: int
@@ -85,22 +112,38 @@ class AlphaSweep:
     growth_quartiles: list[list[float]]  # 25 %, 75 %, 90 % of that ratio over every loser pair, per alpha
     growth_slope: float  # log-log slope of growth_median against α: 0 = an α-independent factor
     growth_slope_ci: list[float]
-    loser_samples: list[list[float]] = field(repr=False, default_factory=list)
+    # per alpha, each seed's median loser |c|: kept in memory, not written to theory.json
+    loser_samples: list[list[float]] = field(repr=False, compare=False, default_factory=list, metadata={"stored": False})
 
 
-def _loser_mask(c: np.ndarray, win: np.ndarray) -> np.ndarray:
-    mask = np.ones(c.shape, dtype=bool)  # [S, H, F]
+@dataclass(frozen=True, kw_only=True)
+class StepSize(Record):
+    """The fraction of seeds converging at each step size, and the largest with at least ``threshold``."""
+
+    alpha: float
+    fractions: dict[str, float]  # str(step size) -> fraction converged
+    largest_converging_lr: float | None
+    threshold: float
+    n_seeds: int
+
+
+def _loser_mask(c: Float[np.ndarray, "seed head_index feature"], win: Int[np.ndarray, "seed feature"]
+                ) -> Bool[np.ndarray, "seed head_index feature"]:
+    mask = np.ones(c.shape, dtype=bool)
     s_idx, f_idx = np.meshgrid(np.arange(len(c)), np.arange(3), indexing="ij")
     mask[s_idx, win, f_idx] = False
     return mask
 
 
-def _per_seed_median(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def _per_seed_median(values: Float[np.ndarray, "seed head_index feature"], mask: Bool[np.ndarray, "seed head_index feature"]
+                     ) -> Float[np.ndarray, " seed"]:
     return np.nanmedian(np.where(mask, values, np.nan), axis=(1, 2))
 
 
-def _slope_with_ci(x: np.ndarray, per_seed: list[np.ndarray], rng, n_boot: int) -> tuple[float, list[float]]:
-    """Least-squares slope of log(median per α) on x, and a percentile CI resampling seeds."""
+def _slope_with_ci(x: Float[np.ndarray, " alpha"], per_seed: list[Float[np.ndarray, " _seed"]], rng: np.random.Generator,
+                   n_boot: int) -> tuple[float, list[float]]:
+    """Least-squares slope of log(median per α) on x, and a percentile CI resampling seeds (each α's
+    seeds are its converged ones, so their number differs between α)."""
     slope = float(np.polyfit(x, np.log([np.median(s) for s in per_seed]), 1)[0])
     boots = [np.polyfit(x, np.log([np.median(rng.choice(s, len(s))) for s in per_seed]), 1)[0] for _ in range(n_boot)]
     lo, hi = np.quantile(boots, [0.025, 0.975])
@@ -145,12 +188,12 @@ def alpha_sweep(setting: Setting, alphas: list[float], lr: float, n_seeds: int, 
 
 
 def max_stable_lr(setting: Setting, alpha: float, lrs: list[float], n_seeds: int = 200, seed: int = 0,
-                  max_steps: int = 40_000, threshold: float = 0.99) -> dict:
+                  max_steps: int = 40_000, threshold: float = 0.99) -> StepSize:
     """Fraction of seeds converging at each step size; the largest with ≥ ``threshold``."""
     fractions = {}
     for lr in lrs:
         r = train(init(n_seeds, setting, alpha, seed), setting, lr, max_steps=max_steps)
         fractions[lr] = float(r.converged.mean())
     stable = [lr for lr, f in fractions.items() if f >= threshold]
-    return {"alpha": alpha, "fractions": {str(k): v for k, v in fractions.items()},
-            "largest_converging_lr": max(stable) if stable else None, "threshold": threshold, "n_seeds": n_seeds}
+    return StepSize(alpha=alpha, fractions={str(k): v for k, v in fractions.items()},
+                    largest_converging_lr=max(stable) if stable else None, threshold=threshold, n_seeds=n_seeds)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from jaxtyping import Float
+
+from celtk.theory._checks import TrajectoryRow
+from celtk.theory._train import Deletion
 
 
 def _figure(size=(9, 3.2)):
@@ -13,8 +18,8 @@ def _figure(size=(9, 3.2)):
     return Figure(figsize=size, dpi=110)
 
 
-def trajectories(frames: np.ndarray, every: int, path: Path) -> Path:
-    """frames [T, seeds, H, F]: per-head coefficient of seed 0 over training, one panel per feature."""
+def trajectories(frames: Float[np.ndarray, "frame kept_seed head_index feature"], every: int, path: Path) -> Path:
+    """Per-head coefficient of seed 0 over training (``frames`` recorded every ``every`` steps), one panel per feature."""
     fig = _figure()
     axes = fig.subplots(1, 3, sharey=False)
     steps = np.arange(frames.shape[0]) * every
@@ -48,7 +53,7 @@ def winner_distribution(counts: list[list[int]], path: Path) -> Path:
     return path
 
 
-def deletion_risks(deletion, t2: float, path: Path) -> Path:
+def deletion_risks(deletion: Deletion, t2: float, path: Path) -> Path:
     fig = _figure()
     ax = fig.subplots()
     data = [deletion.before_a, deletion.after_a, deletion.before_b, deletion.after_b]
@@ -64,7 +69,7 @@ def deletion_risks(deletion, t2: float, path: Path) -> Path:
     return path
 
 
-def loser_scaling(alphas, medians, slope, path: Path) -> Path:
+def loser_scaling(alphas: list[float], medians: list[float], slope: float, path: Path) -> Path:
     fig = _figure((5, 3.6))
     ax = fig.subplots()
     ax.loglog(alphas, medians, "o-", label=f"median losing |c| (slope {slope:.2f})")
@@ -79,14 +84,14 @@ def loser_scaling(alphas, medians, slope, path: Path) -> Path:
     return path
 
 
-def deletion_along_training(rows: list[dict], t2: float, path: Path) -> Path:
+def deletion_along_training(rows: Sequence[TrajectoryRow], t2: float, path: Path) -> Path:
     """Mean ΔR_A and ΔR_B on E at each checkpoint, against the predictions −t² and +3t²."""
     fig = _figure((5, 3.6))
     ax = fig.subplots()
-    kept = [r for r in rows if r["delta_a_mean"] is not None]
-    steps = [max(r["step"], 1) for r in kept]  # step 0 drawn at 1 on the log axis
-    ax.semilogx(steps, [r["delta_a_mean"] for r in kept], "o-", color="tab:blue", label="ΔR_A")
-    ax.semilogx(steps, [r["delta_b_mean"] for r in kept], "o-", color="tab:red", label="ΔR_B")
+    kept = [r for r in rows if r.delta_a_mean is not None]
+    steps = [max(r.step, 1) for r in kept]  # step 0 drawn at 1 on the log axis
+    ax.semilogx(steps, [r.delta_a_mean for r in kept], "o-", color="tab:blue", label="ΔR_A")
+    ax.semilogx(steps, [r.delta_b_mean for r in kept], "o-", color="tab:red", label="ΔR_B")
     ax.axhline(-t2, color="tab:blue", ls="--", lw=1, label="−t²")
     ax.axhline(3 * t2, color="tab:red", ls="--", lw=1, label="+3t²")
     ax.set_xlabel("checkpoint step (0 drawn at 1)")

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Usage: N=16 OUT=/shared/runs/qwen3b-2da MODEL=/shared/models/Qwen2.5-3B-Instruct bash submit.sh
-# Queues N screen tasks as one array and the merge/select/test job after all of them succeed.
+# Usage: N=16 OUT=/shared/runs/qwen3b-2da MODEL=/shared/models/Qwen2.5-3B-Instruct bash submit.sh [sbatch options]
+# Queues N screen tasks as one array and the merge/select/test job after all of them succeed
+# (afterok: if a shard fails, the merge never starts; fix the cause, rerun that shard with
+# `sbatch --array=i screen_array.sbatch`, and queue merge_select_test.sbatch again).
+# Options given here (e.g. --partition=gpu --account=lab, or --gres/--mem/--time) go to both sbatch
+# calls and override the scripts' #SBATCH lines. Prints the two job ids as "array=ID merge=ID".
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-N="${N:?set N}"; export N OUT
-array=$(sbatch --parsable --array="0-$((N - 1))" --export=ALL "$here/screen_array.sbatch")
-sbatch --dependency="afterok:${array}" --export=ALL "$here/merge_select_test.sbatch"
-echo "screen array $array; merge queued after it"
+N="${N:?set N}"; OUT="${OUT:?set OUT}"; export N OUT
+array=$(sbatch --parsable --array="0-$((N - 1))" --export=ALL "$@" "$here/screen_array.sbatch")
+merge=$(sbatch --parsable --dependency="afterok:${array}" --export=ALL "$@" "$here/merge_select_test.sbatch")
+echo "array=${array} merge=${merge}"
+echo "screen array $array; merge $merge queued after it" >&2

@@ -7,13 +7,14 @@ import shutil
 
 import numpy as np
 import pytest
+from _support import edit_document
 from conftest import planted_config
 
 from celtk.errors import RunStoreError
 from celtk.evaluator import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.run import run_screen, run_select, run_stability, run_test
-from celtk.run.frozen import read_log
+from celtk.run.heldout import HeldoutLog
 from celtk.screen import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
 
@@ -59,12 +60,13 @@ def test_screen_reports_the_null_control(tested_run):
 def test_select_refuses_a_tampered_intact_baseline(planted, tested_run, tmp_path):
     model, _ = planted
     out = _copy(tested_run, tmp_path / "run")
-    (out / "test.json").unlink()
-    (out / "heldout_log.jsonl").unlink()
-    screen = json.loads((out / "screen.json").read_text())
-    flipped = "1" if screen["intact_correct"][0] == "0" else "0"
-    screen["intact_correct"] = flipped + screen["intact_correct"][1:]
-    (out / "screen.json").write_text(json.dumps(screen))
+    for name in ("test.json", "heldout_log.jsonl", "heldout_log.head", "digests.json"):
+        (out / name).unlink()  # an untested run, as before the test
+
+    def flip(screen):
+        return {**screen, "intact_correct": ("1" if screen["intact_correct"][0] == "0" else "0") + screen["intact_correct"][1:]}
+
+    edit_document(out, "screen.json", flip)
     with pytest.raises(RunStoreError, match="1 of 40 discovery examples differently from the intact result stored"):
         run_select(out, p=4, k=2, model=model)
 
@@ -72,42 +74,46 @@ def test_select_refuses_a_tampered_intact_baseline(planted, tested_run, tmp_path
 def test_select_after_test_refused_unless_forced_and_recorded(planted, tested_run, tmp_path):
     model, _ = planted
     out = _copy(tested_run, tmp_path / "run")
-    with pytest.raises(RunStoreError, match="already been tested on its held-out set.*--force"):
+    with pytest.raises(RunStoreError, match="already been looked at on its held-out set \\(test at .*--force"):
         run_select(out, p=4, k=2, model=model)
     forced = run_select(out, p=4, k=2, model=model, force=True)
-    assert forced.forced_after_test is True
+    assert forced.forced_after_test is True and [r.what for r in forced.prior_looks] == ["test"]
     assert json.loads((out / "selection.json").read_text())["forced_after_test"] is True
-    assert [e["what"] for e in read_log(out)] == ["test", "reselect-forced"]
+    log = HeldoutLog(out)
+    assert [look.what for look in log.looks()] == ["test"]
+    assert [e["after_looks"] for e in log.events("select-forced")] == [[0]]
     from celtk.report import write_report
 
-    assert "Selected again after the held-out test" in write_report(out).read_text()
+    assert "Selected again after the held-out set was looked at" in write_report(out).read_text()
 
 
 def test_every_heldout_evaluation_is_logged_and_stability_is_exploratory(planted, tested_run, tmp_path):
     model, _ = planted
     out = _copy(tested_run, tmp_path / "run")
-    (entry,) = read_log(out)
+    (entry,) = HeldoutLog(out).looks()
     test = json.loads((out / "test.json").read_text())
-    assert entry["what"] == "test" and entry["heads"] == [test["heads"]] and entry["heldout_hash"] == test["heldout_hash"]
+    assert entry.what == "test" and entry.heads == [test["heads"]] and entry.heldout_hash == test["heldout_hash"]
+    assert entry.complete and entry.result == "test.json" and not entry.exploratory and entry.frozen
     before = (out / "heldout_log.jsonl").read_text()
     doc = run_stability(out, resamples=3, p=4, k=2, model=model, n_boot=100)
     assert (out / "heldout_log.jsonl").read_text().startswith(before)  # appended, never rewritten
-    last = read_log(out)[-1]
-    assert last["what"] == "stability" and last["exploratory"] is True
-    assert sorted(map(tuple, last["heads"])) == sorted(tuple(r.heads) for r in doc.selections)
+    last = HeldoutLog(out).looks()[-1]
+    assert last.what == "stability" and last.exploratory is True and last.result == "stability.json"
+    assert sorted(map(tuple, last.heads)) == sorted(tuple(r.heads) for r in doc.selections)
     for row in doc.selections:
-        assert row.exploratory == (row.heads != test["heads"])
+        assert row.exploratory == (row.heads != test["heads"])  # the tested selection's row repeats its test
 
 
 def test_test_refuses_changed_shots_or_discovery(planted, tested_run, tmp_path):
     model, _ = planted
     out = _copy(tested_run, tmp_path / "run")
+    for name in ("test.json", "heldout_log.jsonl", "heldout_log.head"):
+        (out / name).unlink()  # untested, so that test runs up to its checks
     selection = json.loads((out / "selection.json").read_text())
-    changed = dict(selection, shots=["x-1"])
-    (out / "selection.json").write_text(json.dumps(changed))
+    edit_document(out, "selection.json", lambda sel: dict(sel, shots=["x-1"]))
     with pytest.raises(RunStoreError, match="few-shot examples drawn now \\(none\\) differ.*x-1"):
         run_test(out, model=model, n_boot=50)
-    (out / "selection.json").write_text(json.dumps(dict(selection, discovery_hash="0" * 16)))
+    edit_document(out, "selection.json", lambda _: dict(selection, discovery_hash="0" * 16))
     # the run-directory integrity check (selection vs screen) now names the disagreeing hash first
     with pytest.raises(RunStoreError, match="discovery hash: '[0-9a-f]{16}' in screen.json, '0{16}' in selection.json"):
         run_test(out, model=model, n_boot=50)

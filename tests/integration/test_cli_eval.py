@@ -34,11 +34,15 @@ def test_eval_writes_documented_json(tiny_dir, tmp_path):
 
 def test_eval_choice_task_logprob_lists(tiny_dir, tmp_path):
     runner = CliRunner()
-    result = runner.invoke(main, ["eval", "--model", str(tiny_dir), "--task", "boolq", "--data", str(FIX / "boolq"),
-                                  "--split", "heldout", "--out", str(tmp_path / "b")])
+    args = ["eval", "--model", str(tiny_dir), "--task", "boolq", "--data", str(FIX / "boolq"), "--split", "heldout",
+            "--out", str(tmp_path / "b")]
+    refused = runner.invoke(main, args)
+    assert refused.exit_code == 1 and "--run DIR" in refused.output and "Traceback" not in refused.output
+    result = runner.invoke(main, args + ["--exploratory"])
     assert result.exit_code == 0, result.output
+    assert "outside any run" in result.output
     doc = json.loads((tmp_path / "b" / "eval.json").read_text())
-    assert doc["n"] == 6 and all(len(e["logprob"]) == 2 for e in doc["examples"])
+    assert doc["n"] == 6 and all(len(e["logprob"]) == 2 for e in doc["examples"]) and doc["config"]["exploratory"]
 
 
 def test_eval_head_out_of_range_is_one_line(tiny_dir, tmp_path):
@@ -70,3 +74,21 @@ def test_cli_eval_equals_one_library_call(tiny_dir, tmp_path):
     library = run_eval(None, **args)
     assert json.loads((tmp_path / "cli" / "eval.json").read_text()) == library
     assert library["config"]["fewshot"] == 2 and library["config"]["seed"] == 3 and library["n"] == 7
+
+
+def test_split_all_scores_every_row_it_can_and_names_the_rest(tiny_dir, tmp_path):
+    """An 80-row official file with no shots drawn: 60 rows scored, and the 20 of the task's few-shot
+    reserve named in the output and in eval.json with the reason."""
+    rows = [json.dumps({"context": f"\n\nQ: What is {i} plus {i + 7}?\n\nA:", "completion": f" {2 * i + 7}"}) for i in range(80)]
+    data = tmp_path / "two_digit_addition.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "all"
+    result = CliRunner().invoke(main, ["eval", "--model", str(tiny_dir), "--task", "arithmetic:2da", "--data", str(data),
+                                       "--split", "all", "--fewshot", "0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "eval.json").read_text())
+    scored = {e["id"] for e in doc["examples"]}
+    held = {r["id"]: r["reason"] for r in doc["held_back"]}
+    assert doc["n"] == 60 and len(held) == 20 and set(held.values()) == {"few-shot pool"}
+    assert scored | set(held) == {f"2da-{i}" for i in range(80)} and not scored & set(held)
+    assert "Held back 20 row(s) of the task's data, in no split: 20 in the task's few-shot pool" in " ".join(result.output.split())

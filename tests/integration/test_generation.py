@@ -140,3 +140,40 @@ def test_string_graded_task_needs_no_code_opt_in_and_screener_refuses_scored_tas
     scored = get_task(f"jsonl:{path}")
     with pytest.raises(ConfigError, match="needs a generation-graded task"):
         GenerationScreener(tiny_llama, prepare(tiny_llama, scored, scored.load_pools().discovery), scored)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_generation_screener_equals_plain_path_under_mean_and_scale(arch, smol_tokenizer, tmp_path, monkeypatch):
+    from celtk.evaluator import ablation_for
+
+    model = _tiny(arch, smol_tokenizer)
+    task, examples, shots = _self_graded_task(model, tmp_path)
+    sets = [HeadSet((h,)) for h in all_heads(model.n_layers, model.n_heads)] + [HeadSet.parse("L0H1,L1H3")]
+    for kind in ("mean", "scale:-1.0"):
+        ablation = ablation_for(model, kind, task, examples[:5], shots)  # prompts the generations start from
+        plain = {s: evaluate(model, task, examples, shots, s, EvalConfig(batch_size=4), ablation=ablation) for s in sets}
+        zeroed = {s: _plain(model, task, examples, shots, s) for s in sets}
+        assert any(_generations(plain[s]) != _generations(zeroed[s]) for s in sets)  # the kind is not zeroing
+        for share in (False, True):
+            screener = GenerationScreener(model, prepare(model, task, examples, shots), task, batch_size=len(examples),
+                                          rows_per_pass=4 * len(examples), share_prefix=share, ablation=ablation)
+            _, screened = screener.run(sets)
+            for s in sets:
+                assert _generations(screened[s]) == _generations(plain[s]), (kind, share, s)
+                assert np.array_equal(screened[s].correct, plain[s].correct), (kind, share, s)
+    resample = ablation_for(model, "resample", task, examples[:5], shots)
+    from celtk.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
+        GenerationScreener(model, prepare(model, task, examples, shots), task, ablation=resample)
+    with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
+        evaluate(model, task, examples, shots, HeadSet.parse("L0H1"), ablation=resample)
+    import celtk.evaluator
+    from celtk.run import RunConfig
+    from celtk.run.session import Session
+    from celtk.tasks import Splits
+
+    session = Session(RunConfig(ablation="resample"), model, task, Splits(examples[:5], examples[5:], list(shots), "test"))
+    monkeypatch.setattr(celtk.evaluator, "ablation_for", None)  # a run refuses before it measures any reference
+    with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
+        session.ablation()

@@ -5,6 +5,7 @@ stability, merge and report run on that run directory."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -94,10 +95,13 @@ def test_screen_records_every_heads_generations(generate_run, planted_generate):
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
-def test_search_strategies_on_generate_run(generate_run, planted_generate, strategy):
-    out, _ = generate_run
+def test_search_strategies_on_generate_run(generate_run, planted_generate, strategy, tmp_path):
+    screened, _ = generate_run
     model, _ = planted_generate
-    selection = run_select(out, p=4, k=2, strategy=strategy, width=2, model=model, force=True)  # the run is already tested: reselecting is recorded
+    out = tmp_path / "run"  # the screened run before its selection and test: each strategy gets its one held-out test
+    shutil.copytree(screened, out, ignore=shutil.ignore_patterns("selection.json", "diagnostics.json", "test.json",
+                                                                 "heldout_log.*", "digests.json"))
+    selection = run_select(out, p=4, k=2, strategy=strategy, width=2, model=model)
     assert PLANTED in selection.heads
     assert selection.discovery_accuracy > selection.intact_discovery_accuracy
     test = run_test(out, model=model, n_boot=200)  # the held-out test of this strategy's selection

@@ -108,3 +108,27 @@ def test_each_start_layer_is_reported_whole_and_the_memo_resumes_after_it(tiny_l
     resumed = SetMemo(tmp_path, intact, recording)(sets)
     assert sorted(asked) == sorted(s for s in sets if s.heads[0].layer > 0)  # layer 0's sets came from its part
     assert all(np.array_equal(resumed[s], reference[s].correct) for s in sets)
+
+
+@pytest.mark.parametrize("kind", ["mean", "resample", "scale:-0.5"])
+def test_tree_under_every_ablation_kind_gives_each_set_its_outcome_alone(kind, smol_tokenizer):
+    """Mean, resample and scale travel as per-row specs through the tree's groups (each group's specs made
+    for its own batch, width and size); every set still gets, bit for bit, what it gets scored alone."""
+    from celtk.evaluator import ablation_for
+
+    model = make_tiny("llama", smol_tokenizer, n_layers=4)
+    task = get_task("arithmetic")
+    splits = make_splits(task, 10, 0, fewshot=2, seed=2)
+    prepared = prepare(model, task, splits.discovery, splits.shots)
+    ablation = ablation_for(model, kind, task, splits.heldout or splits.discovery, splits.shots, seed=3)
+    for share in (True, False):
+        def screener(rows_per_pass):
+            return CachedScreener(model, prepared, batch_size=5, rows_per_pass=rows_per_pass, share_prefix=share,
+                                  ablation=ablation)
+        intact, together = screener(15).run(SETS)
+        for heads in SETS:
+            _, alone = screener(5).run([heads])
+            assert alone[heads].to_json() == together[heads].to_json(), (kind, share, heads)
+        assert np.array_equal(together[HeadSet()].correct, intact.correct)  # the null ablation under this kind
+        changed = [h for h in SETS[:-1] if [e.logprob for e in together[h].examples] != [e.logprob for e in intact.examples]]
+        assert changed == SETS[:-1]

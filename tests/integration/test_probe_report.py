@@ -12,11 +12,12 @@ import torch
 from conftest import self_consistent_task
 
 from celtk import probe
-from celtk.analysis import run_attributes, run_compare
+from celtk.analysis import CompareDocument, HeadAttributesDocument, run_attributes, run_compare
 from celtk.evaluator import evaluate
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.report import write_report
 from celtk.run import RunConfig, run_screen, run_select, run_test
+from celtk.runstore import dumps
 from celtk.tasks import get_task, make_splits
 
 
@@ -91,11 +92,35 @@ def test_compare_with_ioi_circuit_on_same_shape(gpt2_shaped_run):
     from celtk.circuits import load_circuit
 
     ioi = {str(h) for h in load_circuit("ioi-gpt2-small").heads}
-    assert report["selection"]["overlap"] == len(set(selection) & ioi)
+    assert report.selection.overlap == len(set(selection) & ioi) and report.run_selection == selection
     screen = json.loads((out / "screen.json").read_text())["heads"]
-    assert len(screen) == 144 and report["population"] == 144
-    assert set(report["circuit_head_ranks"]) == ioi and all(1 <= r <= 144 for r in report["circuit_head_ranks"].values())
-    assert (out / "compare-ioi-gpt2-small.json").is_file()
+    assert len(screen) == 144 and report.population == 144
+    assert set(report.circuit_head_ranks) == ioi and all(1 <= r <= 144 for r in report.circuit_head_ranks.values())
+    assert report.top == 10 and report.screen_top.n == 10 and report.critical_vs_enhancing is not None
+    # the file is the document: screen_top written as screen_top10, and read back to the same record
+    text = (out / "compare-ioi-gpt2-small.json").read_text()
+    assert "screen_top10" in json.loads(text) and text == dumps(report.to_json())
+    assert CompareDocument.from_json(json.loads(text)) == report
+
+
+def test_attributes_document_round_trips(gpt2_shaped_run, tmp_path):
+    """head_attributes.json is the returned document; reading it gives the same record, with its scores
+    per head of the selection, and the report shows them."""
+    model, out = gpt2_shaped_run
+    doc = run_attributes(out, model=model, length=12, batch=2, seed=3)
+    assert HeadAttributesDocument.load(out) == doc and (out / "head_attributes.json").read_text() == dumps(doc.to_json())
+    assert (doc.n_layers, doc.n_heads, doc.probe.length, doc.probe.seed) == (12, 12, 12, 3)
+    selection = json.loads((out / "selection.json").read_text())["heads"]
+    assert list(doc.selected) == selection
+    for name in ("previous_token", "duplicate_token", "induction"):
+        grid = doc.scores[name]
+        assert len(grid) == 12 and all(len(row) == 12 and all(0 <= v <= 1 for v in row) for row in grid)
+        for head in map(Head.parse, selection):
+            assert doc.selected[str(head)][name] == doc.score(name, head) == grid[head.layer][head.head]
+    page = write_report(out, tmp_path / "report").read_text()
+    names = list(doc.scores)
+    row = "".join(f"<td>{v}</td>" for v in [selection[0], *(f"{doc.score(n, Head.parse(selection[0])):.3f}" for n in names)])
+    assert "".join(f"<th>{h}</th>" for h in ["head", *names]) in page and f"<tr>{row}</tr>" in page
 
 
 def _chromium():

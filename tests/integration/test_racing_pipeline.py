@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from _support import edit_document
 from conftest import planted_config
 
 from celtk.analysis import run_compare
@@ -115,10 +116,14 @@ def _pool_row(data):
 
 
 def _edited(source, target, edit):
+    """A copy of ``source`` whose screen.json was changed (and its digest recorded, to reach the checks behind it)."""
     shutil.copytree(source, target)
-    data = json.loads((target / "screen.json").read_text())
-    edit(data)
-    (target / "screen.json").write_text(json.dumps(data))
+
+    def change(data):
+        edit(data)
+        return data
+
+    edit_document(target, "screen.json", change)
     return target
 
 
@@ -243,14 +248,17 @@ def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
     circuit.write_text(json.dumps({"name": "planted", "n_layers": raced.n_layers, "n_heads": raced.n_heads,
                                    "heads": [{"head": "L1H2", "role": "planted"}, {"head": dropped, "role": "other"}]}))
     report = run_compare(racing, str(circuit), top=P)
-    assert report["circuit_head_ranks"] == {"L1H2": 1, dropped: None} and report["racing"]["ranked"] == raced.racing.pool
-    assert report["mean_rank_of_circuit_heads"] is None and report["critical_vs_enhancing"] is None
-    assert report[f"screen_top{P}"]["overlap"] == 1
+    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None} and report.racing.ranked == raced.racing.pool
+    assert report.mean_rank_of_circuit_heads is None and report.critical_vs_enhancing is None
+    assert report.screen_top.overlap == 1
+    written = json.loads((racing / "compare-circuit.json").read_text())
+    assert written[f"screen_top{P}"]["overlap"] == 1 and written["racing"]["ranked"] == raced.racing.pool
     with pytest.raises(ConfigError, match=r"raced for the top p = 1 heads.*--top 1"):
         run_compare(racing, str(circuit), top=3)
     exhaustive_report = run_compare(exhaustive, str(circuit), top=3)
-    assert exhaustive_report["circuit_head_ranks"]["L1H2"] == 1 and exhaustive_report["circuit_head_ranks"][dropped] > 1
-    assert "racing" not in exhaustive_report and exhaustive_report["critical_vs_enhancing"] is not None
+    assert exhaustive_report.circuit_head_ranks["L1H2"] == 1 and exhaustive_report.circuit_head_ranks[dropped] > 1
+    assert exhaustive_report.racing is None and exhaustive_report.critical_vs_enhancing is not None
+    assert "racing" not in json.loads((exhaustive / "compare-circuit.json").read_text())
 
 
 def test_calibration_counts_a_dropped_head_at_its_discordance_rate_on_the_whole_set(screens):

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _support import copy_document, edit_document
 
 from celtk.errors import RunStoreError
 from celtk.run import RunConfig, merge_shards, run_screen, run_select, run_test
@@ -73,10 +74,11 @@ def test_merge_refuses_shards_that_do_not_cover_every_head_once(tasks, tiny_llam
     out = tmp_path / "sharded"
     for i in range(2):
         run_screen(_config(tasks[0]), out, shard=(i, 2), model=tiny_llama)
-    shard = out / "shard-1-of-2" / "screen.json"
-    doc = json.loads(shard.read_text())
-    doc["heads"][0]["head"] = "L7H7"  # same count of heads, but one is not the model's
-    shard.write_text(json.dumps(doc))
+    def rename(doc):
+        doc["heads"][0]["head"] = "L7H7"  # same count of heads, but one is not the model's
+        return doc
+
+    edit_document(out / "shard-1-of-2", "screen.json", rename)
     (out / "shard-9-of-2.txt").write_text("an odd file beside the shards is ignored")
     with pytest.raises(RunStoreError, match=r"covers 11 of the model's 12 heads .*unexpected or repeated L7H7"):
         merge_shards(out)
@@ -85,9 +87,7 @@ def test_merge_refuses_shards_that_do_not_cover_every_head_once(tasks, tiny_llam
 
 def test_partial_screen_is_refused(runs, tiny_llama, tmp_path):
     out = _copy(runs["a"], tmp_path)
-    doc = json.loads((out / "screen.json").read_text())
-    doc["heads"] = doc["heads"][:5]
-    (out / "screen.json").write_text(json.dumps(doc))
+    edit_document(out, "screen.json", lambda doc: doc | {"heads": doc["heads"][:5]})
     with pytest.raises(RunStoreError, match=r"screen\.json covers 5 of the model's 12 heads"):
         run_select(out, p=3, k=2, model=tiny_llama, force=True)  # past the frozen-set refusal, to the integrity check
 
@@ -95,26 +95,29 @@ def test_partial_screen_is_refused(runs, tiny_llama, tmp_path):
 def test_screen_of_another_task_copied_into_a_run_is_refused(runs, tiny_llama, tmp_path):
     out = _copy(runs["a"], tmp_path)
     shutil.copy(runs["b"] / "screen.json", out / "screen.json")
+    with pytest.raises(RunStoreError, match=r"screen\.json was changed after celtk wrote it"):  # caught by its digest
+        run_select(out, p=3, k=2, model=tiny_llama, force=True)
+    copy_document(runs["b"], out, "screen.json")  # and, behind the digest, by the same-run check
     with pytest.raises(RunStoreError, match=r"screen\.json does not belong to the run of fingerprint\.json \(task: "):
         run_select(out, p=3, k=2, model=tiny_llama, force=True)  # past the frozen-set refusal, to the integrity check
 
 
 def test_selection_of_another_run_is_refused_by_test(runs, tiny_llama, tmp_path):
     out = _copy(runs["a"], tmp_path)
-    shutil.copy(runs["b"] / "selection.json", out / "selection.json")
+    copy_document(runs["b"], out, "selection.json")
     with pytest.raises(RunStoreError, match=r"different configuration \(settings of selection\.json vs fingerprint\.json\)"):
-        run_test(out, model=tiny_llama, n_boot=200)
+        run_test(out, model=tiny_llama, n_boot=200, force=True)  # past the second-test refusal, to the same-run check
 
 
 def test_report_refuses_documents_of_two_runs(runs, tmp_path):
     from celtk.report import write_report
 
     out = _copy(runs["a"], tmp_path, "old-test")
-    shutil.copy(runs["b"] / "test.json", out / "test.json")
-    with pytest.raises(RunStoreError, match=r"test\.json does not belong to the run of selection\.json \(.*task: "):
+    shutil.copy(runs["b"] / "test.json", out / "test.json")  # the held-out log recorded another test.json
+    with pytest.raises(RunStoreError, match=r"test\.json differs from the test\.json the held-out log recorded"):
         write_report(out)
     out = _copy(runs["a"], tmp_path, "new-screen")
-    shutil.copy(runs["b"] / "screen.json", out / "screen.json")
+    copy_document(runs["b"], out, "screen.json")
     with pytest.raises(RunStoreError, match=r"screen\.json does not belong to the run of fingerprint\.json"):
         write_report(out)
     assert write_report(runs["a"]).exists()  # one run's documents still make a report

@@ -1,5 +1,6 @@
 """Transfer on the planted model: the harmful head L1H2's removal helps a second task it also
-hurts and leaves alone one it does not affect; McNemar and Holm in the table are right."""
+hurts and leaves alone one it does not affect; McNemar and Holm in the table are right; the grid
+holds distinct comparisons only, and reads the held-out set only after the test."""
 
 import json
 from contextlib import nullcontext
@@ -13,7 +14,7 @@ from celtk.ablation import ablate
 from celtk.errors import ConfigError, RunStoreError
 from celtk.run import run_screen, run_select, run_test
 from celtk.run.documents import TransferDocument
-from celtk.run.frozen import read_log
+from celtk.run.heldout import HeldoutLog
 from celtk.run.transfer import Variant, run_transfer, variant_grid
 from celtk.runstore import unbits
 from celtk.stats import holm, mcnemar_exact
@@ -59,6 +60,9 @@ def selected(planted, smol_tokenizer, tmp_path_factory):
     run_screen(planted_config(task), out, model=model)
     selection = run_select(out, p=4, k=2, model=model)
     assert "L1H2" in selection.heads
+    with pytest.raises(RunStoreError, match="first look must be its test: run `celtk test"):
+        run_transfer(out, None, model, n_boot=10)
+    run_test(out, model=model, n_boot=500)
     rng = np.random.default_rng(1)
     prompts = list(dict.fromkeys(" ".join(rng.choice(WORDS, size=5)) for _ in range(400)))  # other words than the run's
     ids = [model.tokenizer(p).input_ids for p in prompts]
@@ -99,25 +103,37 @@ def test_transfer_to_hurt_task_not_to_unaffected_one(selected):
     p1, p2 = sorted([rows["original"].mcnemar_p, rows["hurt"].mcnemar_p])  # Holm by hand: 3·p(1), max(., 2·p(2)), 1
     assert sorted([rows["original"].holm_p, rows["hurt"].holm_p]) == pytest.approx([min(1, 3 * p1), min(1, max(3 * p1, 2 * p2))])
     assert rows["same"].holm_p == 1.0
-    # transfer reads the held-out set: logged per variant, and a later unforced select is refused
-    assert [(e["what"], e["variant"], e["n"]) for e in read_log(out)] == [("transfer", v, 40) for v in rows]
-    with pytest.raises(RunStoreError, match="already been tested"):
+    # each scored variant is a look, logged before it is scored; the original row is the test's own comparison,
+    # read from test.json, not a second look at the frozen selection
+    looks = [look for look in HeldoutLog(out).looks() if look.what == "transfer"]
+    assert [(look.extra["variant"], look.n, look.result) for look in looks][-2:] == [("hurt", 40, "transfer.json"),
+                                                                                  ("same", 40, "transfer.json")]
+    test = json.loads((out / "test.json").read_text())
+    assert rows["original"].from_test and rows["original"].gain == test["gain"]
+    assert rows["original"].intact_correct == "".join("1" if e["intact_correct"] else "0" for e in test["examples"])
+    assert rows["original"].mcnemar_p == test["mcnemar_p"] and rows["original"].gain_ci == test["gain_ci"]
+    assert {r.data for r in doc.variants} == {"file"}  # jsonl tasks: read from their files
+    with pytest.raises(RunStoreError, match="already been looked at"):
         run_select(out, p=4, k=2, model=model)
-    # the original row is the held-out test itself
-    test = run_test(out, model=model, n_boot=500)
-    assert rows["original"].intact_correct == "".join("1" if e.intact_correct else "0" for e in test.examples)
-    assert rows["original"].gain == test.gain
     assert TransferDocument.load(out) == doc
 
 
-def test_shot_variants_keep_the_heldout_set_and_lm_loss_is_paired(selected, tmp_path):
+def test_zero_shot_grid_has_no_duplicate_rows_and_lm_loss_is_paired(selected, tmp_path):
+    """The planted run is zero-shot: the default grid's shot seeds have no shots to redraw and its
+    zero-shot variant is the original comparison again, so only the original is a row (Holm over one),
+    and nothing but that row's test was looked at; shot seeds named on such a run are refused."""
     model, out, _, _ = selected
     text = tmp_path / "plain.txt"
     text.write_text(" ".join(WORDS * 30))
-    doc = run_transfer(out, [Variant("original", "original"), Variant("zero-shot", "zero-shot", fewshot=0)], model,
-                       plain_text=text, n_boot=300)
-    assert doc.variants[0].heldout_hash == doc.variants[1].heldout_hash
-    assert doc.variants[0].intact_correct == doc.variants[1].intact_correct  # the planted run is zero-shot already
+    before = len(HeldoutLog(out).looks())
+    doc = run_transfer(out, variant_grid("jsonl:x"), model, plain_text=text, n_boot=300)
+    assert [r.variant for r in doc.variants] == ["original"] and doc.variants[0].holm_p == doc.variants[0].mcnemar_p
+    assert [(d.variant, d.same_as) for d in doc.dropped] == [(f"shots seed={s}", None) for s in range(1, 6)] + [
+        ("zero-shot", "original")]
+    assert "no shots" in doc.dropped[0].reason and "same model, prompts and held-out examples" in doc.dropped[-1].reason
+    assert len(HeldoutLog(out).looks()) == before  # no variant was scored, so no look
+    with pytest.raises(ConfigError, match="no shots.*Leave out shot seeds"):
+        run_transfer(out, variant_grid("jsonl:x", shot_seeds=[2]), model, n_boot=10)
     loss = doc.lm_loss
     assert loss.n_tokens > 100 and loss.delta == pytest.approx(loss.ablated_nll - loss.intact_nll)
     assert loss.delta_ci[0] <= loss.delta <= loss.delta_ci[1]
@@ -132,4 +148,42 @@ def test_variant_grid_and_shape_check(selected, smol_tokenizer):
     model, out, _, _ = selected
     other = make_tiny("llama", smol_tokenizer, seed=3, n_layers=2)
     with pytest.raises(ConfigError, match="same shape"):
-        run_transfer(out, [Variant("other", "model", model="other")], model, other_models={"other": other}, n_boot=10)
+        run_transfer(out, [Variant("original", "original"), Variant("other", "model", model="other")], model,
+                     other_models={"other": other}, n_boot=10)
+    with pytest.raises(ConfigError, match="distinct non-negative"):
+        variant_grid("arithmetic:2da", shot_seeds=[2, 2])
+
+
+class _WithBos:
+    """The SmolLM2 tokenizer, made to begin every text with BOS (id 1) as Llama's and Gemma's do."""
+
+    bos_token_id = 1
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, text, add_special_tokens=True, **kw):
+        from types import SimpleNamespace
+
+        ids = self.inner(text, add_special_tokens=False).input_ids
+        return SimpleNamespace(input_ids=([1] if add_special_tokens else []) + ids)
+
+
+def test_plain_text_windows_begin_with_bos_where_the_tokenizer_adds_one(tiny_llama):
+    from dataclasses import replace
+
+    from celtk.run.transfer import bos_id, window_nll
+
+    text = " ".join(WORDS * 4)
+    plain = tiny_llama.tokenizer(text, add_special_tokens=False).input_ids
+    assert bos_id(tiny_llama.tokenizer) is None  # SmolLM2's tokenizer adds no BOS: a window's first token is context
+    sums, counts = window_nll(tiny_llama, text, window=16)
+    assert counts.sum() == len(plain) - len(counts)
+    model = replace(tiny_llama, tokenizer=_WithBos(tiny_llama.tokenizer))
+    assert bos_id(model.tokenizer) == 1
+    sums, counts = window_nll(model, text, window=16)
+    assert counts.sum() == len(plain)  # every token predicted, each window from BOS
+    second = torch.tensor([[1] + plain[16:32]])
+    with torch.no_grad():
+        logp = torch.log_softmax(tiny_llama.bridge(second)[0, :-1].float(), -1)
+    assert sums[1] == pytest.approx(float(-logp.gather(1, second[0, 1:, None]).sum()), rel=1e-5)

@@ -448,11 +448,12 @@ def c_data_not_utf8(ctx):
 
 
 def c_stored_negative_seed(ctx):
+    from _support import edit_document
+
     from celtk.run import run_test
     out = _copy(ctx.run_dir, ctx.tmp)
     for name in ("screen.json", "selection.json"):  # the seed as an older celtk stored it, after screen and select
-        doc = json.loads((out / name).read_text())
-        (out / name).write_text(json.dumps(doc | {"config": doc["config"] | {"seed": -1}}))
+        edit_document(out, name, lambda doc: doc | {"config": doc["config"] | {"seed": -1}})
     run_test(out, model=ctx.tiny)
 
 
@@ -558,19 +559,169 @@ def c_eval_limit_zero(ctx):
 
 
 def c_partial_screen(ctx):
+    from _support import edit_document
+
     from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
-    doc = json.loads((out / "screen.json").read_text())
-    (out / "screen.json").write_text(json.dumps(doc | {"heads": doc["heads"][:5]}))
+    edit_document(out, "screen.json", lambda doc: doc | {"heads": doc["heads"][:5]})  # as if celtk had written it
     run_select(out, p=3, k=2, model=ctx.tiny)
 
 
 def c_screen_of_other_run(ctx):
+    from _support import edit_document
+
+    from celtk.run import run_select
+    out = _copy(ctx.run_dir, ctx.tmp)
+    edit_document(out, "screen.json", lambda doc: doc | {"task": doc["task"] | {"task": "arithmetic:2da"}})
+    run_select(out, p=3, k=2, model=ctx.tiny)
+
+
+def c_result_edited_by_hand(ctx):
     from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
     doc = json.loads((out / "screen.json").read_text())
-    (out / "screen.json").write_text(json.dumps(doc | {"task": doc["task"] | {"task": "arithmetic:2da"}}))
+    (out / "screen.json").write_text(json.dumps(doc | {"heads": doc["heads"][:5]}, indent=1))
     run_select(out, p=3, k=2, model=ctx.tiny)
+
+
+def c_heldout_without_run(ctx):
+    from celtk.run import run_eval
+    run_eval(None, model=ctx.tiny, task="arithmetic:2da", split="heldout", limit=3)
+
+
+def c_heldout_log_edited(ctx):
+    from celtk.run.heldout import HeldoutLog
+    out = _copy(ctx.run_dir, ctx.tmp)
+    log = HeldoutLog(out)
+    log.begin("stability", [["L0H0"]], "0" * 16, 3, frozen=False, exploratory=True)
+    log.begin("stability", [["L0H1"]], "0" * 16, 3, frozen=False, exploratory=True)
+    lines = log.path.read_text().splitlines()
+    log.path.write_text(lines[1] + "\n")  # the first look removed
+    from celtk.run import run_select
+    run_select(out, p=3, k=2, model=ctx.tiny, force=True)
+
+
+# ---- issue 29: inputs bounded by the model and the machine, plan inputs, the Python API, the sandbox's tools ----
+
+def _long_prompts(tmp: Path, words: int = 10_000) -> str:
+    rows = [{"id": f"long-{i}", "prompt": " ".join(["stone"] * words) + f" {i} is", "target": " 1"} for i in range(2)]
+    return _jsonl(tmp, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def c_prompt_longer_than_context(ctx):
+    from celtk.run import RunConfig, run_screen
+    config = RunConfig(model="tiny", task=_long_prompts(ctx.tmp), discovery=1, heldout=1, fewshot=0)
+    run_screen(config, ctx.tmp / "out", model=ctx.tiny)
+
+
+def c_max_new_tokens_beyond_context(ctx):
+    from celtk.run import RunConfig, run_screen
+    config = RunConfig(model="tiny", task=_jsonl(ctx.tmp, _gen_lines(4)), discovery=2, heldout=2, fewshot=0,
+                       grading="generate", max_new_tokens=100_000)
+    run_screen(config, ctx.tmp / "out", model=ctx.tiny)
+
+
+def c_stage_beyond_memory(ctx):
+    import celtk.screen
+    from celtk.evaluator import prepare
+    from celtk.plan import stage_bytes
+    from celtk.run import RunConfig, run_screen
+    from celtk.tasks import get_task, make_splits
+    task = _jsonl(ctx.tmp, _gen_lines(40))
+    splits = make_splits(get_task(task), 12, 12, seed=0, fewshot=0)
+    free = int(stage_bytes(ctx.tiny, prepare(ctx.tiny, get_task(task), splits.discovery), 2, cached=False))
+    ctx.monkeypatch.setattr(celtk.screen, "available_memory", lambda device: free)  # a machine where batch 2 just fits
+    run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), ctx.tmp / "out",
+               model=ctx.tiny)
+
+
+def c_calibrate_too_many_draws(ctx):
+    from celtk.run.calibrate import run_calibration
+    run_calibration(ctx.tmp, null="random-heads", repeats=100_000, n_candidates=100_000)
+
+
+def c_merge_absurd_shard_count(ctx):
+    from celtk.run import merge_shards
+    for i in range(2):
+        (ctx.tmp / f"shard-{i}-of-100000000000").mkdir()
+    merge_shards(ctx.tmp)
+
+
+def c_shard_count_beyond_heads(ctx):
+    from celtk.run import RunConfig, run_screen
+    config = RunConfig(model="tiny", task=_jsonl(ctx.tmp, _gen_lines(8)), discovery=4, heldout=4, fewshot=0)
+    run_screen(config, ctx.tmp / "out", shard=(0, 1000), model=ctx.tiny)
+
+
+_PLAN_CONFIG = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "intermediate_size": 128, "vocab_size": 1000}
+
+
+def _plan(**config):
+    from celtk.plan import PAPER_TASKS, Device, plan_run
+    return plan_run(_PLAN_CONFIG | config, PAPER_TASKS["arithmetic"], Device("test", 1e12, 1e9), pool=4, k=2)
+
+
+def c_plan_negative_layers(ctx):
+    _plan(num_hidden_layers=-2)
+
+
+def c_plan_zero_heads(ctx):
+    _plan(num_attention_heads=0)
+
+
+def c_plan_string_size(ctx):
+    _plan(hidden_size="576")
+
+
+def c_plan_p_exceeds_heads(ctx):
+    from celtk.plan import PAPER_TASKS, Device, plan_run
+    plan_run(_PLAN_CONFIG, PAPER_TASKS["arithmetic"], Device("test", 1e12, 1e9), pool=999)
+
+
+def c_plan_mean_prompt_longer(ctx):
+    from dataclasses import replace
+
+    from celtk.plan import PAPER_TASKS
+    replace(PAPER_TASKS["arithmetic"], prompt_tokens=100, mean_prompt_tokens=500)
+
+
+def c_api_wrong_type(ctx):
+    import celtk
+    celtk.run_select(ctx.tmp, p="3", model=ctx.tiny)
+
+
+def c_api_out_of_range(ctx):
+    import numpy as np
+
+    import celtk
+    celtk.compare_paired(np.array([True, False]), np.array([True, True]), level=1.5)
+
+
+def c_api_negative_count(ctx):
+    import celtk
+    celtk.mcnemar_exact(-1, 3)
+
+
+def c_api_config_at_construction(ctx):
+    import celtk
+    celtk.RunConfig(seed=-1)
+
+
+def c_api_unknown_argument(ctx):
+    import celtk
+    celtk.run_test(ctx.tmp, held_out=3)
+
+
+def c_sandbox_tools_missing(ctx):
+    import functools
+
+    from celtk.tasks import _sandbox as sandbox
+    ctx.monkeypatch.setattr(sandbox, "TOOL_DIRS", (str(ctx.tmp),))
+    ctx.monkeypatch.setattr(sandbox, "tools", functools.lru_cache(maxsize=None)(sandbox.tools.__wrapped__))
+    ctx.monkeypatch.setattr(sandbox, "_probe", functools.lru_cache(maxsize=None)(sandbox._probe.__wrapped__))
+    ctx.monkeypatch.delenv("CELTK_ALLOW_WEAK_SANDBOX", raising=False)
+    sandbox.run_untrusted("assert True", allow=True)
 
 
 CASES = {
@@ -628,6 +779,9 @@ CASES = {
     "stage-out-of-order": (c_stage_out_of_order, E.RunStoreError, r"selection\.json does not exist; run the stage that writes it first"),
     "selection-from-other-model": (c_selection_from_other_model, E.RunStoreError, r"now has weight hash .* but the run used"),
     "run-dir-other-config": (c_run_dir_other_config, E.RunStoreError, r"different configuration .*seed: stored 0, now 5"),
+    "result-edited-by-hand": (c_result_edited_by_hand, E.RunStoreError, r"screen\.json was changed after celtk wrote it"),
+    "heldout-split-without-run": (c_heldout_without_run, E.ConfigError, r"held-out split is a run's held-out set.*--run DIR"),
+    "heldout-log-edited": (c_heldout_log_edited, E.RunStoreError, r"line 1 does not follow line 0.*append-only and hash-chained"),
     "merge-mismatched-shards": (c_merge_mismatched_shards, E.RunStoreError, r"disagree on N: \[2, 3\]"),
     "merge-missing-shard": (c_merge_missing_shard, E.RunStoreError, r"shard\(s\) 1/2 missing"),
     "directory-in-use": (c_directory_in_use, E.RunStoreError, r"in use by celtk pid \d+; wait for it to finish or use another --out"),
@@ -652,6 +806,23 @@ CASES = {
     "eval-limit-zero": (c_eval_limit_zero, E.ConfigError, r"limit must be at least 1 \(or None for the whole split\), got 0"),
     "partial-screen": (c_partial_screen, E.RunStoreError, r"screen\.json covers 5 of the model's 12 heads .*must cover every head once"),
     "screen-of-other-run": (c_screen_of_other_run, E.RunStoreError, r"screen\.json does not belong to the run of fingerprint\.json \(task: .* in fingerprint\.json, .* in screen\.json\)"),
+    "prompt-longer-than-context": (c_prompt_longer_than_context, E.TaskError, r"Example long-\d: its prompt \(10,0\d\d tokens\) and target \(\d tokens\) need 10,0\d\d positions, but tiny-llama reads at most 512 \(max_position_embeddings in its config\)"),
+    "max-new-tokens-beyond-context": (c_max_new_tokens_beyond_context, E.ConfigError, r"max_new_tokens = 100,000 cannot fit in the context of tiny-llama, which reads at most 512 positions"),
+    "stage-beyond-memory": (c_stage_beyond_memory, E.ConfigError, r"Scoring the discovery set on 12 examples needs about .* of activations at batch size 8, more than the .* available on cpu; batch size 2 would fit .*--batch-size 2"),
+    "calibrate-too-many-draws": (c_calibrate_too_many_draws, E.ConfigError, r"100,000 × 100,000 = 10,000,000,000 random head sets, more than the limit of 1,000,000"),
+    "merge-absurd-shard-count": (c_merge_absurd_shard_count, E.RunStoreError, r"shard\(s\) 2/100000000000, .* \(99,999,999,998 in all\) missing"),
+    "shard-count-beyond-heads": (c_shard_count_beyond_heads, E.ConfigError, r"Shard 0/1000: tiny has 12 heads, so at most 12 shards"),
+    "plan-negative-layers": (c_plan_negative_layers, E.ConfigError, r"num_hidden_layers = -2; a size in a config\.json is a positive integer"),
+    "plan-zero-heads": (c_plan_zero_heads, E.ConfigError, r"num_attention_heads = 0; a size in a config\.json is a positive integer"),
+    "plan-string-size": (c_plan_string_size, E.ConfigError, r"hidden_size = '576'; a size in a config\.json is a positive integer"),
+    "plan-p-exceeds-heads": (c_plan_p_exceeds_heads, E.ConfigError, r"p = 999 and set size k = 3 must satisfy 1 ≤ k ≤ p ≤ the model's 8 heads"),
+    "plan-mean-prompt-longer": (c_plan_mean_prompt_longer, E.ConfigError, r"mean prompt \(500 tokens\) must lie between 1 and the longest prompt \(100 tokens\)"),
+    "api-wrong-type": (c_api_wrong_type, E.ArgumentError, r"run_select: p must be int, got '3' \(str\)"),
+    "api-out-of-range": (c_api_out_of_range, E.ArgumentError, r"compare_paired: level must be in \(0, 1\), got 1\.5"),
+    "api-negative-count": (c_api_negative_count, E.ArgumentError, r"mcnemar_exact: b must be non-negative, got -1"),
+    "api-config-at-construction": (c_api_config_at_construction, E.ConfigError, r"seed must be non-negative, got -1"),
+    "api-unknown-argument": (c_api_unknown_argument, E.ArgumentError, r"run_test: got an unexpected keyword argument 'held_out'; the signature is run_test\(out, \*, heldout=None, model=None, n_boot=10000, force=False, progress=None\)"),
+    "sandbox-tools-missing": (c_sandbox_tools_missing, E.SandboxRefusedError, r"no unshare, setpriv, mount, umount, pivot_root, sh, mkdir, ln in DIR|no unshare, setpriv, .* in /"),
 }
 
 # The README's table groups the cases by family (checked below).
@@ -676,11 +847,19 @@ FAMILIES = {
                  "shard-malformed", "batch-size-zero"],
     "seeds": ["negative-seed", "stored-negative-seed"],
     "run directory": ["corrupted-run-file", "stage-out-of-order", "selection-from-other-model", "run-dir-other-config",
+                      "result-edited-by-hand", "heldout-split-without-run", "heldout-log-edited",
                       "partial-screen", "screen-of-other-run", "merge-mismatched-shards", "merge-missing-shard",
                       "directory-in-use"],
     "odd files beside shards and parts": ["screen-part-not-celtks", "select-part-not-celtks", "merge-only-odd-names"],
     "output": ["output-not-writable", "output-read-only", "disk-full", "nan-into-json"],
-    "sandbox": ["code-execution-not-opted-in"],
+    "sandbox": ["code-execution-not-opted-in", "sandbox-tools-missing"],
+    "bounds from the model and the machine": ["prompt-longer-than-context", "max-new-tokens-beyond-context",
+                                              "stage-beyond-memory", "calibrate-too-many-draws",
+                                              "merge-absurd-shard-count", "shard-count-beyond-heads"],
+    "plan inputs": ["plan-negative-layers", "plan-zero-heads", "plan-string-size", "plan-p-exceeds-heads",
+                    "plan-mean-prompt-longer"],
+    "Python API": ["api-wrong-type", "api-out-of-range", "api-negative-count", "api-config-at-construction",
+                   "api-unknown-argument"],
 }
 
 
@@ -689,7 +868,7 @@ class _Ctx:
         self.tmp, self.monkeypatch, self.tiny, self.run_dir = tmp, monkeypatch, tiny, run_dir
 
 
-_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "selection-from-other-model", "run-dir-other-config",
+_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "result-edited-by-hand", "heldout-log-edited", "selection-from-other-model", "run-dir-other-config",
               "partial-screen", "screen-of-other-run", "stored-negative-seed", "screen-part-not-celtks",
               "select-part-not-celtks"}
 

@@ -78,6 +78,35 @@ def _check_layers(model):
             assert (intact[0] - fused[0]).abs().max() > 1e-3 and torch.equal(intact[1], fused[1])  # the mask bites, per row
 
 
+def test_each_fused_layer_equals_the_bridge_block_under_every_ablation_kind(fused_model):
+    from celtk.ablation_kinds import RowSpec
+
+    layers = fused_layers(fused_model)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 500, (3, 20), generator=gen)
+    attention = torch.ones_like(ids)
+    attention[2, 11:] = 0
+    mask = torch.zeros(3, fused_model.n_heads, dtype=torch.bool)
+    mask[0, 1], mask[2, [0, 3]] = True, True
+    shape = (fused_model.n_heads, fused_model.d_head)
+    specs = {"scale:0.5": RowSpec(mask, scale=0.5), "scale:-1": RowSpec(mask, scale=-1.0),
+             "mean": RowSpec(mask, value=torch.randn(*shape, generator=gen)),  # one vector per head
+             "resample": RowSpec(mask, value=torch.randn(3, 20, *shape, generator=gen))}  # per row and position
+    with torch.no_grad():
+        resid, kwargs, _ = capture_forward(fused_model, input_ids=ids, attention_mask=attention, use_cache=False)
+        for index, layer in enumerate(layers):
+            kw = {k: v for k, v in kwargs[index].items() if k not in ("past_key_values", "use_cache")}
+            intact = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"))
+            for name, spec in specs.items():
+                with ablate_rows(fused_model, index, spec):
+                    bridge = call_layer(fused_model, index, resid[index], kw, 3, 1, None)
+                fused = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"), None, spec)
+                real = attention.bool()
+                torch.testing.assert_close(fused[real], bridge[real], rtol=1e-6, atol=1e-6, msg=name)
+                assert (intact[0] - fused[0]).abs().max() > 1e-3, name  # the replacement bites, per row
+                assert torch.equal(intact[1], fused[1]), name
+
+
 def test_a_model_carrying_its_own_hooks_replays_through_the_bridge(smol_tokenizer):
     from celtk.evaluator import prepare
     from celtk.heads import HeadSet

@@ -45,3 +45,16 @@ def test_ordering_and_all_heads():
     assert hs[0] == Head(0, 0) and hs[-1] == Head(1, 2) and len(hs) == 6
     assert HeadSet.parse("L0H1") < HeadSet.parse("L0H2")
     assert HeadSet.parse("L0H1,L5H0") < HeadSet.parse("L0H2")
+
+
+def test_the_last_tie_break_orders_head_ids_by_their_numbers_as_documented():
+    """ranking_key's last key: head ids lexicographically, each by (layer, head) numbers: L2H0 before L10H0
+    (as strings "L10H0" < "L2H0"); its docstring and HeadSet.sort_key's say so."""
+    import numpy as np
+
+    from celtk.scores import HeadScore, rank, ranking_key
+
+    intact = np.array([True, False])
+    tied = [HeadScore.compare(HeadSet.parse(h), intact.copy(), intact) for h in ("L10H0", "L2H0", "L2H0,L10H1", "L2H1")]
+    assert [str(s.heads) for s in rank(tied)] == ["L2H0", "L2H1", "L10H0", "L2H0,L10H1"]
+    assert "L2H0`` before ``L10H0" in (ranking_key.__doc__ or "") and "L10H0" in (HeadSet.sort_key.__doc__ or "")

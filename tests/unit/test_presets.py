@@ -19,8 +19,23 @@ def test_paper_preset_sets_the_papers_sizes_per_task():
     assert (hella.task, hella.discovery, hella.heldout) == ("hellaswag", 2000, 10042)
     mbpp = resolve_config(None, {"preset": "paper:mbpp"})
     assert (mbpp.discovery, mbpp.heldout, mbpp.fewshot) == (374, 500, 3)  # lm-eval's mbpp: 3 shots
-    arith = resolve_config(None, {"preset": "paper", "task": "arithmetic:2da"})
+    arith = resolve_config(None, {"preset": "paper", "task": "arithmetic:2da", "data": "hub"})
     assert (arith.task, arith.discovery, arith.heldout, arith.fewshot) == ("arithmetic:2da", 2000, 1000, 0)
+
+
+def test_a_paper_preset_on_generated_data_is_refused_unless_said_synthetic():
+    """The paper drew arithmetic from the official GPT-3 rows: without them the run would be on celtk's
+    generator while config.json said "paper"; --synthetic runs it so, and is recorded."""
+    for preset in ("paper", "paper:arithmetic"):
+        with pytest.raises(ConfigError, match="official GPT-3 rows.*--synthetic"):
+            resolve_config(None, {"preset": preset, "task": "arithmetic:2da"})
+    synthetic = resolve_config(None, {"preset": "paper:arithmetic", "synthetic": True})
+    assert synthetic.synthetic and synthetic.data is None and synthetic.discovery == 2000
+    with pytest.raises(ConfigError, match="synthetic .* but data = 'hub' is given"):
+        resolve_config(None, {"preset": "paper:arithmetic", "synthetic": True, "data": "hub"})
+    with pytest.raises(ConfigError, match="has no generator"):
+        RunConfig.from_dict({"task": "boolq", "synthetic": True})
+    assert resolve_config(None, {"preset": "paper:boolq"}).synthetic is False  # the hub's official data by default
 
 
 def test_precedence_defaults_preset_file_flags(tmp_path):
@@ -61,6 +76,7 @@ def test_cli_flags_reach_the_config():
     result = CliRunner().invoke(main, ["screen", "--help"])
     assert "--preset" in result.output and "--chat-date" in result.output
     assert "--force" in CliRunner().invoke(main, ["select", "--help"]).output
+    assert "--synthetic" in result.output
 
 
 class _Official(Task):

@@ -225,3 +225,48 @@ def test_test_stage_refuses_heldout_that_repeats_discovery():
     with pytest.raises(SplitError, match=r"shares 1 example\(s\) .*d7 \(discovery\) = h1 \(held-out\)"):
         _check_no_overlap([Example("d7", "Q: same", " 1").content_hash], ["d7"], held)
     _check_no_overlap([Example("d8", "Q: new", " 3").content_hash], ["d8"], held)
+
+
+def test_one_arithmetic_file_stands_for_its_own_subtask_only():
+    """A single --data file holds one subtask: refused for the whole family (it would be read as all
+    ten, mislabelled), and refused as another subtask than the one its questions belong to."""
+    from celtk.errors import DataFormatError, TaskError
+
+    file = str(FIX / "arithmetic" / "raw" / "data" / "two_digit_addition.jsonl")
+    assert len(get_task("arithmetic:2da", data_path=file).load_pools().discovery) > 0
+    with pytest.raises(TaskError, match="one file, which holds one arithmetic subtask; name it"):
+        get_task("arithmetic", data_path=file).load_pools()
+    with pytest.raises(DataFormatError, match="is not a question of arithmetic subtask 2ds"):
+        get_task("arithmetic:2ds", data_path=file).load_pools()
+    with pytest.raises(DataFormatError, match="is not a question of arithmetic subtask 3da"):
+        get_task("arithmetic:3da", data_path=file.replace("two_digit_addition", "single_digit_three_ops")).load_pools()
+
+
+def _official_rows(n: int) -> list[str]:
+    return [json.dumps({"context": f"\n\nQ: What is {i} plus {i + 7}?\n\nA:", "completion": f" {2 * i + 7}"}) for i in range(n)]
+
+
+def test_splits_name_the_rows_no_split_holds_and_why(tmp_path):
+    """The official files' few-shot reserve is held back whatever the shot count (so discovery and
+    held-out do not move with --fewshot); Splits.held_back names it and repeated rows."""
+    path = tmp_path / "two_digit_addition.jsonl"
+    path.write_text("\n".join(_official_rows(80)) + "\n")
+    task = get_task("arithmetic:2da", data_path=str(path))
+    every = {f"2da-{i}" for i in range(80)}
+    zero, three = make_splits(task, None, None, fewshot=0), make_splits(task, None, None, fewshot=3)
+    assert (zero.discovery, zero.heldout) == (three.discovery, three.heldout) and not zero.shots
+    scored = {e.id for e in zero.discovery + zero.heldout}
+    held = dict(zero.held_back)
+    assert len(scored) == 60 and len(held) == 20 and scored | set(held) == every and not scored & set(held)
+    assert set(held.values()) == {"few-shot pool"}
+    shot_text = {e.context for e in task.load_pools().fewshot}  # the held-back rows are the shots' source
+    assert {e.context for e in task.load_pools().reserved} == shot_text and {e.id for e in task.load_pools().reserved} == set(held)
+    assert held == dict(three.held_back)
+
+    # a jsonl file: a row repeating another, and one equal to a few-shot line
+    spec = _write(tmp_path, ['{"id": "a", "prompt": "1+1=", "target": "2"}', '{"id": "b", "prompt": "2+2=", "target": "4"}',
+                             '{"id": "c", "prompt": "1+1=", "target": "2"}', '{"id": "d", "prompt": "5+5=", "target": "10"}',
+                             '{"id": "s", "prompt": "5+5=", "target": "10", "split": "fewshot"}'])
+    splits = make_splits(get_task(spec), None, None)
+    assert sorted(e.id for e in splits.discovery + splits.heldout) == ["a", "b"]
+    assert dict(splits.held_back) == {"c": "same content as a", "d": "few-shot pool"}

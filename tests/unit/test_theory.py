@@ -1,15 +1,24 @@
-"""The Section 4 model: closed form == literal attention; the theorems at small sizes."""
+"""The Section 4 model: closed form == literal attention; the theorems at small sizes; theory.json as a
+document that round-trips."""
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
+from jaxtyping import TypeCheckError
 
+from celtk.runstore import dumps
 from celtk.theory import (
+    CheckVerdicts,
     Setting,
     TheoryConfig,
+    TheoryDocument,
+    TrajectoryRow,
+    Verdicts,
     alpha_sweep,
     coefficients,
     delete_head,
@@ -71,7 +80,7 @@ def test_divergence_detected():
 
 def test_event_e_and_deletion_small(trained):
     s, report, _, c, _, e, d = trained
-    assert report.pr_e["n_seeds"] >= 250 and report.pr_e["ci"][0] <= 4 / 9 <= report.pr_e["ci"][1]
+    assert report.pr_e.n_seeds >= 250 and report.pr_e.ci[0] <= 4 / 9 <= report.pr_e.ci[1]
     t2 = s.t ** 2
     clear = winners(c[e])[1].min(axis=1) > 0.99  # the theorem's regime: losers negligible
     assert clear.sum() >= 50  # enough seeds qualify: no pass on an empty selection
@@ -83,17 +92,26 @@ def test_event_e_and_deletion_small(trained):
 def test_null_controls_fail_discriminating_checks_and_pass_the_symmetric_one(trained):
     s, _, _, c, _, _, _ = trained
     checks = null_controls(s, c, coefficients(init(300, s, 0.1, 0)), seed=0)
-    for population in checks.values():  # every verdict rests on enough seeds
-        assert population["localisation"]["n_seeds"] >= 250 and population["deletion"]["n_on_e"] >= MIN_SEEDS
-    assert verdicts(checks) == {
-        "trained": {"localisation": True, "deletion": True, "symmetry": True},
-        "untrained": {"localisation": False, "deletion": False, "symmetry": True},
-        "shared": {"localisation": False, "deletion": False, "symmetry": True},
-    }
-    assert checks["untrained"]["localisation"]["localised_fraction"] == 0.0
-    assert abs(checks["untrained"]["deletion"]["delta_a_mean"]) < 0.01 * s.t ** 2  # deleting a tiny head does nothing
+    for population in checks.populations().values():  # every verdict rests on enough seeds
+        assert population.localisation.n_seeds >= 250 and population.deletion.n_on_e >= MIN_SEEDS
+    assert verdicts(checks) == Verdicts(
+        trained=CheckVerdicts(localisation=True, deletion=True, symmetry=True),
+        untrained=CheckVerdicts(localisation=False, deletion=False, symmetry=True),
+        shared=CheckVerdicts(localisation=False, deletion=False, symmetry=True),
+    )
+    assert checks.untrained.localisation.localised_fraction == 0.0
+    assert abs(checks.untrained.deletion.delta_a_mean) < 0.01 * s.t ** 2  # deleting a tiny head does nothing
     # shared: deleting one of three equal heads moves R_A by (4t² + b²)/9 − t², not −t²
-    assert checks["shared"]["deletion"]["delta_a_mean"] == pytest.approx((4 * s.t ** 2 + s.b ** 2) / 9 - s.t ** 2, abs=1e-4)
+    assert checks.shared.deletion.delta_a_mean == pytest.approx((4 * s.t ** 2 + s.b ** 2) / 9 - s.t ** 2, abs=1e-4)
+
+
+def test_shapes_are_checked_where_arrays_cross_modules():
+    """Under the tests every annotated array is checked (jaxtyping with beartype): initial coefficients with
+    other heads than the trained ones are refused, and winners need [seed, head_index, feature]."""
+    with pytest.raises(TypeCheckError, match="initial"):
+        null_controls(Setting(), np.ones((25, 3, 3)), np.ones((25, 5, 3)))
+    with pytest.raises(TypeCheckError, match="parameter 'c'"):
+        winners(np.ones((3, 3)))
 
 
 def test_symmetric_check_can_fail():
@@ -101,7 +119,7 @@ def test_symmetric_check_can_fail():
     c = coefficients(init(300, s, 0.1, 3))
     c[:, 0] *= 10  # head 0 wins nearly every feature: not exchangeable
     sym = symmetry(c, s)
-    assert not sym["passes"] and sym["holm_min_p"] < 1e-6 and not sym["pr_e"]["ci_contains_predicted"]
+    assert not sym.passes and sym.holm_min_p < 1e-6 and not sym.pr_e.ci_contains_predicted
 
 
 def test_checks_refuse_too_few_seeds():
@@ -111,26 +129,26 @@ def test_checks_refuse_too_few_seeds():
     c[:, 1] = [0, s.b, 0]
     c[:, 2] = [0, 0, s.c]
     d = deletion(c, s)
-    assert d["n_on_e"] == 5 and not d["passes"] and "insufficient" in d["reason"]
-    assert localisation(c, s)["localised_fraction"] == 1.0 and not localisation(c, s)["passes"]
-    assert not symmetry(c, s)["passes"] and "insufficient" in symmetry(c, s)["reason"]
-    assert symmetry(c[:0], s)["uniform_p"] is None and not symmetry(c[:0], s)["passes"]
+    assert d.n_on_e == 5 and not d.passes and "insufficient" in d.reason
+    assert localisation(c, s).localised_fraction == 1.0 and not localisation(c, s).passes
+    assert not symmetry(c, s).passes and "insufficient" in symmetry(c, s).reason
+    assert symmetry(c[:0], s).uniform_p is None and not symmetry(c[:0], s).passes
 
 
 def test_deletion_effect_settles_after_a_checkpoint(trained):
     s, _, result, _, _, _, _ = trained
     traj = deletion_trajectory(result.snapshots, s, result.converged)
-    rows = traj["rows"]
-    assert [r["step"] for r in rows] == list(CHECKPOINTS)
-    assert all(r["n_on_e"] >= MIN_SEEDS for r in rows)
+    rows = traj.rows
+    assert [r.step for r in rows] == list(CHECKPOINTS)
+    assert all(r.n_on_e >= MIN_SEEDS for r in rows)
     t2 = s.t ** 2
-    assert abs(rows[0]["delta_a_mean"]) < 0.01 * t2 and not rows[0]["passes"]  # at initialisation: no effect
-    assert 0 < traj["settled_step"] < CHECKPOINTS[-1]
-    assert all(r["passes"] == (r["step"] >= traj["settled_step"]) for r in rows)
-    effect = [r["delta_a_mean"] for r in rows]
+    assert abs(rows[0].delta_a_mean) < 0.01 * t2 and not rows[0].passes  # at initialisation: no effect
+    assert 0 < traj.settled_step < CHECKPOINTS[-1]
+    assert all(r.passes == (r.step >= traj.settled_step) for r in rows)
+    effect = [r.delta_a_mean for r in rows]
     assert all(later <= earlier + 1e-3 for earlier, later in zip(effect, effect[1:]))  # grows towards −t²
-    assert rows[-1]["delta_a_mean"] == pytest.approx(-t2, rel=0.02)
-    assert rows[-1]["delta_b_mean"] == pytest.approx(3 * t2, rel=0.02)
+    assert rows[-1].delta_a_mean == pytest.approx(-t2, rel=0.02)
+    assert rows[-1].delta_b_mean == pytest.approx(3 * t2, rel=0.02)
 
 
 def test_checkpoints_equal_a_run_stopped_there():
@@ -150,16 +168,26 @@ def test_head_tied_descent_keeps_heads_equal():
     np.testing.assert_array_equal(c[:, 0], c[:, 2])
 
 
-def test_run_theory_small_has_every_field_and_no_nan():
+def test_run_theory_small_has_every_field_and_no_nan(tmp_path):
     config = replace(TheoryConfig(), n_seeds=100, sweep_alphas=(0.12, 0.24), sweep_seeds=30, lr_grid=(1.0,), lr_seeds=20,
                      settings=((1.0, 1.0, 1.0),), checkpoints=(0, 1000, 20_000))
-    doc = run_theory(config)
-    json.dumps(doc, allow_nan=False)  # raises on NaN or infinity anywhere
-    assert set(doc["null_controls"]) == {"trained", "untrained", "shared"}
-    assert doc["null_controls"]["untrained"]["symmetry"] in (True, False)
-    assert doc["loser_growth"]["alphas"] == [0.12, 0.24] and len(doc["loser_growth"]["median_ratio"]) == 2
-    assert doc["deletion_settled_step"] in (1000, 20_000)
-    assert doc["settings"][0]["checks"]["trained"]["deletion"]["n_on_e"] >= MIN_SEEDS
+    doc = run_theory(config, tmp_path)
+    text = json.dumps(doc.to_json(), allow_nan=False)  # raises on NaN or infinity anywhere
+    assert doc.null_controls == doc.settings[0].verdicts and doc.null_controls.untrained.symmetry in (True, False)
+    assert doc.loser_growth.alphas == [0.12, 0.24] and len(doc.loser_growth.median_ratio) == 2
+    assert doc.deletion_settled_step in (1000, 20_000)
+    assert doc.settings[0].checks.trained.deletion.n_on_e >= MIN_SEEDS
+    assert [(tmp_path / name).read_bytes()[:4] for name in doc.settings[0].figures] == [b"\x89PNG"] * 5
+    # the document round-trips through its file: the same record back, and the same bytes again
+    again = TheoryDocument.from_json(json.loads(text))
+    assert again == doc and dumps(again.to_json()) == dumps(doc.to_json())
+    assert again.config == config and isinstance(again.config.settings[0], tuple)
+    # theory.json keeps the keys and order it had before it was a document
+    assert list(json.loads(text)) == ["config", "settings", "pr_e", "deletion", "loser_slope", "loser_growth",
+                                      "null_controls", "deletion_settled_step"]
+    assert list(json.loads(text)["settings"][0]) == ["name", "main", "alpha_sweep", "step_size", "checks", "verdicts",
+                                                     "deletion_trajectory", "figures"]
+    assert "loser_samples" not in text and "schema_version" not in text
 
 
 def test_event_e_definition():
@@ -178,9 +206,14 @@ def test_delete_head_removes_only_that_head():
     assert d.before_b[0] == pytest.approx(0.25) and d.after_b[0] == pytest.approx(1.0)
 
 
+def _row(step: int, delta_a: float | None, delta_b: float | None) -> TrajectoryRow:
+    return TrajectoryRow(step=step, n_on_e=0 if delta_a is None else 30, t2=0.25, delta_a_predicted=-0.25,
+                         delta_b_predicted=0.75, delta_a_mean=delta_a, delta_b_mean=delta_b, passes=False,
+                         winners_final_fraction=None, w_error_mean=None)
+
+
 def test_deletion_trajectory_figure(tmp_path):
-    rows = [{"step": 0, "delta_a_mean": 0.0, "delta_b_mean": 0.0}, {"step": 10, "delta_a_mean": None, "delta_b_mean": None},
-            {"step": 100, "delta_a_mean": -0.25, "delta_b_mean": 0.75}]
+    rows = [_row(0, 0.0, 0.0), _row(10, None, None), _row(100, -0.25, 0.75)]
     path = deletion_along_training(rows, 0.25, tmp_path / "d.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -196,6 +229,19 @@ def test_losers_grow_by_an_alpha_independent_factor():
     assert all(m > 1.5 for m in sweep.growth_median)
     assert all(q[0] < 1 < 5 < q[1] for q in sweep.growth_quartiles)
     assert sweep.residual_a[0] < sweep.residual_a[-1]
+
+
+def test_theory_runs_without_torch_and_loads_the_literal_form_on_use():
+    """Only the literal attention form needs torch: it loads on first use of ``literal_risks``."""
+    code = ("import sys\n"
+            "import celtk.theory as t\n"
+            "doc = t.all_checks(t.coefficients(t.init(25, t.Setting(), 0.1, 0)), t.Setting())\n"
+            "print(doc.symmetry.n_seeds, 'torch' in sys.modules)\n"
+            "t.literal_risks\n"
+            "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["25", "False", "True"]
 
 
 def test_wilson_interval():

@@ -1,0 +1,286 @@
+"""What replaces an ablated head's output ``z`` before the output projection: the paper's zeroing and
+the controls the activation-patching literature asks for (Zhang & Nanda 2023; Heimersheim & Nanda 2024),
+because zeroing can push later layers off their training distribution.
+
+Kinds (:class:`AblationKind`, spelled ``zero``, ``mean``, ``resample``, ``scale:α``):
+
+* ``zero`` (the paper's, the default): ``z_h ← 0`` at every position.
+* ``scale:α``: ``z_h ← α·z_h`` at every position (α = 1 is the intact model, α = 0 is ``zero``, α < 0
+  flips the head).
+* ``mean``: ``z_h ← μ_h``, one ``d_head`` vector per head: the intact model's ``z_h`` averaged over
+  every position of every reference sequence, each position weighted equally (pads excluded).
+* ``resample``: an example's ``z_h`` at position ``p`` ← the intact model's ``z_h`` at position
+  ``min(p, n − 1)`` of its reference sequence (``n`` tokens): left-aligned on the first token, the
+  reference's last position repeated past its end. Each example's reference is drawn from the
+  reference examples other than itself (by content), seeded by ``(seed, the example's content hash)``,
+  so the draw does not depend on batching, order or which other examples are scored.
+
+A *reference sequence* is a reference example's prompt followed by its correct answer, as teacher
+forcing reads them (the answer's last token is predicted, never read); for a generation-graded task,
+the prompt. In a run the reference examples are the discovery set (disjoint from held-out by
+construction), for screening and for held-out looks alike.
+
+Left alignment keeps a shared few-shot prefix exact: at a position inside the prefix every reference
+shares with the example, the reference's ``z`` *is* the example's intact ``z`` (causal attention reads
+only earlier tokens), so resample ablation changes nothing there and the cached screener still runs
+the prefix once (it shortens the prefix to what the references share).
+
+Per-layer, per-row replacement (:class:`RowSpec`) is what every engine applies: the hook path
+(:func:`celtk.ablation.ablate`), the cached screener's bridge and fused replays and the generation screener.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from einops import rearrange
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from celtk.errors import ConfigError, suggest
+
+KINDS = ("zero", "mean", "resample", "scale")
+REFERENCE_BATCH = 16  # fixed, so the reference values never depend on a run's batch size
+
+
+@dataclass(frozen=True)
+class AblationKind:
+    """One ablation kind, parsed once from ``zero``, ``mean``, ``resample`` or ``scale:α``."""
+
+    name: str = "zero"
+    alpha: float | None = None  # scale only
+
+    @classmethod
+    def parse(cls, text: str | AblationKind) -> AblationKind:
+        if isinstance(text, AblationKind):
+            return text
+        name, _, arg = str(text).strip().partition(":")
+        if name not in KINDS:
+            raise ConfigError(f"Unknown ablation kind {text!r}; write zero, mean, resample or scale:α (e.g. scale:0.5)."
+                              + suggest(name, KINDS))
+        if name != "scale":
+            if arg:
+                raise ConfigError(f"Ablation kind {name!r} takes no argument (got {text!r}); only scale does, as scale:α.")
+            return cls(name)
+        try:
+            alpha = float(arg)
+        except ValueError:
+            raise ConfigError(f"Ablation kind {text!r}: scale needs a finite number α after the colon, e.g. scale:0.5 "
+                              "or scale:-1.") from None
+        if not math.isfinite(alpha):
+            raise ConfigError(f"Ablation kind {text!r}: α must be finite, e.g. scale:0.5.")
+        return cls("scale", alpha)
+
+    def __str__(self) -> str:
+        return f"scale:{self.alpha!r}" if self.name == "scale" else self.name
+
+    @property
+    def needs_reference(self) -> bool:
+        """Mean and resample replace ``z`` with values measured on reference examples."""
+        return self.name in ("mean", "resample")
+
+
+ZERO = AblationKind()
+
+
+@dataclass(frozen=True, eq=False)
+class RowSpec:
+    """What replaces ``z`` in one layer: heads ``mask[r, h]`` of row ``r`` take the kind's value.
+
+    ``value`` is ``None`` (zero: ``alpha`` 0 and no scaling; scale: ``α·z``), one ``[head_index, d_head]``
+    vector per head (mean), or ``[rows, pos, head_index, d_head]`` (resample: each row's reference,
+    aligned to the positions the layer sees). ``mask`` may have one row, broadcast over every row."""
+
+    mask: Bool[Tensor, "mask_rows head_index"]
+    scale: float | None = None
+    value: Tensor | None = None
+
+    def apply(self, z: Float[Tensor, "rows pos head_index d_head"]) -> Float[Tensor, "rows pos head_index d_head"]:
+        if self.mask.shape[0] not in (1, z.shape[0]) or self.mask.shape[1] != z.shape[2]:
+            raise ValueError(f"row mask of shape {tuple(self.mask.shape)} does not fit z of shape {tuple(z.shape)}")
+        where = rearrange(self.mask, "rows head_index -> rows 1 head_index 1").to(z.device)
+        if self.value is not None:
+            value = self.value.to(device=z.device, dtype=z.dtype)
+            if value.ndim == 2:
+                value = value[None, None]
+            elif tuple(value.shape) != tuple(z.shape):
+                raise ValueError(f"resampled z of shape {tuple(value.shape)} does not fit z of shape {tuple(z.shape)}")
+            return torch.where(where, value, z)
+        if self.scale is not None:
+            return torch.where(where, z * self.scale, z)
+        return z.masked_fill(where, 0.0)
+
+
+def as_spec(mask: RowSpec | Tensor) -> RowSpec:
+    """A bare boolean mask is zeroing (the paper's kind)."""
+    return mask if isinstance(mask, RowSpec) else RowSpec(mask)
+
+
+@dataclass(frozen=True, eq=False)
+class ReferenceZ:
+    """The intact model's ``z`` on the reference sequences, every layer and head, for resample ablation.
+
+    Positions the references all share from the start (``common`` tokens, e.g. few-shot shots) are
+    stored once (``shared[layer]``: ``[common, head_index, d_head]``); the rest per reference
+    (``own[layer]``: ``[reference, width − common, head_index, d_head]``, right-padded)."""
+
+    tokens: tuple[int, ...]  # the common leading tokens
+    shared: list[Tensor]
+    own: list[Tensor]
+    lengths: Int[Tensor, " reference"]
+
+    @property
+    def common(self) -> int:
+        return len(self.tokens)
+
+    def gather(self, layer: int, references: Int[Tensor, " rows"], start: int, pos: int
+               ) -> Float[Tensor, "rows pos head_index d_head"]:
+        """Row ``r``'s values at absolute positions ``start … start + pos − 1`` of reference
+        ``references[r]``, each position clamped to that reference's last (the left-aligned rule)."""
+        at = torch.arange(start, start + pos)[None, :].expand(len(references), pos)
+        at = torch.minimum(at, (self.lengths[references] - 1)[:, None])
+        shared, own = self.shared[layer], self.own[layer]
+        out = own.new_empty(len(references), pos, *own.shape[2:])
+        in_shared = at < self.common
+        if in_shared.any():
+            out[in_shared] = shared[at[in_shared]]
+        rows = references[:, None].expand_as(at)
+        out[~in_shared] = own[rows[~in_shared], at[~in_shared] - self.common]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Ablation:
+    """An ablation kind with the values it needs: per-head means (``mean``), the reference
+    examples' ``z`` and how examples draw their reference (``resample``). Build one with
+    :func:`celtk.evaluator.ablation_for` (or :meth:`celtk.run.Session.ablation` in a run); zero and
+    scale need nothing: ``Ablation(AblationKind.parse("scale:0.5"))``."""
+
+    kind: AblationKind = ZERO
+    means: Float[Tensor, "layer head_index d_head"] | None = None
+    reference: ReferenceZ | None = None
+    reference_hashes: tuple[str, ...] = ()  # content hashes of the reference examples, in reference order
+    seed: int = 0
+    reference_positions: int = 0  # positions averaged (mean) or stored (resample)
+
+    def __post_init__(self) -> None:
+        if self.kind.name == "mean" and self.means is None:
+            raise ConfigError("Mean ablation needs each head's mean z over reference examples; build it with "
+                              "celtk.evaluator.ablation_for(model, 'mean', task, reference_examples, shots).")
+        if self.kind.name == "resample" and self.reference is None:
+            raise ConfigError("Resample ablation needs the reference examples' z; build it with "
+                              "celtk.evaluator.ablation_for(model, 'resample', task, reference_examples, shots).")
+
+    @property
+    def is_zero(self) -> bool:
+        return self.kind.name == "zero"
+
+    @property
+    def per_row(self) -> bool:
+        """Whether the replacement differs per example (resample), so hooks must know each row's reference."""
+        return self.kind.name == "resample"
+
+    def describe(self) -> dict[str, Any]:
+        """What the values were measured on, for result documents."""
+        out: dict[str, Any] = {"kind": str(self.kind)}
+        if self.kind.needs_reference:
+            out |= {"n_reference": len(self.reference_hashes), "reference_positions": self.reference_positions}
+        if self.kind.name == "resample":
+            out |= {"seed": self.seed, "alignment": "left (first token); past a reference's end its last position"}
+        return out
+
+    def assign(self, hashes: Sequence[str]) -> Int[Tensor, " example"]:
+        """Each example's reference (an index into the reference examples), by content hash: a seeded
+        draw among the references whose content differs from the example's."""
+        refs = np.array(self.reference_hashes)
+        out = []
+        for text in hashes:
+            allowed = np.flatnonzero(refs != text)
+            if not len(allowed):
+                raise ConfigError("Resample ablation has no reference example other than the example itself; give "
+                                  "at least two reference examples (a run's discovery set).")
+            rng = np.random.default_rng([self.seed, int(text, 16)])
+            out.append(int(allowed[rng.integers(len(allowed))]))
+        return torch.tensor(out, dtype=torch.long)
+
+    def spec(self, layer: int, mask: Bool[Tensor, "mask_rows head_index"], references: Int[Tensor, " rows"] | None = None,
+             start: int = 0, pos: int = 0) -> RowSpec:
+        """Layer ``layer``'s replacement for heads ``mask`` marks (one mask row: the same heads in every row);
+        resample needs each row's reference and the absolute positions the layer sees (``start … start + pos − 1``)."""
+        if self.kind.name == "scale":
+            return RowSpec(mask, scale=self.kind.alpha)
+        if self.kind.name == "mean":
+            assert self.means is not None  # checked in __post_init__
+            return RowSpec(mask, value=self.means[layer])
+        if self.kind.name == "resample":
+            assert self.reference is not None
+            if references is None:
+                raise ConfigError("Resample ablation replaces each row's z with its own reference example's; the rows' "
+                                  "references are needed (celtk.evaluator.evaluate passes them per batch).")
+            return RowSpec(mask, value=self.reference.gather(layer, references, start, pos))
+        return RowSpec(mask)
+
+
+ZERO_ABLATION = Ablation()
+
+
+def common_prefix(sequences: Sequence[Sequence[int]]) -> int:
+    """Tokens every sequence shares from the start."""
+    if not sequences:
+        return 0
+    first, n = sequences[0], min(len(s) for s in sequences)
+    k = 0
+    while k < n and all(s[k] == first[k] for s in sequences):
+        k += 1
+    return k
+
+
+def reference_values(model: Any, sequences: Sequence[Sequence[int]], keep: bool
+                     ) -> tuple[Float[Tensor, "layer head_index d_head"], ReferenceZ | None, int]:
+    """The intact model's ``z`` on ``sequences`` (token ids, right-padded batches of
+    :data:`REFERENCE_BATCH`): the per-head mean over every real position, and with ``keep`` every
+    position's values (:class:`ReferenceZ`); and the number of positions."""
+    from celtk.ablation import hook_z_hooks
+
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ConfigError("Mean and resample ablation need at least one reference example, each with at least one token.")
+    common = common_prefix(sequences)
+    width = max(len(s) for s in sequences)
+    n_layers = model.n_layers
+    total = torch.zeros(n_layers, model.n_heads, model.d_head, dtype=torch.float64)
+    seen: dict[int, Tensor] = {}
+    shared: list[Tensor] = []
+    own = [torch.zeros(len(sequences), width - common, model.n_heads, model.d_head, dtype=model.dtype)
+           for _ in range(n_layers)] if keep else []
+    pad = model.tokenizer.pad_token_id or 0
+
+    def recorder(layer: int) -> Any:
+        def hook(z: Tensor, hook: Any) -> Tensor:
+            seen[layer] = z.detach()
+            return z
+        return hook
+
+    with torch.no_grad(), hook_z_hooks(model, {layer: recorder(layer) for layer in range(n_layers)}):
+        for start in range(0, len(sequences), REFERENCE_BATCH):
+            batch = sequences[start:start + REFERENCE_BATCH]
+            ids = torch.tensor([list(s) + [pad] * (width - len(s)) for s in batch])
+            real = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch])
+            model.arch.decoder(input_ids=ids.to(model.device), attention_mask=real.to(model.device), use_cache=False)
+            weight = real.to(torch.float64)[:, :, None, None]
+            for layer in range(n_layers):
+                z = seen[layer].cpu()
+                total[layer] += (z.double() * weight).sum(dim=(0, 1))
+                if keep:
+                    if start == 0:
+                        shared.append(z[0, :common].clone())
+                    own[layer][start:start + len(batch)] = z[:, common:]
+    count = sum(len(s) for s in sequences)
+    means = (total / count).to(model.dtype)
+    stored = ReferenceZ(tuple(sequences[0][:common]), shared, own,
+                        torch.tensor([len(s) for s in sequences], dtype=torch.long)) if keep else None
+    return means, stored, count

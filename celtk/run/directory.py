@@ -1,0 +1,206 @@
+"""A run directory and the held-out contract it keeps.
+
+:class:`RunDirectory` owns a run's file names, its lock, its documents (each read back only if
+its bytes are the ones celtk wrote: ``digests.json``) and its held-out log
+(:mod:`celtk.run.heldout`). The contract:
+
+* The held-out set (size, seed, hash of its examples) is fixed when the selection is frozen and
+  recorded in ``selection.json`` (``heldout``); every test of that selection scores exactly it.
+* Every use of held-out examples (``test``, ``stability``, ``transfer``, ``calibrate --null
+  random-heads``, ``eval`` on a run, ``ablations``) is a *look*, logged before anything is scored.
+* The first ``test`` is the result. A second test is refused unless forced; a forced one keeps the
+  first result in ``test.json`` and adds itself to its ``looks`` (its own figures go to
+  ``test-repeat-SEQ.json``).
+* ``select`` after any look is refused unless forced (``forced_after_test`` and ``prior_looks`` in
+  ``selection.json``): a selection must not be chosen knowing held-out outcomes.
+* Looks other than the test are allowed and labelled exploratory; a log that was edited or
+  truncated is refused by ``select``, ``test`` and ``report`` (and every look).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from celtk.errors import ConfigError, RunStoreError
+from celtk.run.documents import (
+    Document,
+    HeldoutContract,
+    LookRecord,
+    SelectionDocument,
+    TestDocument,
+)
+from celtk.run.heldout import HeldoutLog, Look
+from celtk.runstore import file_digest, locked
+
+D = TypeVar("D", bound=Document)
+
+
+class RunDirectory:
+    """One run's directory: its documents, its lock and its held-out log.
+
+    Example:
+        >>> rd = RunDirectory("runs/demo")  # doctest: +SKIP
+        >>> [look.what for look in rd.looks()]  # doctest: +SKIP
+        ['test']
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.log = HeldoutLog(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    # -- files -----------------------------------------------------------------------------
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def has(self, kind: type[Document], name: str | None = None) -> bool:
+        return (self.path / (name or kind.FILE)).exists()
+
+    def load(self, kind: type[D], name: str | None = None) -> D:
+        """The ``kind`` document, refused if it was changed after celtk wrote it."""
+        return kind.load(self.path, name)
+
+    def load_if(self, kind: type[D], name: str | None = None) -> D | None:
+        return self.load(kind, name) if self.has(kind, name) else None
+
+    @contextmanager
+    def lock(self) -> Iterator[RunDirectory]:
+        with locked(self.path):
+            yield self
+
+    # -- the held-out log ------------------------------------------------------------------
+    def looks(self) -> list[Look]:
+        """Every look at the held-out set, oldest first (verifies the log's chain)."""
+        return self.log.looks()
+
+    def look_records(self) -> list[LookRecord]:
+        return [record(look) for look in self.looks()]
+
+    def verify(self) -> None:
+        """Refuse a log that was edited or truncated, and a ``test.json`` whose bytes differ from those
+        the log recorded last for it."""
+        test = self.file(TestDocument.FILE)
+        last = self._last_digest(TestDocument.FILE)
+        if test.exists() and last is not None and file_digest(test) != last:
+            raise RunStoreError(f"{test} differs from the test.json the held-out log recorded: it was edited after the "
+                                "test. Restore it; a run whose test result was changed cannot be tested or reported again.")
+        if not test.exists() and last is not None:
+            raise RunStoreError(f"{test} was deleted, but the held-out log records it as written; the first test is "
+                                "the run's result and cannot be removed. Restore it, or start a new run directory.")
+
+    def _last_digest(self, name: str) -> str | None:
+        digest = None
+        for _, entry in self.log.lines():
+            if entry.get("event") == "result" and entry.get("file") == name:
+                digest = entry.get("sha256")
+        return digest
+
+    def begin_look(self, what: str, heads: list[list[str]], heldout_hash: str, n: int | None, *,
+                   exploratory: bool, forced: bool = False, **extra: Any) -> int:
+        """Log a look before anything is scored; ``frozen`` is worked out from ``selection.json``."""
+        frozen_heads = self.frozen_heads()
+        frozen = frozen_heads is not None and frozen_heads in heads
+        return self.log.begin(what, heads, heldout_hash, n, frozen=frozen, exploratory=exploratory, forced=forced,
+                              **extra)
+
+    def finish_look(self, seq: int, *documents: tuple[Document, str | None]) -> None:
+        """Write the look's results atomically, each ``(document, file name or None)``, then log that
+        they were written (with their SHA-256)."""
+        for document, name in documents:
+            document.save(self.path, name)
+        self.log.complete(seq, *(self.path / (name or document.file_name()) for document, name in documents))
+
+    def finish_looks(self, seqs: list[int], *documents: tuple[Document, str | None]) -> None:
+        """:meth:`finish_look` for several looks that wrote the same documents (none: just save them)."""
+        if not seqs:
+            for document, name in documents:
+                document.save(self.path, name)
+            return
+        self.finish_look(seqs[0], *documents)
+        for seq in seqs[1:]:
+            self.log.complete(seq, *(self.path / (name or document.file_name()) for document, name in documents))
+
+    def frozen_heads(self) -> list[str] | None:
+        path = self.file(SelectionDocument.FILE)
+        return SelectionDocument.load(self.path).heads if path.exists() else None
+
+    # -- the rules -------------------------------------------------------------------------
+    def refuse_select_after_looks(self, force: bool) -> list[Look]:
+        """Raise unless no look was made (or ``force``); returns the looks a forced select follows."""
+        looks = self.looks()
+        tested = self.has(TestDocument)
+        if not looks and not tested:
+            return []
+        if not force:
+            raise RunStoreError(f"{self.path} has already been looked at on its held-out set ({_describe(looks) or 'test.json'}); "
+                                "selecting again would choose with knowledge of held-out results. Use a new run "
+                                "directory, or pass force=True (`--force`), which is recorded in selection.json, the "
+                                "held-out log and the report.")
+        return looks
+
+    def tests(self) -> list[Look]:
+        """The complete test looks, oldest first (the first is the result)."""
+        return [look for look in self.looks() if look.what == "test" and look.complete]
+
+    def refuse_second_test(self, force: bool) -> TestDocument | None:
+        """The first test's document when the run was tested (then only with ``force``), else ``None``."""
+        if not self.has(TestDocument):
+            return None
+        first = self.load(TestDocument)
+        if not force:
+            raise RunStoreError(f"{self.path} was already tested: its first test (n = {first.n}, gain "
+                                f"{100 * first.gain:+.2f} pts) is the run's result, and looking again could only pick "
+                                "among held-out outcomes. To look again anyway, pass force=True (`--force`): test.json "
+                                "keeps the first result and lists every look.")
+        return first
+
+    def require_tested(self, what: str) -> TestDocument:
+        """The run's test; ``what`` (a verb that reads the frozen selection's held-out outcomes) needs it first."""
+        if not self.has(TestDocument):
+            raise RunStoreError(f"{what} reads the frozen selection's held-out outcomes, and the run's first look must be "
+                                f"its test: run `celtk test {self.path}` (celtk.run.run_test) first.")
+        return self.load(TestDocument)
+
+    # -- the held-out contract -------------------------------------------------------------
+    def contract(self) -> HeldoutContract | None:
+        """The held-out set fixed with ``selection.json`` (``None``: no selection, or one from before the contract)."""
+        selection = self.load_if(SelectionDocument)
+        return selection.heldout if selection else None
+
+    def heldout_overrides(self, heldout: int | None = None) -> dict[str, Any]:
+        """Session overrides that draw the contract's held-out set; ``heldout`` must equal its size."""
+        contract = self.contract()
+        if contract is None:
+            return {} if heldout is None else {"heldout": heldout}
+        if heldout is not None and heldout != contract.n:
+            raise ConfigError(f"The held-out set of {self.path} was fixed when the selection was frozen: {contract.n} "
+                              f"examples (seed {contract.seed}, hash {contract.hash}); it cannot be scored with "
+                              f"{heldout}. Leave out heldout (--heldout), or select in a new run directory with "
+                              f"`celtk select --heldout {heldout}`.")
+        return {"heldout": contract.n}
+
+    def check_contract(self, manifest: dict[str, Any]) -> None:
+        """The held-out set drawn now (``Splits.manifest()``) must be the contract's."""
+        contract = self.contract()
+        if contract is not None and manifest["heldout_hash"] != contract.hash:
+            raise RunStoreError(f"The held-out set drawn now (hash {manifest['heldout_hash']}, {manifest['n_heldout']} "
+                                f"examples) is not the one fixed when the selection was frozen (hash {contract.hash}, "
+                                f"{contract.n} examples): the task data or split settings changed. Test on the data "
+                                "the run was made on.")
+
+
+def record(look: Look) -> LookRecord:
+    return LookRecord(seq=look.seq, what=look.what, heads=look.heads, n=look.n,
+                      heldout_hash=look.heldout_hash, frozen=look.frozen, exploratory=look.exploratory,
+                      forced=look.forced, complete=look.complete, result=look.result, chained=look.chained)
+
+
+def _describe(looks: list[Look]) -> str:
+    shown = [f"{look.what} at {look.when}" + ("" if look.complete else " (incomplete)") for look in looks[:4]]
+    more = f" and {len(looks) - 4} more" if len(looks) > 4 else ""
+    return ", ".join(shown) + more

@@ -1,0 +1,210 @@
+"""The held-out log: every use of a run's held-out examples, append-only and hash-chained.
+
+``heldout_log.jsonl`` holds one JSON object a line. A *look* line is appended (and fsynced)
+before any held-out example is scored; once the look's result document is written, a
+*result* line names the file and its SHA-256. A look with no result line is *incomplete*:
+the run was stopped, or its result could not be written — never a result without a log line.
+Other events (a select forced after a look) are lines of their own.
+
+Each line carries ``seq`` (0, 1, …) and ``prev``, the SHA-256 of the previous line's text, so
+an edited line breaks the next line's ``prev``; ``heldout_log.head`` records how many lines the
+log had and the hash of the last one, so a truncated log (or an edited last line) is detected
+too. Tamper-evident, not tamper-proof: someone who rewrites the log, the head file and the
+documents consistently is not caught, and neither is a run directory whose log and results were
+all deleted. Lines written by celtk before the chain existed (no ``seq``) are read as a legacy
+prefix, shown as unchained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from celtk.errors import RunStoreError
+from celtk.runstore import file_digest, read_json, write_json
+
+LOG = "heldout_log.jsonl"
+HEAD = "heldout_log.head"
+RETURNED = "(returned, not written)"  # the result of a look whose caller kept it in memory (celtk.run.run_eval)
+START = "0" * 64  # ``prev`` of the first chained line of a log with no legacy lines
+
+
+def line_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Look:
+    """One use of held-out examples, as the log records it.
+
+    ``frozen``: the frozen selection's held-out outcomes were among those scored (a test, or any
+    other look that scored that head set). ``exploratory``: not the run's test (other selections,
+    variants, random sets, repeats). ``result``/``digest``: the document the look wrote and its
+    SHA-256, once written (``None``: incomplete)."""
+
+    seq: int
+    what: str
+    when: str
+    heads: list[list[str]]
+    heldout_hash: str
+    n: int | None
+    frozen: bool
+    exploratory: bool
+    forced: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    result: str | None = None
+    digest: str | None = None
+    chained: bool = True
+
+    @property
+    def complete(self) -> bool:
+        return self.result is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "what": self.what, "when": self.when, "heads": self.heads,
+                "heldout_hash": self.heldout_hash, "n": self.n, "frozen": self.frozen, "exploratory": self.exploratory,
+                "forced": self.forced, "complete": self.complete, "result": self.result, "chained": self.chained}
+
+
+_LOOK_KEYS = {"seq", "prev", "event", "what", "when", "heads", "heldout_hash", "n", "frozen", "exploratory", "forced"}
+
+
+class HeldoutLog:
+    """The held-out log of one run directory (read and appended under the directory's lock)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.path, self.head_path = self.directory / LOG, self.directory / HEAD
+
+    # -- reading ---------------------------------------------------------------------------
+    def lines(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every line (text, parsed), after checking the chain and the head; raises
+        :class:`RunStoreError` naming the first line that does not hold."""
+        if not self.path.exists():
+            if self.head_path.exists() and read_json(self.head_path).get("lines", 0) > 0:
+                raise self._broken("is missing, but heldout_log.head says it had "
+                                   f"{read_json(self.head_path)['lines']} line(s)")
+            return []
+        try:
+            texts = self.path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise self._broken(f"cannot be read ({error})") from None
+        parsed: list[tuple[str, dict[str, Any]]] = []
+        chained_from: int | None = None
+        for number, text in enumerate(texts, 1):
+            if not text.strip():
+                raise self._broken(f"has an empty line {number}")
+            try:
+                entry = json.loads(text)
+            except ValueError:
+                raise self._broken(f"line {number} is not JSON") from None
+            if not isinstance(entry, dict):
+                raise self._broken(f"line {number} is not a JSON object")
+            if "seq" not in entry:
+                if chained_from is not None:
+                    raise self._broken(f"line {number} has no hash chain after chained lines")
+            else:
+                chained_from = number if chained_from is None else chained_from
+                expected = line_hash(parsed[-1][0]) if parsed else START
+                if entry.get("seq") != number - 1 or entry.get("prev") != expected:
+                    raise self._broken(f"line {number} does not follow line {number - 1} (its seq or the hash of the "
+                                       "line before it differs: a line was edited, removed or inserted)")
+            parsed.append((text, entry))
+        self._check_head(parsed)
+        return parsed
+
+    def _check_head(self, parsed: list[tuple[str, dict[str, Any]]]) -> None:
+        chained = any("seq" in entry for _, entry in parsed)
+        if not self.head_path.exists():
+            if chained:
+                raise self._broken("has chained lines but heldout_log.head is missing")
+            return
+        head = read_json(self.head_path)
+        count, digest = head.get("lines"), head.get("sha256")
+        if not isinstance(count, int) or count > len(parsed):
+            raise self._broken(f"has {len(parsed)} line(s) but heldout_log.head says {count}: it was truncated")
+        if count and line_hash(parsed[count - 1][0]) != digest:
+            raise self._broken(f"line {count} differs from the one heldout_log.head recorded")
+
+    def _broken(self, what: str) -> RunStoreError:
+        return RunStoreError(f"{self.path} {what}. The held-out log is append-only and hash-chained so that every use "
+                             "of the held-out set stays on record; restore the original file (and heldout_log.head). "
+                             "A run whose log cannot be trusted cannot be tested or reported again: start a new run "
+                             "directory.")
+
+    def looks(self) -> list[Look]:
+        """Every look, oldest first, with its result when one was written."""
+        looks: dict[int, Look] = {}
+        order: list[int] = []
+        for index, (_, entry) in enumerate(self.lines()):
+            event = entry.get("event", "look")
+            if event == "look":
+                seq = entry.get("seq", index)
+                extra = {k: v for k, v in entry.items() if k not in _LOOK_KEYS}
+                exploratory = entry.get("exploratory", entry.get("what") != "test")
+                looks[seq] = Look(seq=seq, what=str(entry.get("what")), when=str(entry.get("when", "")),
+                                  heads=entry.get("heads", []), heldout_hash=str(entry.get("heldout_hash", "")),
+                                  n=entry.get("n"), frozen=bool(entry.get("frozen", entry.get("what") in ("test", "transfer"))),
+                                  exploratory=bool(exploratory), forced=bool(entry.get("forced", False)), extra=extra,
+                                  chained="seq" in entry,
+                                  # a legacy line was written after its result: complete by construction
+                                  result=None if "seq" in entry else "legacy")
+                order.append(seq)
+            elif event == "result":
+                seq = entry.get("look")
+                if seq not in looks:
+                    raise self._broken(f"line {index + 1} names a result of look {seq}, which is not in the log")
+                old = looks[seq]
+                if old.result is None:  # the first file a look wrote is its result
+                    looks[seq] = Look(**{**old.__dict__, "result": entry.get("file"), "digest": entry.get("sha256")})
+        return [looks[s] for s in order]
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        return [entry for _, entry in self.lines() if entry.get("event") == event]
+
+    # -- appending -------------------------------------------------------------------------
+    def append(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Append ``entry`` as the next chained line (fsynced), then record the new head."""
+        lines = self.lines()
+        chained = {"seq": len(lines), "prev": line_hash(lines[-1][0]) if lines else START, **entry}
+        text = json.dumps(chained, ensure_ascii=False)
+        try:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            raise RunStoreError(f"Could not append to {self.path}: {error.strerror}. Nothing was scored on the "
+                                "held-out set; free space or fix the directory and rerun.") from None
+        write_json(self.head_path, {"lines": len(lines) + 1, "sha256": line_hash(text)})
+        return chained
+
+    def begin(self, what: str, heads: list[list[str]], heldout_hash: str, n: int | None, *, frozen: bool,
+              exploratory: bool, forced: bool = False, **extra: Any) -> int:
+        """Log a look before its held-out examples are scored; returns its ``seq``."""
+        entry = self.append({"event": "look", "what": what, "when": _now(), "heads": heads,
+                             "heldout_hash": heldout_hash, "n": n, "frozen": frozen, "exploratory": exploratory,
+                             "forced": forced, **extra})
+        return int(entry["seq"])
+
+    def complete(self, seq: int, *files: Path) -> None:
+        """Record that look ``seq`` wrote each of ``files`` (with its SHA-256): by name inside the run
+        directory, by path elsewhere (``celtk eval``'s ``eval.json``)."""
+        for file in map(Path, files):
+            name = file.name if file.parent.resolve() == self.directory.resolve() else str(file.resolve())
+            self.append({"event": "result", "look": seq, "file": name, "sha256": file_digest(file)})
+        if not files:  # returned to the caller, not written: complete all the same
+            self.append({"event": "result", "look": seq, "file": RETURNED, "sha256": ""})
+
+    def note(self, event: str, **fields: Any) -> None:
+        """Record an event that is not a look (e.g. a select forced after looks)."""
+        self.append({"event": event, "when": _now(), **fields})
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

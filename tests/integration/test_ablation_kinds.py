@@ -1,0 +1,307 @@
+"""Ablation kinds beyond zeroing (celtk.ablation_kinds): mean, resample and scale:α through the cached
+screener equal the plain hook path for every head of every tiny architecture (fused and bridge replays,
+with and without the shared prefix); the hook really writes what each kind promises (the reference's z,
+left-aligned; the per-head mean over every reference position; α·z); exported checkpoints equal the hooks
+where the architecture allows and are refused where it does not; and planted heads answer the question
+the kinds ask."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import MORE_ARCHS, TINY_ARCHS, make_tiny
+
+from celtk.ablation import ablate, export_ablated, hook_z_hooks
+from celtk.ablation_kinds import Ablation, AblationKind
+from celtk.errors import ConfigError
+from celtk.evaluator import EvalConfig, ablation_for, evaluate, make_batches, prepare, reference_sequences
+from celtk.fused import fused_layers
+from celtk.heads import HeadSet, all_heads
+from celtk.screen import CachedScreener, screen_plain
+from celtk.stats import compare_paired
+from celtk.tasks import get_task, make_splits
+
+ARCHS = (*TINY_ARCHS, "gemma3", *MORE_ARCHS)
+KINDS = ("mean", "resample", "scale:0.5", "scale:-1.0")
+PROMPT = "Question: What is 98 plus 45?\nAnswer: 143"
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def arch_model(request, smol_tokenizer):
+    return make_tiny(request.param, smol_tokenizer)
+
+
+def _arithmetic(model, fewshot=2):
+    task = get_task("arithmetic")
+    splits = make_splits(task, 8, 10, fewshot=fewshot, seed=2)  # prompts longer than Mistral's and Gemma's windows
+    return task, splits, prepare(model, task, splits.heldout, splits.shots)
+
+
+def _lp(result):
+    return np.array([e.logprob for e in result.examples])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cached_screener_equals_plain_for_every_kind_and_head(arch_model, kind):
+    task, splits, prepared = _arithmetic(arch_model)
+    ablation = ablation_for(arch_model, kind, task, splits.discovery, splits.shots, seed=3)
+    sets = [HeadSet((h,)) for h in all_heads(arch_model.n_layers, arch_model.n_heads)] + [HeadSet.parse("L0H1,L2H3")]
+    intact_p, plain = screen_plain(arch_model, prepared, sets, batch_size=4, ablation=ablation)
+    assert all(np.abs(_lp(plain[s]) - _lp(intact_p)).max() > 1e-3 for s in sets)  # every ablation bites
+    replay = "fused" if fused_layers(arch_model) is not None else "bridge"  # fused == bridge per layer: test_fused.py
+    for share in (False, True):
+        screener = CachedScreener(arch_model, prepared, batch_size=4, rows_per_pass=12, share_prefix=share,
+                                  ablation=ablation)
+        assert (screener.prefix_len > 0) == share and screener.replay == replay
+        intact_c, cached = screener.run([*sets, HeadSet()])
+        np.testing.assert_allclose(_lp(intact_c), _lp(intact_p), atol=1e-5)
+        assert np.array_equal(cached[HeadSet()].correct, intact_c.correct)  # the null ablation under this kind
+        for s in sets:
+            assert np.array_equal(cached[s].correct, plain[s].correct), (share, s)
+            np.testing.assert_allclose(_lp(cached[s]), _lp(plain[s]), atol=1e-5, err_msg=f"{replay} {share} {s}")
+
+
+def _z_after(model, layer, heads, ablation, batch, references=None):
+    """hook_z of ``layer`` as the output projection reads it, under ``ablate`` (a recorder added after celtk's hook)."""
+    seen = {}
+
+    def record(z, hook):
+        seen["z"] = z.detach().clone()
+        return z
+
+    with torch.no_grad(), ablate(model, heads, ablation, references=references), hook_z_hooks(model, {layer: record}):
+        model.arch.decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    return seen["z"]
+
+
+def _z_alone(model, layer, tokens):
+    """hook_z of ``layer`` on ``tokens`` run alone, intact: ``[pos, head_index, d_head]``."""
+    name = f"blocks.{layer}.attn.hook_z"
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(torch.tensor([tokens]), names_filter=lambda n: n == name)
+    return cache[name][0]
+
+
+def test_resample_writes_the_references_z_left_aligned_and_its_last_position_past_its_end(tiny_llama):
+    task = get_task("arithmetic:3da")  # three-digit sums: answers of 3 or 4 tokens, so lengths differ
+    splits = make_splits(task, 6, 8, fewshot=0, seed=4)
+    ablation = ablation_for(tiny_llama, "resample", task, splits.discovery, seed=7)
+    refs = reference_sequences(tiny_llama, task, splits.discovery)
+    prepared = prepare(tiny_llama, task, splits.heldout)
+    for ref, example in zip(refs, splits.discovery):  # the prompt and the answer, the answer's last token unread
+        whole = prepared_whole(tiny_llama, task, example)
+        assert ref == whole[:-1]
+    batch = make_batches(prepared.requests, 8, tiny_llama.tokenizer.pad_token_id)[0]
+    drawn = ablation.assign([e.content_hash for e in splits.heldout])
+    rows = drawn[[prepared.requests[r].example for r in batch.request_ids]]
+    z = _z_after(tiny_llama, 1, HeadSet.parse("L1H2"), ablation, batch, references=rows)
+    intact = _z_after(tiny_llama, 1, HeadSet(), None, batch)
+    shorter = 0
+    for b, ref in enumerate(rows.tolist()):
+        n_target, n_ref = int(batch.attention_mask[b].sum()), len(refs[ref])
+        own = _z_alone(tiny_llama, 1, refs[ref])
+        at = torch.clamp(torch.arange(n_target), max=n_ref - 1)
+        torch.testing.assert_close(z[b, :n_target, 2], own[at, 2], rtol=1e-5, atol=1e-5)
+        others = [0, 1, 3]  # the other heads keep the target's own z
+        torch.testing.assert_close(z[b, :n_target][:, others], intact[b, :n_target][:, others], rtol=0, atol=0)
+        shorter += n_ref < n_target
+    assert shorter > 0  # the rule past a reference's end was exercised
+
+
+def prepared_whole(model, task, example):
+    request = prepare(model, task, [example]).requests[0]
+    return list(request.context + request.continuation)
+
+
+def test_resample_draws_are_seeded_by_content_never_the_example_itself(tiny_llama):
+    task, splits, _ = _arithmetic(tiny_llama)
+    ablation = ablation_for(tiny_llama, "resample", task, splits.discovery, splits.shots, seed=1)
+    hashes = [e.content_hash for e in splits.discovery]
+    drawn = ablation.assign(hashes).tolist()
+    assert all(d != i for i, d in enumerate(drawn))  # screening the reference set itself: never its own z
+    assert ablation.assign(hashes[::-1]).tolist() == drawn[::-1]  # per example, not per position in a batch
+    assert ablation.assign(hashes[2:5]).tolist() == drawn[2:5]  # a racing chunk draws as the whole set
+    other = Ablation(ablation.kind, reference=ablation.reference, reference_hashes=ablation.reference_hashes, seed=2)
+    assert other.assign(hashes).tolist() != drawn
+    with pytest.raises(ConfigError, match="no reference example other than the example itself"):
+        Ablation(ablation.kind, reference=ablation.reference, reference_hashes=(hashes[0],)).assign(hashes[:1])
+    with pytest.raises(ConfigError, match="pass references="):
+        with ablate(tiny_llama, "L1H2", ablation):
+            pass
+
+
+def test_mean_is_each_heads_z_averaged_over_every_reference_position(tiny_llama):
+    task, splits, prepared = _arithmetic(tiny_llama)
+    ablation = ablation_for(tiny_llama, "mean", task, splits.discovery, splits.shots)
+    refs = reference_sequences(tiny_llama, task, splits.discovery, splits.shots)
+    assert ablation.reference_positions == sum(len(r) for r in refs)
+    for layer in (0, 2):
+        stacked = torch.cat([_z_alone(tiny_llama, layer, r) for r in refs]).double()
+        torch.testing.assert_close(ablation.means[layer].double(), stacked.mean(0), rtol=1e-5, atol=1e-6)
+    batch = make_batches(prepared.requests, 5, tiny_llama.tokenizer.pad_token_id)[0]
+    z = _z_after(tiny_llama, 2, HeadSet.parse("L2H1,L2H3"), ablation, batch)
+    real = batch.attention_mask.bool()
+    for h in (1, 3):
+        assert torch.equal(z[real][:, h], ablation.means[2, h].expand(int(real.sum()), -1))
+
+
+def test_scale_one_is_the_intact_model_and_scale_zero_is_zeroing(tiny_llama):
+    task, splits, _ = _arithmetic(tiny_llama)
+    heads, config = HeadSet.parse("L0H1,L2H2"), EvalConfig(batch_size=4)
+    intact = evaluate(tiny_llama, task, splits.heldout, splits.shots, config=config)
+    zero = evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config)
+    assert np.array_equal(_lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config, ablation="scale:1.0")),
+                          _lp(intact))
+    assert np.array_equal(_lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config, ablation="scale:0.0")),
+                          _lp(zero))
+    assert not np.allclose(_lp(zero), _lp(intact))
+
+
+def test_mean_and_resample_need_their_values(tiny_llama):
+    with pytest.raises(ConfigError, match="Mean ablation needs each head's mean z.*ablation_for"):
+        with ablate(tiny_llama, "L1H2", "mean"):
+            pass
+    with pytest.raises(ConfigError, match="Resample ablation needs the reference examples' z"):
+        Ablation(AblationKind.parse("resample"))
+
+
+EXPORTABLE = ("llama", "qwen3", "smollm3", "gemma3", "gpt2", "gpt_neox")  # an output bias, or attention_bias to give one
+
+
+@pytest.mark.parametrize("arch", EXPORTABLE)
+def test_exported_mean_and_scale_checkpoints_equal_the_hooks(arch, smol_tokenizer, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = make_tiny(arch, smol_tokenizer)
+    task, splits, _ = _arithmetic(model)
+    heads = HeadSet.parse("L0H1,L1H0,L2H3")
+    tokens = model.tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        intact = model.bridge(tokens)
+    for kind in ("mean", "scale:0.5", "scale:-1.0"):
+        ablation = ablation_for(model, kind, task, splits.discovery, splits.shots)
+        with torch.no_grad(), ablate(model, heads, ablation):
+            hooked = model.bridge(tokens)
+        assert (hooked - intact).abs().max() > 1e-3
+        out = export_ablated(model, heads, tmp_path / kind.replace(":", "_"), ablation)
+        reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+        with torch.no_grad():
+            assert (reloaded(tokens).logits - hooked).abs().max().item() <= 1e-5, kind
+        note = json.loads((out / "celtk_ablation.json").read_text())
+        assert note["ablation"]["kind"] == str(AblationKind.parse(kind)) and note["ablated_heads"] == heads.names()
+        if kind == "mean":
+            assert "bias" in note["method"]
+
+
+@pytest.mark.parametrize("arch", ["mistral", "qwen2"])
+def test_mean_export_is_refused_without_an_output_bias_and_resample_always(arch, smol_tokenizer, tmp_path):
+    model = make_tiny(arch, smol_tokenizer)
+    task, splits, _ = _arithmetic(model)
+    mean = ablation_for(model, "mean", task, splits.discovery, splits.shots)
+    with pytest.raises(ConfigError, match=f"{model.architecture}'s has none and no setting.*Export zero or scale"):
+        export_ablated(model, "L1H2", tmp_path / "mean", mean)
+    resample = ablation_for(model, "resample", task, splits.discovery, splits.shots)
+    with pytest.raises(ConfigError, match="Resample ablation cannot be exported"):
+        export_ablated(model, "L1H2", tmp_path / "resample", resample)
+    assert not (tmp_path / "mean").exists() and not (tmp_path / "resample").exists()
+    export_ablated(model, "L1H2", tmp_path / "scale", "scale:0.5")  # scaling needs no bias
+
+
+# ---------------------------------------------------------------------------------------------
+# Planted heads: what each kind says about them
+
+
+WORDS = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
+
+
+def _anti_answer_model(tokenizer, tmp_path):
+    """A tiny Llama (no grouped keys/values, so a head's weights are its own) with head L2H2 rewritten to undo
+    each example's own answer: it attends to its own position (q = k = 5·the first 16 coordinates) and writes
+    −10 × its input's projection on the candidate answers' unembedding directions. The task (four-way choice)
+    is the model's own choice without that head, so zeroing it is 100 % by construction; the harm is specific
+    to the example, so another example's z (resample) or the average z (mean) should harm it far less."""
+    import transformers as tf
+
+    from celtk.models import wrap_hf_model
+
+    config = tf.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                            num_attention_heads=4, num_key_value_heads=4, head_dim=16, max_position_embeddings=512,
+                            initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None,
+                            eos_token_id=None)
+    torch.manual_seed(3)
+    model = wrap_hf_model(tf.AutoModelForCausalLM.from_config(config).eval(), tokenizer, name="tiny-anti-answer")
+    head = HeadSet.parse("L2H2")
+    rng = np.random.default_rng(0)
+    lines = [{"prompt": " ".join(rng.choice(WORDS, size=6)), "choices": [str(c) for c in rng.choice(WORDS, 4, replace=False)],
+              "label": 0} for _ in range(170)]
+    path = tmp_path / "choose.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    task = get_task(f"jsonl:{path}")
+    examples = task.load_pools().discovery
+    chosen = evaluate(model, task, examples, heads=head)  # the model's own choice without the head
+    for line, result in zip(lines, chosen.examples):
+        line["label"] = int(np.argmax(result.logprob))
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    ids = [tokenizer(" " + w).input_ids[0] for w in WORDS]
+    basis = torch.zeros(16, 64)
+    basis[:len(ids)] = torch.linalg.qr(model.arch.unembed_weight.detach()[ids].T)[0].T
+    attn, d = model.bridge.blocks[2].attn, model.d_head
+    with torch.no_grad():
+        attn.q.original_component.weight[2 * d:3 * d] = 5 * torch.eye(64)[:16]
+        attn.k.original_component.weight[2 * d:3 * d] = 5 * torch.eye(64)[:16]
+        attn.v.original_component.weight[2 * d:3 * d] = basis
+        attn.o.original_component.weight[:, 2 * d:3 * d] = -10 * basis.T
+    return model, get_task(f"jsonl:{path}"), head
+
+
+def test_a_head_planted_against_each_examples_answer_gains_under_every_kind_with_a_monotone_dose(smol_tokenizer, tmp_path):
+    model, task, head = _anti_answer_model(smol_tokenizer, tmp_path)
+    splits = make_splits(task, 60, 100, seed=0, fewshot=0)
+    intact = evaluate(model, task, splits.heldout)
+    gains = {}
+    for kind in ("zero", "mean", "resample", "scale:1.0", "scale:0.75", "scale:0.5", "scale:0.25", "scale:0.0"):
+        ablation = ablation_for(model, kind, task, splits.discovery, seed=0)
+        result = evaluate(model, task, splits.heldout, heads=head, ablation=ablation)
+        gains[kind] = compare_paired(intact.correct, result.correct, n_boot=200)
+    assert intact.accuracy < 0.3
+    for kind in ("zero", "mean", "resample"):  # a gain under all three kinds
+        assert gains[kind].gain > 0.1 and gains[kind].mcnemar_p < 0.01, (kind, gains[kind])
+    assert gains["zero"].gain > gains["mean"].gain > gains["resample"].gain  # what each kind keeps of the head
+    dose = [gains[f"scale:{a}"].gain for a in ("1.0", "0.75", "0.5", "0.25", "0.0")]
+    assert dose[0] == 0 and all(a < b for a, b in zip(dose, dose[1:])), dose  # monotone: more removed, more gained
+    assert dose[-1] == gains["zero"].gain
+
+
+def test_a_head_that_harms_by_the_size_of_its_output_is_undone_by_zeroing_only(planted):
+    """The shared planted head (L1H2's output ×25) harms through the magnitude of its output, which mean and
+    resample ablation keep: only zeroing (and scaling down) recovers the task. The kinds disagree, which is
+    why the question is worth asking of a real selection."""
+    model, name = planted
+    task = get_task(name)
+    splits = make_splits(task, 40, 40, seed=0, fewshot=0)
+    intact = evaluate(model, task, splits.heldout)
+    head = HeadSet.parse("L1H2")
+    gain = {kind: compare_paired(intact.correct, evaluate(model, task, splits.heldout, heads=head,
+                                                          ablation=ablation_for(model, kind, task, splits.discovery)).correct,
+                                 n_boot=200)
+            for kind in ("zero", "mean", "resample", "scale:0.25")}
+    assert gain["zero"].gain > 0.2 and gain["zero"].mcnemar_p < 0.01
+    assert gain["mean"].gain <= 0 and gain["resample"].gain <= 0
+    assert 0 < gain["scale:0.25"].gain < gain["zero"].gain
+
+
+def test_probe_effect_and_next_token_changes_take_a_kind(tiny_llama):
+    from celtk import probe
+
+    task, splits, _ = _arithmetic(tiny_llama)
+    zero = probe.effect(tiny_llama, task, splits.heldout, splits.shots, "L1H2,L2H0", n_boot=100)
+    assert probe.effect(tiny_llama, task, splits.heldout, splits.shots, "L1H2,L2H0", n_boot=100,
+                        ablation="scale:0.0").examples == zero.examples
+    mean = ablation_for(tiny_llama, "mean", task, splits.discovery, splits.shots)
+    meaned = probe.effect(tiny_llama, task, splits.heldout, splits.shots, "L1H2,L2H0", n_boot=100, ablation=mean)
+    assert [e.ablated_logprob for e in meaned.examples] != [e.ablated_logprob for e in zero.examples]
+    changes = probe.next_token_changes(tiny_llama, PROMPT, "L1H2", ablation="scale:1.0")
+    assert all(c.delta == 0 for c in changes)  # α = 1 is the intact model

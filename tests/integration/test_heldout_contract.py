@@ -1,0 +1,170 @@
+"""The held-out contract on the planted tiny run: every use of the held-out set is a logged look,
+the first test is the result, a select after any look is refused unless forced, the log is
+hash-chained, and results are written after their log line."""
+
+import json
+import shutil
+
+import pytest
+from _support import edit_document
+from conftest import planted_config
+
+from celtk.errors import ConfigError, RunStoreError
+from celtk.report import write_report
+from celtk.run import run_screen, run_select, run_stability, run_test
+from celtk.run.documents import TestDocument
+from celtk.run.eval import run_eval
+from celtk.run.heldout import HeldoutLog
+
+
+@pytest.fixture(scope="module")
+def selected_run(planted, tmp_path_factory):
+    """The planted run screened and selected, not yet tested (copy it before changing it)."""
+    model, task = planted
+    out = tmp_path_factory.mktemp("selected")
+    run_screen(planted_config(task), out, model=model)
+    run_select(out, p=4, k=2, model=model)
+    return out
+
+
+@pytest.fixture
+def run_copy(selected_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(selected_run, out)
+    return out
+
+
+def test_selection_freezes_its_heldout_set(run_copy, planted):
+    model, _ = planted
+    selection = json.loads((run_copy / "selection.json").read_text())
+    test = run_test(run_copy, model=model, n_boot=100)
+    assert selection["heldout"]["n"] == 40 == test.n and selection["heldout"]["hash"] == test.heldout_hash
+    assert not (run_copy / "heldout_log.jsonl").read_text().count('"heldout_hash": ""')
+
+
+def test_stability_before_select_or_test_is_a_look_and_select_is_then_refused(run_copy, planted):
+    """Stability scores on the held-out set what a select with its p and k would choose: it is logged,
+    and a later select (which could pick by those held-out figures) is refused unless forced."""
+    model, _ = planted
+    doc = run_stability(run_copy, resamples=2, p=4, k=2, model=model, n_boot=50)
+    assert all(row.exploratory for row in doc.selections)  # untested: no row is the test
+    (look,) = HeldoutLog(run_copy).looks()
+    assert look.what == "stability" and look.frozen and look.exploratory and look.result == "stability.json"
+    with pytest.raises(RunStoreError, match=r"already been looked at on its held-out set \(stability at"):
+        run_select(run_copy, p=3, k=1, model=model)
+    forced = run_select(run_copy, p=3, k=1, model=model, force=True)
+    assert forced.forced_after_test and [r.what for r in forced.prior_looks] == ["stability"]
+    assert HeldoutLog(run_copy).events("select-forced")[0]["after_looks"] == [0]
+    # the test that follows lists the earlier look beside itself
+    test = run_test(run_copy, model=model, n_boot=50)
+    assert [(r.what, r.complete) for r in test.looks] == [("stability", True), ("test", True)]
+    assert test.look == HeldoutLog(run_copy).looks()[-1].seq  # the log's seq of the test's own look line
+    assert "stability" in write_report(run_copy).read_text()
+
+
+def test_a_second_test_is_refused_and_a_forced_one_keeps_the_first_result(run_copy, planted):
+    model, _ = planted
+    first = run_test(run_copy, model=model, n_boot=100)
+    first_bytes = json.loads((run_copy / "test.json").read_text())
+    with pytest.raises(RunStoreError, match="already tested: its first test .* is the run's result"):
+        run_test(run_copy, model=model, n_boot=100)
+    with pytest.raises(ConfigError, match="fixed when the selection was frozen: 40 examples"):
+        run_test(run_copy, model=model, heldout=30, n_boot=100, force=True)
+    kept = run_test(run_copy, model=model, n_boot=100, force=True)
+    now = json.loads((run_copy / "test.json").read_text())
+    # the result is the first test's, field for field; only the list of looks grew
+    assert {k: v for k, v in now.items() if k != "looks"} == {k: v for k, v in first_bytes.items() if k != "looks"}
+    assert kept.gain == first.gain and kept.look == first.look
+    assert [(r.what, r.forced, r.exploratory) for r in kept.looks] == [("test", False, False), ("test", True, True)]
+    repeat = TestDocument.load(run_copy, kept.looks[-1].result)
+    assert kept.looks[-1].result == f"test-repeat-{kept.looks[-1].seq}.json" and repeat.n == first.n
+    html = write_report(run_copy).read_text()
+    assert "Looks at the held-out set" in html and "(forced)" in html
+
+
+def test_eval_on_a_runs_heldout_split_goes_through_the_run_and_is_logged(run_copy, planted, tmp_path):
+    model, task = planted
+    with pytest.raises(ConfigError, match="held-out split is a run's held-out set.*--run DIR"):
+        run_eval(tmp_path / "ev", model=model, task=task, split="heldout", heads="L1H2")
+    test = run_test(run_copy, model=model, n_boot=50)
+    doc = run_eval(tmp_path / "ev", model=model, heads="L0H1", split="heldout", run=run_copy)
+    assert [e["id"] for e in doc["examples"]] == [e.id for e in test.examples]  # the run's held-out set, exactly
+    look = HeldoutLog(run_copy).looks()[-1]
+    assert look.what == "eval" and look.heads == [["L0H1"]] and look.exploratory and not look.frozen
+    assert look.result == str((tmp_path / "ev" / "eval.json").resolve()) and doc["config"]["look"] == look.seq
+    outside = run_eval(None, model=model, task=task, split="heldout", limit=5, exploratory=True)
+    assert outside["config"]["exploratory"] is True
+    with pytest.raises(ConfigError, match="ISO date"):
+        run_eval(None, model=model, task=task, limit=2, chat_date="yesterday")
+
+
+@pytest.mark.parametrize("damage", ["edit", "truncate", "drop-head", "insert"])
+def test_an_edited_or_truncated_log_is_refused(run_copy, planted, damage):
+    model, _ = planted
+    run_test(run_copy, model=model, n_boot=50)
+    run_stability(run_copy, resamples=2, p=4, k=2, model=model, n_boot=50)
+    log = run_copy / "heldout_log.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    if damage == "edit":  # a look made to look like another
+        lines[0] = lines[0].replace('"what": "test"', '"what": "eval"')
+        log.write_text("".join(lines))
+    elif damage == "truncate":
+        log.write_text("".join(lines[:-2]))
+    elif damage == "drop-head":
+        (run_copy / "heldout_log.head").unlink()
+    else:
+        log.write_text(lines[0] + lines[0] + "".join(lines[1:]))
+    for stage in (lambda: run_select(run_copy, p=4, k=2, model=model, force=True),
+                  lambda: run_test(run_copy, model=model, force=True, n_boot=10),
+                  lambda: write_report(run_copy)):
+        with pytest.raises(RunStoreError, match="held-out log is append-only and hash-chained"):
+            stage()
+
+
+def test_documents_edited_by_hand_are_refused(run_copy, planted):
+    model, _ = planted
+    selection = json.loads((run_copy / "selection.json").read_text())
+    (run_copy / "selection.json").write_text(json.dumps({**selection, "heads": ["L0H0"]}))
+    with pytest.raises(RunStoreError, match="selection.json was changed after celtk wrote it"):
+        run_test(run_copy, model=model, n_boot=10)
+    (run_copy / "selection.json").write_text(json.dumps(selection))  # not the bytes celtk wrote (indentation)
+    with pytest.raises(RunStoreError, match="changed after celtk wrote it"):
+        run_test(run_copy, model=model, n_boot=10)
+    edit_document(run_copy, "selection.json", lambda s: s)  # as celtk would have written it: accepted
+    test = run_test(run_copy, model=model, n_boot=10)
+    (run_copy / "test.json").write_text((run_copy / "test.json").read_text().replace(f'"gain": {test.gain}', '"gain": 0.9'))
+    with pytest.raises(RunStoreError, match="changed after celtk wrote it|edited after the test"):
+        write_report(run_copy)
+
+
+def test_the_result_is_written_after_its_log_line(run_copy, planted, monkeypatch):
+    """A failure between the log line and the result leaves an incomplete look and no test.json; the
+    rerun is then the first test, and it lists the interrupted look."""
+    model, _ = planted
+    original = TestDocument.save
+
+    def fail(self, directory, name=None):
+        raise RunStoreError("disk full (simulated)")
+
+    monkeypatch.setattr(TestDocument, "save", fail)
+    with pytest.raises(RunStoreError, match="simulated"):
+        run_test(run_copy, model=model, n_boot=10)
+    assert not (run_copy / "test.json").exists()
+    (look,) = HeldoutLog(run_copy).looks()
+    assert look.what == "test" and not look.complete
+    monkeypatch.setattr(TestDocument, "save", original)
+    test = run_test(run_copy, model=model, n_boot=10)
+    assert [(r.what, r.complete) for r in test.looks] == [("test", False), ("test", True)]
+
+
+def test_a_legacy_log_is_read_as_an_unchained_prefix(run_copy, planted):
+    model, _ = planted
+    test = run_test(run_copy, model=model, n_boot=10)
+    legacy = {"what": "test", "when": "2026-01-01T00:00:00Z", "heads": [test.heads], "heldout_hash": test.heldout_hash,
+              "n": test.n}
+    (run_copy / "heldout_log.jsonl").write_text(json.dumps(legacy) + "\n")  # what celtk wrote before the chain
+    (run_copy / "heldout_log.head").unlink()
+    (look,) = HeldoutLog(run_copy).looks()
+    assert look.complete and not look.chained and look.frozen
+    run_test(run_copy, model=model, n_boot=10, force=True)  # appends chained lines after the legacy one
+    assert [look.chained for look in HeldoutLog(run_copy).looks()] == [False, True]

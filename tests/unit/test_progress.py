@@ -1,0 +1,93 @@
+"""Progress lines for logs (celtk.cli._common.ProgressLines) on a fake clock, and the options that pick them."""
+
+import json
+import re
+
+from click.testing import CliRunner
+
+from celtk.cli import main
+from celtk.cli._common import ProgressLines, ProgressSettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _lines(every: float, steps, json_lines: bool = False, **kw) -> list[str]:
+    clock, out = Clock(), []
+    progress = ProgressLines(out.append, every=every, json_lines=json_lines, clock=clock, **kw)
+    for t, stage, done, total in steps:
+        clock.now = float(t)
+        progress(stage, done, total)
+    return out
+
+
+def test_a_stage_prints_its_first_line_then_at_most_one_per_interval_and_its_last():
+    steps = [(0, "screen", 0, 10)] + [(t, "screen", t, 10) for t in range(1, 10)] + [(10.5, "screen", 10, 10)]
+    lines = _lines(4.0, steps)
+    assert [re.search(r"screen: (\d+)/10", l).group(1) for l in lines] == ["0", "4", "8", "10"]
+    assert len(_lines(0.0, steps)) == len(steps)  # --progress-every 0: every call
+    assert len(_lines(100.0, steps)) == 2  # first and last only
+    assert len(_lines(100.0, steps + [(11, "screen", 10, 10)])) == 2  # the end is reported once
+
+
+def test_a_line_says_stage_count_unit_rate_examples_and_eta():
+    lines = _lines(0.0, [(0, "screen", 0, 12), (10, "screen", 4, 12)], per_unit={"screen": 50})
+    assert re.fullmatch(r"\S+Z screen: 0/12 heads \(0%\), - heads/s, elapsed 0:00, ETA -", lines[0]), lines[0]
+    # 4 heads in 10 s: 0.4 heads/s, 20 examples/s, 8 heads left = 20 s
+    assert lines[1].endswith("screen: 4/12 heads (33%), 0.4 heads/s, 20 examples/s, elapsed 0:10, ETA 0:20"), lines[1]
+
+
+def test_the_rate_counts_from_where_a_resumed_stage_started():
+    lines = _lines(0.0, [(0, "screen", 6, 12), (3, "screen", 9, 12)])
+    assert "screen: 6/12 heads (50%), - heads/s" in lines[0]
+    assert lines[1].endswith("1 heads/s, elapsed 0:03, ETA 0:03"), lines[1]  # 3 heads in 3 s, not 9
+
+
+def test_a_new_round_of_a_stage_restarts_its_rate():
+    lines = _lines(100.0, [(0, "select", 0, 5), (5, "select", 5, 5), (6, "select", 0, 3), (9, "select", 3, 3)])
+    assert [re.search(r"select: \S+", l).group(0) for l in lines] == ["select: 0/5", "select: 5/5", "select: 0/3",
+                                                                       "select: 3/3"]
+    assert "1 head sets/s" in lines[3]  # 3 sets in the 3 s since the round began
+
+
+def test_json_lines_hold_the_same_figures():
+    lines = _lines(0.0, [(0, "eval", 0, 8), (2, "eval", 4, 8)], json_lines=True, per_unit={"eval": 8})
+    first, second = (json.loads(l) for l in lines)
+    assert first["rate"] is None and first["eta_s"] is None and first["stage"] == "eval" and first["unit"] == "batches"
+    assert {k: second[k] for k in ("done", "total", "rate", "examples_per_s", "elapsed_s", "eta_s")} == {
+        "done": 4, "total": 8, "rate": 2.0, "examples_per_s": 16.0, "elapsed_s": 2.0, "eta_s": 2.0}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", second["time"])
+
+
+def test_the_group_options_and_their_environment_variables_reach_the_verbs(monkeypatch):
+    import click
+
+    from celtk.cli._common import progress_settings
+
+    for name in ("CELTK_QUIET", "CELTK_LOG_FORMAT", "CELTK_PROGRESS_EVERY"):
+        monkeypatch.delenv(name, raising=False)
+    seen = []
+
+    @main.command("probe-settings", hidden=True)
+    def probe() -> None:
+        seen.append(progress_settings())
+
+    try:
+        runner = CliRunner()
+        assert runner.invoke(main, ["probe-settings"]).exit_code == 0
+        assert runner.invoke(main, ["--quiet", "--log-format", "json", "--progress-every", "5", "probe-settings"]).exit_code == 0
+        monkeypatch.setenv("CELTK_LOG_FORMAT", "json")
+        monkeypatch.setenv("CELTK_PROGRESS_EVERY", "2.5")
+        monkeypatch.setenv("CELTK_QUIET", "1")
+        assert runner.invoke(main, ["probe-settings"]).exit_code == 0
+        bad = runner.invoke(main, ["--log-format", "xml", "probe-settings"])
+    finally:
+        main.commands.pop("probe-settings")
+    assert seen == [ProgressSettings(), ProgressSettings(True, "json", 5.0), ProgressSettings(True, "json", 2.5)]
+    assert bad.exit_code == 2 and "'xml' is not one of 'text', 'json'" in bad.output
+    assert isinstance(main, click.Group)
