@@ -25,7 +25,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from celtk import get_task, load_model, make_splits
-    from celtk.evaluator import EvalConfig, evaluate, prepare
+    from celtk.evaluation import evaluate
+    from celtk.evaluation.prompts import prepare
+    from celtk.evaluation.results import EvalConfig
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic")

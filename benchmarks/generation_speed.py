@@ -2,14 +2,14 @@
 
 Naive loop: for each head, ``ablate()`` then batched greedy HF ``generate()`` (stop strings,
 left padding) on every example, then grading. Generation screener:
-:class:`celtk.screen_generate.GenerationScreener` on the same examples and heads. The task is
+:class:`celtk.screening.generation.GenerationScreener` on the same examples and heads. The task is
 free-form two-digit addition (``Question: What is 48 plus 76?\\nAnswer:`` → ``124``, stop at a
 newline, three shots) written as a JSONL file graded with ``?grading=generate``. Per-example
 verdicts must be identical before times are compared. The screener runs twice: cold (the
 process's first screen, whose memory is faulted in) and warm (the cost of each later chunk of a
 long screen; the speedup is taken on it). The naive loop is warmed up on one other head. Each
 measurement gives wall, user and system seconds and minor page faults. ``--allocator glibc``
-measures without :func:`celtk.allocator.keep_freed_memory` (on by default, as in the CLI).
+measures without :func:`celtk.cli.allocator.keep_freed_memory` (on by default, as in the CLI).
 Prints and writes JSON.
 
     .venv/bin/python benchmarks/generation_speed.py --n 30 --heads 20 --out runs/bench_generation.json
@@ -40,7 +40,7 @@ def write_task(path: Path, n: int, shots: int) -> None:
 def naive(model, task, examples, shots, heads, batch_size: int) -> list[bool]:
     """For each head: ablate, then batched ``generate()`` with the task's stop strings; grade."""
     from celtk import ablate
-    from celtk.evaluator import format_prompt
+    from celtk.evaluation.prompts import format_prompt
 
     tok, stop = model.tokenizer, task.stop_strings()
     prompts = [format_prompt(model, task, e, shots, False) for e in examples]
@@ -71,19 +71,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", default="runs/bench_generation.json")
     parser.add_argument("--allocator", choices=["keep", "glibc"], default="keep",
-                        help="keep: celtk.allocator.keep_freed_memory(), as the CLI does; glibc: the C library's default")
+                        help="keep: celtk.cli.allocator.keep_freed_memory(), as the CLI does; glibc: the C library's default")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from celtk.allocator import keep_freed_memory
+    from celtk.cli.allocator import keep_freed_memory
 
     kept = keep_freed_memory() if args.allocator == "keep" else False
     if args.allocator == "keep" and not kept:
         parser.error("--allocator keep did not take effect here (glibc only, CELTK_KEEP_FREED_MEMORY unset); use --allocator glibc")
 
     from celtk import Head, HeadSet, get_task, load_model
-    from celtk.evaluator import prepare
-    from celtk.screen_generate import GenerationScreener
+    from celtk.evaluation.prompts import prepare
+    from celtk.screening.generation import GenerationScreener
     from celtk.tasks.jsonl import jsonl_spec
 
     data = Path(args.out).with_suffix(".task.jsonl")

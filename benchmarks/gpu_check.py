@@ -12,9 +12,9 @@ then measures, side by side in the one run:
   choices; heads sampled across the layers): seconds per head for the cached screener (fused, bridge),
   the naive hook loop (a full forward under ``ablate()`` per head) and reload-per-head (every weight
   copied back from host memory, the head's columns zeroed, a plain forward: a lower bound on reloading
-  a checkpoint); the screener's FLOP rate (celtk.flops) against the matrix-product rate measured here
+  a checkpoint); the screener's FLOP rate (celtk.planning.flops) against the matrix-product rate measured here
   (bfloat16; float32 with and without TF32);
-* memory: ``celtk plan``'s prediction (weights + celtk.plan.cached_stage_bytes) against
+* memory: ``celtk plan``'s prediction (weights + celtk.planning.plan.cached_stage_bytes) against
   ``torch.cuda.max_memory_allocated`` for three configurations, and what ``--batch-size auto`` chose;
 * hours for the paper's full screens (every head × 2,000 examples, per task and model) from the
   measured per-head rates.
@@ -126,11 +126,12 @@ def build_model(name: str, config: dict[str, Any], dtype: torch.dtype, device: s
 
 def synthetic(model, n: int, context: tuple[int, int], kind: str, continuation: int = 1, greedy: bool = False,
               seed: int = 0):
-    """A :class:`celtk.evaluator.Prepared` of ``n`` random prompts with ``context`` = (shortest, longest)
+    """A :class:`celtk.evaluation.prompts.Prepared` of ``n`` random prompts with ``context`` = (shortest, longest)
     tokens. ``target``: ``continuation`` tokens each (``greedy``: the intact model's own next token, so the
     intact model is right on every example and an ablation's verdicts can change); ``choice``: two
     one-token choices, label 0."""
-    from celtk.evaluator import Prepared, Request, decoder_hidden, make_batches
+    from celtk.evaluation.prompts import Prepared, Request
+    from celtk.evaluation.scoring import decoder_hidden, make_batches
     from celtk.tasks import Example
 
     rng = np.random.default_rng(seed)
@@ -208,9 +209,9 @@ def agreement(a: dict, b: dict, sets: list) -> dict[str, Any]:
 def exactness(model, prepared, heads: list, batch_size: int, rows: int) -> dict[str, Any]:
     """Cached (auto replay) against plain ablate(); fused against bridge; two batch sizes; the tree
     against each set alone (some multi-head sets among ``heads``)."""
-    from celtk.fused import fused_layers
     from celtk.heads import HeadSet
-    from celtk.screen import CachedScreener, screen_plain
+    from celtk.screening.cached import CachedScreener, screen_plain
+    from celtk.screening.fused import fused_layers
 
     singles = [HeadSet((h,)) for h in heads]
     pairs = [HeadSet((a, b)) for a, b in zip(heads, heads[1:]) if a.layer != b.layer][:3]
@@ -240,11 +241,11 @@ def exactness(model, prepared, heads: list, batch_size: int, rows: int) -> dict[
 def speed(model, prepared, heads: list, batch_size: int, rows: int, device: str, with_reload: bool) -> dict[str, Any]:
     """Seconds per head (per example, too) of each path on ``prepared``, and the cached screener's FLOP rate."""
     from celtk.ablation import ablate
-    from celtk.evaluator import make_batches, score_requests
-    from celtk.flops import Shape, screen_flops
-    from celtk.fused import fused_layers
+    from celtk.evaluation.scoring import make_batches, score_requests
     from celtk.heads import HeadSet
-    from celtk.screen import CachedScreener
+    from celtk.planning.flops import Shape, screen_flops
+    from celtk.screening.cached import CachedScreener
+    from celtk.screening.fused import fused_layers
 
     sets = [HeadSet((h,)) for h in heads]
     n = len(prepared.examples)
@@ -288,7 +289,7 @@ def _ablated(model, heads, prepared, batches, ablate, score_requests):
 def reload_per_head(model, prepared, batches, heads: list, device: str) -> float:
     """Seconds per head: every weight copied back from host memory, the head's output columns zeroed, one
     plain scoring pass (no hooks). Restores the weights afterwards."""
-    from celtk.evaluator import score_requests
+    from celtk.evaluation.scoring import score_requests
 
     params = dict(model.hf_model.named_parameters())
     host = {name: p.detach().to("cpu", copy=True) for name, p in params.items()}
@@ -314,10 +315,10 @@ def reload_per_head(model, prepared, batches, heads: list, device: str) -> float
 def memory(model, prepared, batch_size: int | str, device: str) -> dict[str, Any]:
     """``celtk plan``'s peak (weights + activations) against the device's measured peak for one screen of
     as many layer-0 heads as fill a pass (the plan's widest pass: every layer replayed, ``rows`` rows)."""
-    from celtk.flops import Shape
     from celtk.heads import Head, HeadSet
-    from celtk.plan import DTYPE_BYTES, cached_stage_bytes, n_parameters, task_size_of
-    from celtk.screen import CachedScreener, auto_batch
+    from celtk.planning.flops import Shape
+    from celtk.planning.plan import DTYPE_BYTES, cached_stage_bytes, n_parameters, task_size_of
+    from celtk.screening.cached import CachedScreener, auto_batch
 
     chosen = auto_batch(model, prepared)
     batch, rows = chosen if batch_size == "auto" else (int(batch_size), int(batch_size) * 4)
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     report.data["smoke"] = smoke
     report.write()
     tokenizer = offline_tokenizer(args.out.with_suffix(".tokenizer"))
-    from celtk.flops import Shape
+    from celtk.planning.flops import Shape
 
     # sizes: (examples, context range) per shape; heads sampled; batch and rows
     arith = dict(n=24 if smoke else 256, context=(12, 18), continuation=4, kind="target")

@@ -41,7 +41,9 @@ metric_list:
 
 
 def celtk_side(model, task, examples, shots, heads):
-    from celtk.evaluator import EvalConfig, evaluate, prepare
+    from celtk.evaluation import evaluate
+    from celtk.evaluation.prompts import prepare
+    from celtk.evaluation.results import EvalConfig
 
     result = evaluate(model, task, examples, shots, heads, EvalConfig(batch_size=32))
     prompts = prepare(model, task, examples, shots).prompts

@@ -47,9 +47,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from celtk import Head, HeadSet, ablate, get_task, load_model, make_splits
-    from celtk.evaluator import prepare
-    from celtk.flops import Shape, screen_flops
-    from celtk.screen import CachedScreener, shared_prefix_length
+    from celtk.evaluation.prompts import prepare
+    from celtk.planning.flops import Shape, screen_flops
+    from celtk.screening.cached import CachedScreener, shared_prefix_length
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")

@@ -3,7 +3,7 @@
 All configurations run in one process on a packaged model (float32), one after the other: the
 requests are prepared, the screener is built, the kernel's peak-RSS counter is reset, and the
 screener scores heads of layer 0, as many as fill one pass (the widest ablation: every layer
-runs, with the prefix keys/values of all of them). Predicted = :func:`celtk.plan.cached_stage_bytes`
+runs, with the prefix keys/values of all of them). Predicted = :func:`celtk.planning.plan.cached_stage_bytes`
 for the same sizes. Goal: within 25 %.
 
 What is measured, and why so: torch allocates tensors with ``malloc`` outside Python's allocator,
@@ -60,10 +60,10 @@ def peak_growth(work) -> tuple[int, int]:
 
 def measure(model, spec: dict) -> dict:
     from celtk import get_task, make_splits
-    from celtk.evaluator import prepare
+    from celtk.evaluation.prompts import prepare
     from celtk.heads import HeadSet
-    from celtk.plan import cached_stage_bytes, shape_from_config, task_size_of
-    from celtk.screen import CachedScreener
+    from celtk.planning.plan import cached_stage_bytes, shape_from_config, task_size_of
+    from celtk.screening.cached import CachedScreener
 
     task = get_task(spec["task"])
     splits = make_splits(task, spec["n"], 0, seed=1, fewshot=spec["fewshot"])

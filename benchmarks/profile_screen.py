@@ -20,8 +20,8 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
-    from celtk.evaluator import prepare
-    from celtk.screen import CachedScreener
+    from celtk.evaluation.prompts import prepare
+    from celtk.screening.cached import CachedScreener
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")

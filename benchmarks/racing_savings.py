@@ -1,9 +1,9 @@
 """The racing screener against the exhaustive cached screen of the same heads, side by side.
 
 Same model (SmolLM2-135M, float32), same three-shot arithmetic:2da discovery examples, the
-heads of a few layers. Runs (1) the exhaustive :class:`celtk.screen.CachedScreener` on every
-head and example, (2) :func:`celtk.racing.race` in exact mode and (3) in confidence mode, both
-through :func:`celtk.racing.cached_scorer` (each chunk is a sub-list of the examples, screened
+heads of a few layers. Runs (1) the exhaustive :class:`celtk.screening.cached.CachedScreener` on every
+head and example, (2) :func:`celtk.screening.racing.race` in exact mode and (3) in confidence mode, both
+through :func:`celtk.screening.racing.cached_scorer` (each chunk is a sub-list of the examples, screened
 on its own). Asserts the exact-mode pool equals the exhaustive one; reports the (head, example)
 evaluations saved, the confidence mode's pool agreement, and wall times. A race needs the
 intact outcomes up front: that intact pass is timed and counted in the racing times.
@@ -46,9 +46,9 @@ def main() -> None:
         return
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
-    from celtk.evaluator import prepare
-    from celtk.racing import cached_scorer, exhaustive_pool, pool_agreement, race
-    from celtk.screen import CachedScreener
+    from celtk.evaluation.prompts import prepare
+    from celtk.screening.cached import CachedScreener
+    from celtk.screening.racing import cached_scorer, exhaustive_pool, pool_agreement, race
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")
@@ -105,8 +105,8 @@ def main() -> None:
 
 def replay(directory: Path, ps: list[int], delta: float, seed: int) -> None:
     """Race on a stored exhaustive screen's outcomes for each pool size, in both modes."""
-    from celtk.racing import exhaustive_pool, pool_agreement, race
     from celtk.run.session import load_screen
+    from celtk.screening.racing import exhaustive_pool, pool_agreement, race
 
     doc, intact, scores = load_screen(directory)
     if doc.racing is not None:

@@ -1,10 +1,10 @@
 """The cached screener's two replays side by side in one process: the fused Llama-family layer
-(celtk.fused, the default where it applies) and the TransformerLens bridge blocks under hook_z
+(celtk.screening.fused, the default where it applies) and the TransformerLens bridge blocks under hook_z
 hooks (the replay every screen used before it). Same model (SmolLM2-135M, float32), same
 three-shot arithmetic:2da discovery examples, same heads; the two are timed in alternation
 (bridge, fused, bridge, fused, ...) after a warm-up of each, and their per-example verdicts must be
 identical on every head. Reports seconds per head, the speedup, and each replay's FLOP rate
-(celtk.flops) as a fraction of this machine's dense fp32 matmul rate measured in the same run
+(celtk.planning.flops) as a fraction of this machine's dense fp32 matmul rate measured in the same run
 (2048³), and as a fraction of a tighter limit: the time the screen's own matrix products take
 alone, each product timed at the shape the screen runs it (rows × positions by d_model by the
 projection's width, the unembedding at the scored positions of one batch). ``--profile`` adds each
@@ -69,19 +69,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--allocator", choices=("keep", "glibc"), default="keep",
-                        help="keep: the celtk executable's allocator setting (celtk.allocator); glibc: the default")
+                        help="keep: the celtk executable's allocator setting (celtk.cli.allocator); glibc: the default")
     parser.add_argument("--out", default="runs/bench_replay.json")
     args = parser.parse_args()
     if args.allocator == "keep":
-        from celtk.allocator import keep_freed_memory
+        from celtk.cli.allocator import keep_freed_memory
 
         if not keep_freed_memory():
             raise SystemExit("the allocator setting did not take effect here; run with --allocator glibc")
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
-    from celtk.evaluator import prepare
-    from celtk.flops import Shape, screen_flops
-    from celtk.screen import CachedScreener, shared_prefix_length
+    from celtk.evaluation.prompts import prepare
+    from celtk.planning.flops import Shape, screen_flops
+    from celtk.screening.cached import CachedScreener, shared_prefix_length
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")

@@ -18,8 +18,8 @@ CHILD = r"""
 import json, resource, sys, time
 import numpy as np
 from celtk import Head, HeadSet, get_task, load_model, make_splits
-from celtk.evaluator import prepare
-from celtk.screen import CachedScreener
+from celtk.evaluation.prompts import prepare
+from celtk.screening.cached import CachedScreener
 cfg = json.loads(sys.argv[1])
 model = load_model("smollm2-135m", dtype=cfg["dtype"])
 task = get_task("arithmetic:2da")

@@ -26,8 +26,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
-    from celtk.evaluator import prepare
-    from celtk.screen import CachedScreener, screen_plain
+    from celtk.evaluation.prompts import prepare
+    from celtk.screening.cached import CachedScreener, screen_plain
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")

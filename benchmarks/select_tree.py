@@ -36,7 +36,7 @@ SCREEN_FILES = ("config.json", "fingerprint.json", "intact.json", "screen.json",
 
 DRIVER = r"""
 import json, sys, time
-from celtk.screen import CachedScreener
+from celtk.screening.cached import CachedScreener
 
 count = {"ablated_rows": 0, "all_rows": 0}
 inside = [False]
@@ -57,14 +57,14 @@ def scored(self, *args):
         inside[0] = False
 
 CachedScreener._layer, CachedScreener._score_start_layer = counted, scored
-import celtk, celtk.screen
+import celtk, celtk.screening.cached
 from celtk.cli import main
 
 begin = time.perf_counter()
 main(["select", sys.argv[1]], standalone_mode=False)
 seconds = time.perf_counter() - begin
 n = len(json.load(open(sys.argv[1] + "/screen.json"))["discovery_ids"])
-json.dump({"seconds": seconds, "n_examples": n, "code": celtk.screen.__file__,
+json.dump({"seconds": seconds, "n_examples": n, "code": celtk.screening.cached.__file__,
            "ablated_layer_evaluations_per_example": count["ablated_rows"] / n,
            "all_layer_evaluations_per_example": count["all_rows"] / n}, open(sys.argv[2], "w"), indent=1)
 """

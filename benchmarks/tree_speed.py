@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def base_screen(commit: str, into: Path):
-    """The base commit's ``celtk.screen`` as module ``celtk_base_screen`` (its imports resolve to this tree)."""
+    """The base commit's ``celtk.screening.cached`` as module ``celtk_base_screen`` (its imports resolve to this tree)."""
     archive = subprocess.run(["git", "archive", "--format=tar", commit, "celtk/screen.py"], cwd=ROOT, capture_output=True,
                              check=True)
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
@@ -60,7 +60,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from celtk import screen as new_screen
     from celtk.run.session import open_run
-    from celtk.selection import candidate_pool, subsets
+    from celtk.search.selection import candidate_pool, subsets
 
     commit = args.base or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True,
                                          check=True).stdout.strip()

@@ -14,28 +14,27 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from celtk._version import __version__
 
 _EXPORTS = {
     "ablate": "celtk.ablation", "export_ablated": "celtk.ablation",
     "CeltkError": "celtk.errors",
-    "EvalConfig": "celtk.evaluator", "EvalResult": "celtk.evaluator", "ExampleResult": "celtk.evaluator", "evaluate": "celtk.evaluator",
-    "ablation_for": "celtk.evaluator",
+    "EvalConfig": "celtk.evaluation", "EvalResult": "celtk.evaluation", "ExampleResult": "celtk.evaluation",
+    "evaluate": "celtk.evaluation", "ablation_for": "celtk.evaluation",
     "Head": "celtk.heads", "HeadSet": "celtk.heads",
     "Model": "celtk.models", "load_model": "celtk.models",
     "RunConfig": "celtk.run", "merge_shards": "celtk.run", "open_run": "celtk.run", "resolve_config": "celtk.run",
     "run_all": "celtk.run", "run_altscreen": "celtk.run", "run_eval": "celtk.run", "run_screen": "celtk.run",
     "run_select": "celtk.run", "run_stability": "celtk.run", "run_test": "celtk.run",
-    "CachedScreener": "celtk.screen",
-    "HeadScore": "celtk.scores", "rank": "celtk.scores", "ranking_key": "celtk.scores",
-    "select": "celtk.selection",
+    "CachedScreener": "celtk.screening.cached",
+    "HeadScore": "celtk.search.scores", "rank": "celtk.search.scores", "ranking_key": "celtk.search.scores",
+    "select": "celtk.search.selection",
     "compare_paired": "celtk.stats", "mcnemar_exact": "celtk.stats",
     "get_task": "celtk.tasks", "make_splits": "celtk.tasks", "task_names": "celtk.tasks",
 }
 
-_SUBMODULES = ("ablation", "ablation_kinds", "analysis", "circuits", "errors", "evaluator", "flops", "heads", "models", "probe",
-               "registry", "report", "run", "runstore", "scores", "screen", "screeners", "selection", "stability",
-               "stats", "strategies", "tasks", "theory")
+_SUBMODULES = ("ablation", "ablation_kinds", "analysis", "circuits", "errors", "evaluation", "heads", "models", "planning",
+               "probe", "registry", "report", "run", "runstore", "screening", "search", "stats", "tasks", "theory")
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
@@ -62,28 +61,26 @@ if TYPE_CHECKING:
         analysis,
         circuits,
         errors,
-        evaluator,
-        flops,
+        evaluation,
         heads,
         models,
+        planning,
         probe,
         registry,
         report,
         run,
         runstore,
-        scores,
-        screen,
-        screeners,
-        selection,
-        stability,
+        screening,
+        search,
         stats,
-        strategies,
         tasks,
         theory,
     )
     from celtk.ablation import ablate, export_ablated
     from celtk.errors import CeltkError
-    from celtk.evaluator import EvalConfig, EvalResult, ExampleResult, ablation_for, evaluate
+    from celtk.evaluation import evaluate
+    from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
+    from celtk.evaluation.scoring import ablation_for
     from celtk.heads import Head, HeadSet
     from celtk.models import Model, load_model
     from celtk.run import (
@@ -99,8 +96,8 @@ if TYPE_CHECKING:
         run_stability,
         run_test,
     )
-    from celtk.scores import HeadScore, rank, ranking_key
-    from celtk.screen import CachedScreener
-    from celtk.selection import select
+    from celtk.screening.cached import CachedScreener
+    from celtk.search.scores import HeadScore, rank, ranking_key
+    from celtk.search.selection import select
     from celtk.stats import compare_paired, mcnemar_exact
     from celtk.tasks import get_task, make_splits, task_names

@@ -158,7 +158,7 @@ class ReferenceZ:
 class Ablation:
     """An ablation kind with the values it needs: per-head means (``mean``), the reference
     examples' ``z`` and how examples draw their reference (``resample``). Build one with
-    :func:`celtk.evaluator.ablation_for` (or :meth:`celtk.run.Session.ablation` in a run); zero and
+    :func:`celtk.evaluation.scoring.ablation_for` (or :meth:`celtk.run.Session.ablation` in a run); zero and
     scale need nothing: ``Ablation(AblationKind.parse("scale:0.5"))``."""
 
     kind: AblationKind = ZERO
@@ -171,10 +171,10 @@ class Ablation:
     def __post_init__(self) -> None:
         if self.kind.name == "mean" and self.means is None:
             raise ConfigError("Mean ablation needs each head's mean z over reference examples; build it with "
-                              "celtk.evaluator.ablation_for(model, 'mean', task, reference_examples, shots).")
+                              "celtk.evaluation.scoring.ablation_for(model, 'mean', task, reference_examples, shots).")
         if self.kind.name == "resample" and self.reference is None:
             raise ConfigError("Resample ablation needs the reference examples' z; build it with "
-                              "celtk.evaluator.ablation_for(model, 'resample', task, reference_examples, shots).")
+                              "celtk.evaluation.scoring.ablation_for(model, 'resample', task, reference_examples, shots).")
 
     @property
     def is_zero(self) -> bool:
@@ -221,7 +221,7 @@ class Ablation:
             assert self.reference is not None
             if references is None:
                 raise ConfigError("Resample ablation replaces each row's z with its own reference example's; the rows' "
-                                  "references are needed (celtk.evaluator.evaluate passes them per batch).")
+                                  "references are needed (celtk.evaluation.evaluate passes them per batch).")
             return RowSpec(mask, value=self.reference.gather(layer, references, start, pos))
         return RowSpec(mask)
 

@@ -21,7 +21,7 @@ from celtk.run.documents import (
     rows,
 )
 from celtk.runstore import locked, write_json
-from celtk.scores import rank
+from celtk.search.scores import rank
 
 if TYPE_CHECKING:
     from celtk.models import Model  # not at import time: the report reads these documents without torch

@@ -94,7 +94,7 @@ class HeadSet:
     def sort_key(self) -> tuple[tuple[int, int], ...]:
         """The heads as ``(layer, head)`` pairs in set order: sets compare lexicographically over their heads,
         each head by layer, then head index (``L2H0`` before ``L10H0``: numbers, not strings). The last
-        tie-break of the ranking key (:func:`celtk.scores.ranking_key`)."""
+        tie-break of the ranking key (:func:`celtk.search.scores.ranking_key`)."""
         return tuple((h.layer, h.head) for h in self.heads)
 
     def names(self) -> list[str]:

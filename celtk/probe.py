@@ -26,7 +26,8 @@ from torch import Tensor
 from celtk.ablation import ablate
 from celtk.ablation_kinds import Ablation
 from celtk.errors import TaskError
-from celtk.evaluator import EvalConfig, evaluate
+from celtk.evaluation import evaluate
+from celtk.evaluation.results import EvalConfig
 from celtk.heads import Head, HeadSet
 from celtk.models import Model
 from celtk.stats import PairedComparison, compare_paired
@@ -79,7 +80,7 @@ def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequenc
            heads: HeadSet | str = "", batch_size: int = 16, n_boot: int = 2000, seed: int = 0,
            ablation: Ablation | str | None = None) -> Effect:
     """Per-example correctness and target log-probability, intact vs with ``heads`` removed (as ``ablation``
-    says: zero by default, ``"scale:α"``, or mean/resample values from :func:`celtk.evaluator.ablation_for`),
+    says: zero by default, ``"scale:α"``, or mean/resample values from :func:`celtk.evaluation.scoring.ablation_for`),
     the examples fixed and broken, and the paired comparison (gain, McNemar p, bootstrap CI)."""
     heads = HeadSet.parse(heads) if isinstance(heads, str) else heads
     if task.kind == "generate":
@@ -160,7 +161,7 @@ def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads
     splits context and continuation): the head's output through the final norm (its scale frozen)
     and the unembedding. ``target`` may also be a token id (then the prompt's next token).
     Returns ``{head: contribution}`` for ``heads`` (all by default), largest first."""
-    from celtk.evaluator import encode_pair
+    from celtk.evaluation.prompts import encode_pair
 
     if isinstance(target, int):
         ids, target_id = _encode(model, prompt)[0].tolist(), target

@@ -1,8 +1,10 @@
-"""Name registries for search strategies, stage-1 screens and alternative screeners.
+"""The name registry every wing builds its own from: names → lazily imported objects.
 
-Each entry points at ``module:attribute`` and is imported on first use, so the CLI builds its
-choices from the names without importing numpy or torch, and ``celtk --help`` stays instant.
-A new strategy or screener is one module plus one line here.
+Each entry points at ``module:attribute`` and is imported on first use, so the CLI builds its choices from the
+names without importing numpy or torch, and ``celtk --help`` stays instant. Registries point down: a wing's
+registry names modules of that wing or below (:data:`celtk.search.registry.STRATEGIES`,
+:data:`celtk.screening.registry.SCREENERS` and :data:`~celtk.screening.registry.RANKERS`,
+:data:`celtk.run.registry.SCREENS`); the CLI and the stages look names up in them, never the reverse.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class Registry:
 
     def __init__(self, kind: str, entries: dict[str, str]) -> None:
         self.kind, self._entries = kind, dict(entries)
+        self._objects: dict[str, Any] = {}
 
     def names(self) -> list[str]:
         return list(self._entries)
@@ -25,27 +28,34 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
+    def register(self, name: str, target: Any) -> None:
+        """Add ``name``: a ``"module:attribute"`` string (imported on first use) or the object itself. A name
+        already registered is refused (:class:`ConfigError`), so a plug-in cannot silently replace a built-in."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"A {self.kind} name must be a non-empty string, got {name!r}.")
+        if name in self._entries:
+            raise ConfigError(f"A {self.kind} named {name!r} is already registered ({self._entries[name]}); "
+                              f"choose another name than {', '.join(self._entries)}.")
+        if isinstance(target, str):
+            if ":" not in target:
+                raise ConfigError(f"Register a {self.kind} as 'module:attribute' or as the object itself, got {target!r}.")
+            self._entries[name] = target
+        else:
+            self._entries[name] = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', '?')}"
+            self._objects[name] = target
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (an unknown name raises :class:`ConfigError`, as :meth:`get` does)."""
+        if name not in self._entries:
+            raise ConfigError(f"Unknown {self.kind} {name!r}.{suggest(name, self._entries)}")
+        del self._entries[name]
+        self._objects.pop(name, None)
+
     def get(self, name: str) -> Any:
         """The registered object; an unknown name raises :class:`ConfigError` with close matches."""
         if name not in self._entries:
             raise ConfigError(f"Unknown {self.kind} {name!r}.{suggest(name, self._entries)}")
+        if name in self._objects:
+            return self._objects[name]
         module, _, attribute = self._entries[name].partition(":")
         return getattr(importlib.import_module(module), attribute)
-
-
-STRATEGIES = Registry("search strategy", {
-    "algorithm1": "celtk.strategies:ALGORITHM1",
-    "greedy": "celtk.strategies:GREEDY",
-    "beam": "celtk.strategies:BEAM",
-})
-
-SCREENERS = Registry("screener", {
-    "gradient": "celtk.run.altscreen:gradient_screener",
-    "lasso": "celtk.run.altscreen:lasso_screener",
-})
-
-# stage 1 proper: a function (session, directory, heads, progress) -> celtk.run.screen.ScreenOutcome
-SCREENS = Registry("screen", {
-    "exhaustive": "celtk.run.screen:exhaustive_screen",
-    "racing": "celtk.run.racescreen:racing_screen",
-})

@@ -136,8 +136,8 @@ _ANY = object()  # a name the validator accepts anything for
 
 # celtk's own types, for annotations whose module imports them only for type checking
 _KNOWN = {"Model": "celtk.models", "Task": "celtk.tasks", "Example": "celtk.tasks", "Splits": "celtk.tasks",
-          "HeadSet": "celtk.heads", "Head": "celtk.heads", "HeadScore": "celtk.scores", "RunConfig": "celtk.run.config",
-          "EvalConfig": "celtk.evaluator", "Prepared": "celtk.evaluator", "CachedScreener": "celtk.screen"}
+          "HeadSet": "celtk.heads", "Head": "celtk.heads", "HeadScore": "celtk.search.scores", "RunConfig": "celtk.run.config",
+          "EvalConfig": "celtk.evaluation.results", "Prepared": "celtk.evaluation.prompts", "CachedScreener": "celtk.screening.cached"}
 
 
 def _resolve(head: str, namespace: Mapping[str, Any]) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from celtk import __version__
+from celtk._version import __version__
 
 
 class _Group(click.Group):
@@ -45,9 +45,9 @@ def main(ctx: click.Context, quiet: bool, log_format: str, progress_every: float
 def run() -> None:
     """The ``celtk`` executable: keeps freed memory for reuse (process-wide, so here and not in
     :func:`main`, which tests invoke in their own process), then runs the command line."""
-    from celtk.allocator import keep_freed_memory
+    from celtk.cli.allocator import keep_freed_memory
 
-    keep_freed_memory()  # CPU decoding refaults freed tensors' pages otherwise (see celtk.allocator)
+    keep_freed_memory()  # CPU decoding refaults freed tensors' pages otherwise (see celtk.cli.allocator)
     main()
 
 

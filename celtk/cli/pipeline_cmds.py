@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from celtk.cli._common import console, progress_bar, resolve_config
-from celtk.registry import SCREENS, STRATEGIES
+from celtk.run.registry import SCREENS
+from celtk.search.registry import STRATEGIES
 
 
 def _run_options(fn):

@@ -78,7 +78,7 @@ def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_p
     from rich.table import Table
 
     from celtk.errors import ConfigError, suggest
-    from celtk.plan import PAPER_TASKS, Device, plan_run
+    from celtk.planning.plan import PAPER_TASKS, Device, plan_run
 
     if task not in PAPER_TASKS:
         raise ConfigError(f"celtk plan knows the sizes of {task!r} only if it is a paper task.{suggest(task, PAPER_TASKS)}")

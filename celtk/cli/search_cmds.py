@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 
 from celtk.cli._common import FiniteFloatRange, console, progress_bar, quiet_libraries
-from celtk.registry import SCREENERS, STRATEGIES
+from celtk.screening.registry import RANKERS
+from celtk.search.registry import STRATEGIES
 
 
 @click.command("altscreen")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--method", type=click.Choice(SCREENERS.names()), required=True,
+@click.option("--method", type=click.Choice(RANKERS.names()), required=True,
               help="gradient: per-head gate gradient (one backward pass). lasso: random multi-head knockouts + L1 regression.")
 @click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True, help="Pool size compared with the exhaustive screen's.")
 @click.option("--masks", type=click.IntRange(min=1, max=1_000_000), default=200, show_default=True, help="Random knockout masks (lasso; each is one forward pass, at most 1,000,000 like the subset search).")

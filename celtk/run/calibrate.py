@@ -1,6 +1,6 @@
 """How large a discovery gain does a search find when there is nothing to find? Two nulls for
 ``selection.json``'s discovery gain (``calibration-NULL.json``); the statistics are in
-:mod:`celtk.nulls`, which says when each p-value is valid:
+:mod:`celtk.search.nulls`, which says when each p-value is valid:
 
 * ``permutation`` (no model, stored outcomes only): every candidate the search scored (each
   screened head and each scored set) relabelled independently under McNemar's exact null, the
@@ -27,13 +27,13 @@ import numpy as np
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model
-from celtk.nulls import p_value, permutation_null, random_pool_null, random_pools
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import CalibrationDocument, ScreenDocument, SelectionDocument, TestDocument
 from celtk.run.memo import memo_for
 from celtk.run.session import check_no_overlap, open_run
-from celtk.scores import HeadScore, rank
-from celtk.selection import n_subsets
+from celtk.search.nulls import p_value, permutation_null, random_pool_null, random_pools
+from celtk.search.scores import HeadScore, rank
+from celtk.search.selection import n_subsets
 
 Progress = Callable[[str, int, int], None]
 NULLS = ("permutation", "random-heads")
@@ -45,7 +45,7 @@ VALIDITY = {
     "random-heads": "the search itself on random pools: every single head and every subset of a random pool of p, "
                     "the best by the ranking key, i.e. the search's own statistic over as many candidates; valid where "
                     "candidates' outcomes are exchangeable under no effect, optimistic where subsets inherit their "
-                    "heads' luck (celtk.nulls)",
+                    "heads' luck (celtk.search.nulls)",
     "random-heads-control": "control: the best of random head sets of the selection's size, chosen on discovery; "
                             "includes any effect random ablations have on this model",
 }

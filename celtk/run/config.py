@@ -16,11 +16,11 @@ from typing import Any
 import tomllib
 
 from celtk.errors import ConfigError
-from celtk.registry import SCREENS
 from celtk.run.presets import check_paper_data, preset_names, preset_values
+from celtk.run.registry import SCREENS
 from celtk.validation import check_fields, check_value
 
-CHAT_DATE = "2024-07-26"  # celtk.evaluator.CHAT_DATE; repeated so that reading a config does not import torch
+CHAT_DATE = "2024-07-26"  # celtk.evaluation.prompts.CHAT_DATE; repeated so that reading a config does not import torch
 
 
 PATH_KEYS = ("model", "data")  # settings that may be given as a pathlib.Path (kept as text)
@@ -47,8 +47,8 @@ class RunConfig:
     dtype: str = "float32"
     p: int = 10
     k: int = 3
-    screen: str = "exhaustive"  # stage 1's screen (celtk.registry.SCREENS): "exhaustive" or "racing" (top-p pool only)
-    racing_mode: str = "exact"  # racing screens: "exact" (the exhaustive pool) or "confidence" (celtk.racing)
+    screen: str = "exhaustive"  # stage 1's screen (celtk.run.registry.SCREENS): "exhaustive" or "racing" (top-p pool only)
+    racing_mode: str = "exact"  # racing screens: "exact" (the exhaustive pool) or "confidence" (celtk.screening.racing)
     share_prefix: bool = True
     grading: str = "teacher"  # "generate": jsonl tasks graded on the greedy generation
     stop: list[str] | None = None  # generation stop strings (jsonl generate grading; default a newline)

@@ -41,7 +41,9 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     from held-out: a run's discovery set, or else the first ``reference`` of the task's discovery split
     (refused with ``split="all"``, which would evaluate them too)."""
     from celtk.ablation_kinds import AblationKind
-    from celtk.evaluator import EvalConfig, ablation_for, evaluate
+    from celtk.evaluation import evaluate
+    from celtk.evaluation.results import EvalConfig
+    from celtk.evaluation.scoring import ablation_for
 
     head_set = heads if isinstance(heads, HeadSet) else HeadSet.parse(heads)
     kind = AblationKind.parse(ablation)
@@ -110,7 +112,8 @@ def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:
 def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: HeadSet, limit: int | None, batch_size: int,
               allow_code: bool, progress: Callable[[str, int, int], None] | None, kind: Any = None) -> dict[str, Any]:
     """``heads`` on the held-out set of the run in ``run`` (the first ``limit`` examples), logged there."""
-    from celtk.evaluator import EvalConfig, evaluate
+    from celtk.evaluation import evaluate
+    from celtk.evaluation.results import EvalConfig
     from celtk.run.directory import RunDirectory
     from celtk.run.documents import ScreenDocument, SelectionDocument
     from celtk.run.session import check_no_overlap, session_for

@@ -14,7 +14,7 @@ from celtk.run.screen import run_screen
 from celtk.run.select import run_select
 from celtk.run.test import run_test
 from celtk.runstore import write_json
-from celtk.strategies import get_strategy
+from celtk.search.strategies import get_strategy
 from celtk.validation import check_fields
 
 

@@ -16,7 +16,7 @@ from celtk.runstore import atomic_write_text, bits, fingerprint_key, read_json, 
 from celtk.validation import validated
 
 if TYPE_CHECKING:
-    from celtk.screen import CachedScreener  # imports torch: not at run time
+    from celtk.screening.cached import CachedScreener  # imports torch: not at run time
 
 Progress = Callable[[str, int, int], None]
 
@@ -31,7 +31,7 @@ class SetMemo:
     Args:
         directory: where the part files live.
         intact: the intact model's correctness, bool ``[n]`` (checks stored parts' length).
-        screener: builds the :class:`celtk.screen.CachedScreener` on first need.
+        screener: builds the :class:`celtk.screening.cached.CachedScreener` on first need.
         key: what the outcomes depend on (``DIR.key`` records it); ``None`` keeps any parts.
     """
 

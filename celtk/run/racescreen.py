@@ -1,5 +1,5 @@
 """Stage 1 by racing (``screen = "racing"``): every head is scored on growing chunks of the
-discovery set and dropped once it cannot enter the top-``p`` pool (:func:`celtk.racing.race`).
+discovery set and dropped once it cannot enter the top-``p`` pool (:func:`celtk.screening.racing.race`).
 Pool heads are scored on every example, so select (on the pool) and the held-out test see what
 the exhaustive screen gives them; ``screen.json`` records the mode and each head's ``n_scored``.
 
@@ -17,12 +17,12 @@ import numpy as np
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
-from celtk.racing import Mode, RaceResult, default_schedule, race, subset_prepared
 from celtk.run.documents import RacingRecord
 from celtk.run.memo import claim_parts
 from celtk.run.screen import ScreenOutcome, null_control, screen_row
 from celtk.run.session import Session
 from celtk.runstore import bits, fingerprint_key, read_json, unbits, write_json
+from celtk.screening.racing import Mode, RaceResult, default_schedule, race, subset_prepared
 
 Progress = Callable[[str, int, int], None]
 DELTA = 0.05  # the confidence mode's failure probability, recorded in screen.json
@@ -64,7 +64,7 @@ def racing_record(result: RaceResult) -> RacingRecord:
 
 
 class ChunkScorer:
-    """The ``score_chunk`` of :func:`celtk.racing.race` on a run: chunk ``c``'s outcomes are kept in
+    """The ``score_chunk`` of :func:`celtk.screening.racing.race` on a run: chunk ``c``'s outcomes are kept in
     ``parts/chunk{c}-L{layer}.json``; a head found there is served, not scored again.
 
     Args:

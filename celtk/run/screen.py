@@ -1,6 +1,6 @@
 """Stage 1: ablate every head alone on the discovery set (resumable, shardable), and join shards.
 
-:func:`run_screen` runs the screen the config names (:data:`celtk.registry.SCREENS`): the
+:func:`run_screen` runs the screen the config names (:data:`celtk.run.registry.SCREENS`): the
 exhaustive one here, or the racing one (:mod:`celtk.run.racescreen`)."""
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from celtk import __version__
+from celtk._version import __version__
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
-from celtk.registry import SCREENS
 from celtk.run.config import RunConfig
 from celtk.run.documents import UNSCORED, RacingRecord, ScreenDocument, ScreenRow
 from celtk.run.integrity import check_screen_complete
+from celtk.run.registry import SCREENS
 from celtk.run.session import Session
 from celtk.runstore import bits, check_fingerprint, locked, read_json, write_csv, write_json
-from celtk.scores import HeadScore
+from celtk.search.scores import HeadScore
 
 Progress = Callable[[str, int, int], None]
 
@@ -61,9 +61,9 @@ def screen_row(heads: HeadSet, correct: np.ndarray, intact: np.ndarray, scored: 
 
 @dataclass(frozen=True)
 class ScreenOutcome:
-    """What a registered screen (:data:`celtk.registry.SCREENS`) returns to :func:`run_screen`."""
+    """What a registered screen (:data:`celtk.run.registry.SCREENS`) returns to :func:`run_screen`."""
 
-    intact: Any  # celtk.evaluator.EvalResult of the intact model
+    intact: Any  # celtk.evaluation.results.EvalResult of the intact model
     null_ablation: dict  # null_control()
     rows: list[ScreenRow]  # one per head screened, in head order
     racing: RacingRecord | None = None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from celtk import __version__
+from celtk._version import __version__
 from celtk.models import Model
 from celtk.run.directory import RunDirectory, record
 from celtk.run.documents import (
@@ -22,8 +22,8 @@ from celtk.run.documents import (
 from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
 from celtk.run.session import ScreenedRun, open_run, verify_intact
-from celtk.selection import n_subsets
-from celtk.strategies import SearchResult, get_strategy
+from celtk.search.selection import n_subsets
+from celtk.search.strategies import SearchResult, get_strategy
 
 Progress = Callable[[str, int, int], None]
 

@@ -16,7 +16,7 @@ from celtk.run.config import RunConfig
 from celtk.run.documents import ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
 from celtk.runstore import check_fingerprint, unbits
-from celtk.scores import HeadScore
+from celtk.search.scores import HeadScore
 from celtk.tasks import Splits, Task, get_task, make_splits
 from celtk.tasks._splits import shared_examples
 from celtk.validation import check_fields
@@ -41,17 +41,17 @@ class Session:
         splits = make_splits(task, config.discovery, config.heldout, seed=config.seed, fewshot=config.fewshot)
         model = model or load_model(config.model, device=config.device, dtype=config.dtype)
         if task.kind == "generate":  # a generation limit beyond the model's context, refused before any work
-            from celtk.evaluator import StopRule
+            from celtk.evaluation.generation import StopRule
 
             StopRule.for_task(model, task)
         return cls(config, model, task, splits)
 
     def prepared(self, which: str):
-        """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluator.Prepared`): an
+        """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluation.prompts.Prepared`): an
         example longer than the model's context is refused, and so is a plain pass over it (the least
         any stage does with it) that the device's free memory cannot hold."""
-        from celtk.evaluator import prepare
-        from celtk.plan import check_memory
+        from celtk.evaluation.prompts import prepare
+        from celtk.planning.plan import check_memory
 
         examples = self.splits.discovery if which == "discovery" else self.splits.heldout
         prepared = prepare(self.model, self.task, examples, self.splits.shots, self.config.chat, self.config.chat_date)
@@ -60,27 +60,29 @@ class Session:
         return prepared
 
     def screener(self, which: str):
-        """A :class:`celtk.screen.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
-        :class:`celtk.screen_generate.GenerationScreener` for a generation-graded task."""
+        """A :class:`celtk.screening.cached.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
+        :class:`celtk.screening.generation.GenerationScreener` for a generation-graded task."""
         return self.screener_on(self.prepared(which))
 
     def screener_on(self, prepared: Any, ablation: Any = None) -> Any:
         """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk), under
         the run's ablation kind (or ``ablation``, a :class:`celtk.ablation_kinds.Ablation`)."""
-        from celtk.screen import CachedScreener, auto_batch
-        from celtk.screen_generate import GenerationScreener
+        from celtk.screening.cached import auto_batch
+        from celtk.screening.registry import SCREENERS
 
         ablation = self.ablation() if ablation is None else ablation
         if self.task.kind == "generate":  # auto_batch sizes teacher-forced requests, which generation has none of
             size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
-            return GenerationScreener(self.model, prepared, self.task, allow_code=self.config.allow_code,
-                                      batch_size=size, share_prefix=self.config.share_prefix, ablation=ablation)
-        from celtk.plan import check_memory
+            return SCREENERS.get("generation")(self.model, prepared, self.task, allow_code=self.config.allow_code,
+                                               batch_size=size, share_prefix=self.config.share_prefix,
+                                               ablation=ablation)
+        from celtk.planning.plan import check_memory
 
         sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
             sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
-        screener = CachedScreener(self.model, prepared, share_prefix=self.config.share_prefix, ablation=ablation, **sizes)
+        screener = SCREENERS.get("cached")(self.model, prepared, share_prefix=self.config.share_prefix, ablation=ablation,
+                                           **sizes)
         check_memory(self.model, prepared, screener.batch_size, screener.rows_per_pass,
                      share_prefix=self.config.share_prefix, what="The cached screener")
         return screener
@@ -90,7 +92,8 @@ class Session:
         and resample are measured on the intact model over the discovery set, prompted as every example is
         (its shots, chat setting and date), resample drawn with the run's seed. Built once per kind."""
         from celtk.ablation_kinds import AblationKind
-        from celtk.evaluator import ablation_for, refuse_resample_generation
+        from celtk.evaluation.generation import refuse_resample_generation
+        from celtk.evaluation.scoring import ablation_for
 
         kind = AblationKind.parse(self.config.ablation if kind is None else kind)
         cache = self._ablation if self._ablation is not None else {}
@@ -107,9 +110,9 @@ class Session:
         return cache[str(kind)]
 
     def replay(self) -> str:
-        """How the screener re-runs layers: ``fused`` or ``bridge`` (:class:`celtk.screen.CachedScreener`),
+        """How the screener re-runs layers: ``fused`` or ``bridge`` (:class:`celtk.screening.cached.CachedScreener`),
         or ``generation`` (the generation screener's own decoding). Recorded in ``timing.json``."""
-        from celtk.fused import fused_layers
+        from celtk.screening.fused import fused_layers
 
         if self.task.kind == "generate":
             return "generation"
@@ -118,7 +121,7 @@ class Session:
     def fingerprint(self) -> dict[str, Any]:
         """What results depend on (not batch size or device, which must not change them); the
         hash of the discovery prompts' token ids refuses any change of prompt (template, date, shot text)."""
-        from celtk.evaluator import prepared_hash
+        from celtk.evaluation.prompts import prepared_hash
 
         c = self.config
         racing = {"racing_mode": c.racing_mode} if c.screen == "racing" else {}

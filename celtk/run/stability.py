@@ -15,9 +15,9 @@ from celtk.run.documents import StabilityDocument, StableSelection, TestDocument
 from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
 from celtk.run.session import check_no_overlap, open_run, verify_intact
-from celtk.stability import stability
+from celtk.search.stability import stability
+from celtk.search.strategies import get_strategy
 from celtk.stats import compare_paired, defined
-from celtk.strategies import get_strategy
 
 Progress = Callable[[str, int, int], None]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from celtk.ablation_kinds import Ablation
 from celtk.errors import RunStoreError
-from celtk.evaluator import EvalResult
+from celtk.evaluation.results import EvalResult
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
@@ -124,8 +124,8 @@ def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequenc
                 ) -> tuple[EvalResult, list[EvalResult]]:
     """One plain intact pass over a split, then one under ``heads`` per ablation kind in ``ablations``
     (streamed as :func:`score_streaming`)."""
-    from celtk.evaluator import ablated, aggregate, make_batches, score_requests
-    from celtk.screen import auto_batch
+    from celtk.evaluation.scoring import ablated, aggregate, make_batches, score_requests
+    from celtk.screening.cached import auto_batch
 
     if session.task.kind == "generate":  # graded by generation: the session's screener decodes
         runs = [session.screener_on(session.prepared(which), ablation).run([heads]) for ablation in ablations]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from celtk.errors import CeltkError, ConfigError
-from celtk.evaluator import prepared_hash
+from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.directory import RunDirectory

@@ -1,5 +1,5 @@
 """Expected GPU hours for the paper's full screens (every head × 2,000 discovery examples), from
-celtk's FLOP count (celtk.flops) at a stated sustained throughput.
+celtk's FLOP count (celtk.planning.flops) at a stated sustained throughput.
 
     python examples/slurm/estimate_gpu_hours.py [--tflops 150]
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from celtk.flops import Shape, gpu_hours
+from celtk.planning.flops import Shape, gpu_hours
 
 MODELS = {  # n_layers, n_heads, n_kv_heads, d_head, d_model, d_ff, d_vocab
     "Llama-3.2-3B-Instruct": Shape(28, 24, 8, 128, 3072, 8192, 128256),

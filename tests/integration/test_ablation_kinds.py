@@ -17,10 +17,13 @@ from conftest import MORE_ARCHS, TINY_ARCHS, make_tiny
 from celtk.ablation import ablate, export_ablated, hook_z_hooks
 from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.errors import ConfigError
-from celtk.evaluator import EvalConfig, ablation_for, evaluate, make_batches, prepare, reference_sequences
-from celtk.fused import fused_layers
+from celtk.evaluation import evaluate
+from celtk.evaluation.prompts import prepare
+from celtk.evaluation.results import EvalConfig
+from celtk.evaluation.scoring import ablation_for, make_batches, reference_sequences
 from celtk.heads import HeadSet, all_heads
-from celtk.screen import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.screening.fused import fused_layers
 from celtk.stats import compare_paired
 from celtk.tasks import get_task, make_splits
 

@@ -11,7 +11,8 @@ import pytest
 from conftest import planted_config
 
 from celtk.errors import RunStoreError
-from celtk.evaluator import ablation_for, evaluate
+from celtk.evaluation import evaluate
+from celtk.evaluation.scoring import ablation_for
 from celtk.heads import HeadSet
 from celtk.run import AblationKindsDocument, run_ablation_kinds, run_screen, run_select, run_test
 from celtk.run.directory import RunDirectory

@@ -12,10 +12,10 @@ from conftest import MORE_ARCHS, make_tiny, tiny_hf_model
 
 from celtk.ablation import ablate, export_ablated, zero_output_columns
 from celtk.errors import ArchitectureError, KVCacheIgnoredError
-from celtk.evaluator import prepare
+from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model, wrap_hf_model
-from celtk.screen import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
 
 PROMPT = "Question: What is 98 plus 45?\nAnswer: 143"
@@ -145,7 +145,7 @@ def test_guard_fires_when_one_layer_ignores_the_decoders_cache(tiny_llama, monke
 def test_a_wrong_shape_fails_with_jaxtypings_message(tiny_llama):
     from jaxtyping import TypeCheckError
 
-    from celtk.evaluator import decoder_hidden, make_batches, score_hidden
+    from celtk.evaluation.scoring import decoder_hidden, make_batches, score_hidden
 
     batch = make_batches(_arithmetic(tiny_llama).requests, 4, 0)[0]
     with torch.no_grad():

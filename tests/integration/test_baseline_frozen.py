@@ -11,11 +11,11 @@ from _support import edit_document
 from conftest import planted_config
 
 from celtk.errors import RunStoreError
-from celtk.evaluator import prepare
+from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.run import run_screen, run_select, run_stability, run_test
 from celtk.run.heldout import HeldoutLog
-from celtk.screen import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
 
 
@@ -137,7 +137,7 @@ def test_streamed_test_equals_the_cached_path(planted, tested_run):
 
 
 def test_a_changed_prompt_or_chat_date_refuses_the_run_directory(planted, tested_run, tmp_path, monkeypatch):
-    import celtk.evaluator as evaluator
+    import celtk.evaluation.prompts as evaluator
 
     model, task = planted
     out = tmp_path / "run"
@@ -175,7 +175,7 @@ def test_generation_prompts_get_one_bos_when_the_template_writes_it(tiny_llama):
     must not get a second one; a plain prompt still gets the tokenizer's."""
     from dataclasses import replace
 
-    from celtk.evaluator import prompt_ids
+    from celtk.evaluation.prompts import prompt_ids
 
     model = replace(tiny_llama, tokenizer=_BosTokenizer())
     templated, plain = prompt_ids(model, ["<s>user: hi", "hi"])

@@ -52,7 +52,8 @@ def test_eval_head_out_of_range_is_one_line(tiny_dir, tmp_path):
 
 
 def test_mbpp_generation_is_graded_when_opted_in(tiny_llama):
-    from celtk.evaluator import EvalConfig, evaluate
+    from celtk.evaluation import evaluate
+    from celtk.evaluation.results import EvalConfig
     from celtk.tasks import get_task, make_splits
 
     task = get_task("mbpp", data_path=str(FIX / "mbpp"))

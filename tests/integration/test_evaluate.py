@@ -8,7 +8,9 @@ import torch
 
 from celtk.ablation import ablate
 from celtk.errors import SandboxRefusedError
-from celtk.evaluator import EvalConfig, evaluate, prepare
+from celtk.evaluation import evaluate
+from celtk.evaluation.prompts import prepare
+from celtk.evaluation.results import EvalConfig
 from celtk.heads import HeadSet
 from celtk.tasks import get_task, make_splits
 
@@ -89,7 +91,7 @@ def test_mbpp_grading_runs_the_tests():
 
 
 def test_chat_formatting_wraps_prompt_and_is_recorded(tiny_llama):
-    from celtk.evaluator import format_prompt
+    from celtk.evaluation.prompts import format_prompt
 
     task = get_task("arithmetic:2da")
     splits = make_splits(task, 2, 0, fewshot=1)

@@ -10,9 +10,12 @@ import random
 import numpy as np
 import pytest
 
-from celtk.evaluator import EvalConfig, evaluate, generate_greedy, prepare
+from celtk.evaluation import evaluate
+from celtk.evaluation.generation import generate_greedy
+from celtk.evaluation.prompts import prepare
+from celtk.evaluation.results import EvalConfig
 from celtk.heads import HeadSet, all_heads
-from celtk.screen_generate import GenerationScreener
+from celtk.screening.generation import GenerationScreener
 from celtk.tasks import get_task
 from celtk.tasks.jsonl import jsonl_spec
 
@@ -144,7 +147,7 @@ def test_string_graded_task_needs_no_code_opt_in_and_screener_refuses_scored_tas
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_generation_screener_equals_plain_path_under_mean_and_scale(arch, smol_tokenizer, tmp_path, monkeypatch):
-    from celtk.evaluator import ablation_for
+    from celtk.evaluation.scoring import ablation_for
 
     model = _tiny(arch, smol_tokenizer)
     task, examples, shots = _self_graded_task(model, tmp_path)
@@ -168,12 +171,12 @@ def test_generation_screener_equals_plain_path_under_mean_and_scale(arch, smol_t
         GenerationScreener(model, prepare(model, task, examples, shots), task, ablation=resample)
     with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
         evaluate(model, task, examples, shots, HeadSet.parse("L0H1"), ablation=resample)
-    import celtk.evaluator
+    import celtk.evaluation.scoring
     from celtk.run import RunConfig
     from celtk.run.session import Session
     from celtk.tasks import Splits
 
     session = Session(RunConfig(ablation="resample"), model, task, Splits(examples[:5], examples[5:], list(shots), "test"))
-    monkeypatch.setattr(celtk.evaluator, "ablation_for", None)  # a run refuses before it measures any reference
+    monkeypatch.setattr(celtk.evaluation.scoring, "ablation_for", None)  # a run refuses before it measures any reference
     with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
         session.ablation()

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from celtk.ablation import ablate
 from celtk.errors import ConfigError
-from celtk.evaluator import generate_greedy
+from celtk.evaluation.generation import generate_greedy
 from celtk.heads import HeadSet
 from celtk.run import run_all, run_screen, run_select, run_stability, run_test
 from celtk.run.screen import merge_shards

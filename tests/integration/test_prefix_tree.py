@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import MORE_ARCHS, TINY_ARCHS, make_tiny
 
-from celtk.evaluator import prepare
-from celtk.fused import fused_layers
+from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet
-from celtk.prefix_tree import flat_layer_evaluations, layer_evaluations, prefix_tree
 from celtk.run.memo import SetMemo
-from celtk.screen import CachedScreener
+from celtk.screening.cached import CachedScreener
+from celtk.screening.fused import fused_layers
+from celtk.screening.prefix_tree import flat_layer_evaluations, layer_evaluations, prefix_tree
 from celtk.tasks import get_task, make_splits
 
 # heads in three of four layers, two in layer 1: subsets share lower heads, some hold two heads of one layer
@@ -114,7 +114,7 @@ def test_each_start_layer_is_reported_whole_and_the_memo_resumes_after_it(tiny_l
 def test_tree_under_every_ablation_kind_gives_each_set_its_outcome_alone(kind, smol_tokenizer):
     """Mean, resample and scale travel as per-row specs through the tree's groups (each group's specs made
     for its own batch, width and size); every set still gets, bit for bit, what it gets scored alone."""
-    from celtk.evaluator import ablation_for
+    from celtk.evaluation.scoring import ablation_for
 
     model = make_tiny("llama", smol_tokenizer, n_layers=4)
     task = get_task("arithmetic")

@@ -13,7 +13,7 @@ from conftest import self_consistent_task
 
 from celtk import probe
 from celtk.analysis import CompareDocument, HeadAttributesDocument, run_attributes, run_compare
-from celtk.evaluator import evaluate
+from celtk.evaluation import evaluate
 from celtk.heads import Head, HeadSet
 from celtk.report import write_report
 from celtk.run import RunConfig, run_screen, run_select, run_test

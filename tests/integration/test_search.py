@@ -8,10 +8,10 @@ import pytest
 import torch
 from conftest import planted_config, self_consistent_task
 
-from celtk.evaluator import prepare
+from celtk.evaluation.prompts import prepare
 from celtk.heads import Head, HeadSet
 from celtk.run import RunConfig, run_altscreen, run_screen, run_select, run_stability, run_test
-from celtk.screeners import gate_loss, gradient_scores
+from celtk.screening.rankers import gate_loss, gradient_scores
 from celtk.tasks import get_task, make_splits
 
 A, B = "L1H2", "L1H3"
@@ -100,8 +100,8 @@ def test_gradient_screener_equals_finite_differences(tiny_model):
         zero = torch.ones(tiny_model.n_layers, tiny_model.n_heads)
         zero[0, 1] = 0
         from celtk.ablation import ablate
-        from celtk.evaluator import decoder_hidden
-        from celtk.screeners import _example_loss, task_loss_terms
+        from celtk.evaluation.scoring import decoder_hidden
+        from celtk.screening.rankers import _example_loss, task_loss_terms
 
         with ablate(tiny_model, "L0H1"):
             lp = task_loss_terms(tiny_model, prepared, lambda b: decoder_hidden(tiny_model, b.input_ids, b.attention_mask), 4)

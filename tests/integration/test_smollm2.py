@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from celtk.ablation import ablate, zero_output_columns
-from celtk.evaluator import EvalConfig, evaluate, prepare
+from celtk.evaluation import evaluate
+from celtk.evaluation.prompts import prepare
+from celtk.evaluation.results import EvalConfig
 from celtk.heads import Head, HeadSet
-from celtk.screen import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
 
 pytestmark = pytest.mark.slow
@@ -21,7 +23,7 @@ pytestmark = pytest.mark.slow
 def test_loads_offline_and_answers_sensibly(tmp_path):
     code = (
         "from celtk import load_model\n"
-        "from celtk.evaluator import generate_greedy\n"
+        "from celtk.evaluation.generation import generate_greedy\n"
         "m = load_model('smollm2-135m')\n"
         "assert (m.n_layers, m.n_heads, m.n_kv_heads, m.d_head) == (30, 9, 3, 64), m.describe()\n"
         "print(generate_greedy(m, ['Question: What is 2 plus 3?\\nAnswer:'], 3)[0])\n"

@@ -49,9 +49,9 @@ class Ctx:
     """What the starting arguments need: the tiny model, a task, a prepared request list, an empty directory."""
 
     def __init__(self, tiny, tmp: Path):
-        from celtk.evaluator import prepare
+        from celtk.evaluation.prompts import prepare
         from celtk.heads import HeadSet
-        from celtk.scores import HeadScore
+        from celtk.search.scores import HeadScore
         from celtk.tasks import get_task, make_splits
 
         self.tiny, self.tmp = tiny, tmp

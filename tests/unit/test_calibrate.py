@@ -10,13 +10,13 @@ import pytest
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
-from celtk.nulls import p_value, permutation_null, random_pool_null, random_pools
 from celtk.run import RunConfig, run_screen, run_select, run_test
 from celtk.run.calibrate import run_calibration
 from celtk.run.documents import CalibrationDocument
 from celtk.run.heldout import HeldoutLog
-from celtk.scores import HeadScore, rank
-from celtk.strategies import algorithm1
+from celtk.search.nulls import p_value, permutation_null, random_pool_null, random_pools
+from celtk.search.scores import HeadScore, rank
+from celtk.search.strategies import algorithm1
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from celtk.errors import ConfigError
-from celtk.evaluator import CHAT_DATE, adds_bos, encode_pair, format_prompt, prepare, prepared_hash
+from celtk.evaluation.prompts import CHAT_DATE, adds_bos, encode_pair, format_prompt, prepare, prepared_hash
 from celtk.models import Model
 from celtk.tasks import Example, get_task, make_splits
 

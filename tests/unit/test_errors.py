@@ -250,7 +250,7 @@ def c_ablate_out_of_range(ctx):
 
 
 def c_k_exceeds_p(ctx):
-    from celtk.strategies import get_strategy
+    from celtk.search.strategies import get_strategy
     get_strategy("algorithm1").check(k=4, p=3)
 
 
@@ -335,7 +335,7 @@ def c_shard_malformed(ctx):
 
 
 def c_batch_size_zero(ctx):
-    from celtk.evaluator import make_batches
+    from celtk.evaluation.scoring import make_batches
     make_batches([], 0, pad_id=0)
 
 
@@ -539,7 +539,7 @@ def _on_read_only(directory: Path, action) -> None:
 
 
 def c_search_too_large(ctx):
-    from celtk.strategies import get_strategy
+    from celtk.search.strategies import get_strategy
     get_strategy("algorithm1").check(k=270, p=270)
 
 
@@ -622,15 +622,15 @@ def c_max_new_tokens_beyond_context(ctx):
 
 
 def c_stage_beyond_memory(ctx):
-    import celtk.screen
-    from celtk.evaluator import prepare
-    from celtk.plan import stage_bytes
+    import celtk.screening.cached
+    from celtk.evaluation.prompts import prepare
+    from celtk.planning.plan import stage_bytes
     from celtk.run import RunConfig, run_screen
     from celtk.tasks import get_task, make_splits
     task = _jsonl(ctx.tmp, _gen_lines(40))
     splits = make_splits(get_task(task), 12, 12, seed=0, fewshot=0)
     free = int(stage_bytes(ctx.tiny, prepare(ctx.tiny, get_task(task), splits.discovery), 2, cached=False))
-    ctx.monkeypatch.setattr(celtk.screen, "available_memory", lambda device: free)  # a machine where batch 2 just fits
+    ctx.monkeypatch.setattr(celtk.screening.cached, "available_memory", lambda device: free)  # a machine where batch 2 just fits
     run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), ctx.tmp / "out",
                model=ctx.tiny)
 
@@ -658,7 +658,7 @@ _PLAN_CONFIG = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads"
 
 
 def _plan(**config):
-    from celtk.plan import PAPER_TASKS, Device, plan_run
+    from celtk.planning.plan import PAPER_TASKS, Device, plan_run
     return plan_run(_PLAN_CONFIG | config, PAPER_TASKS["arithmetic"], Device("test", 1e12, 1e9), pool=4, k=2)
 
 
@@ -675,14 +675,14 @@ def c_plan_string_size(ctx):
 
 
 def c_plan_p_exceeds_heads(ctx):
-    from celtk.plan import PAPER_TASKS, Device, plan_run
+    from celtk.planning.plan import PAPER_TASKS, Device, plan_run
     plan_run(_PLAN_CONFIG, PAPER_TASKS["arithmetic"], Device("test", 1e12, 1e9), pool=999)
 
 
 def c_plan_mean_prompt_longer(ctx):
     from dataclasses import replace
 
-    from celtk.plan import PAPER_TASKS
+    from celtk.planning.plan import PAPER_TASKS
     replace(PAPER_TASKS["arithmetic"], prompt_tokens=100, mean_prompt_tokens=500)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from celtk.flops import Shape, gpu_hours, layer_flops, screen_flops
+from celtk.planning.flops import Shape, gpu_hours, layer_flops, screen_flops
 
 TINY = Shape(n_layers=2, n_heads=2, n_kv_heads=1, d_head=3, d_model=4, d_ff=5, d_vocab=7)
 

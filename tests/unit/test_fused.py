@@ -1,4 +1,4 @@
-"""The fused replay (celtk.fused) against the bridge block it replaces: which decoders it covers,
+"""The fused replay (celtk.screening.fused) against the bridge block it replaces: which decoders it covers,
 and, layer by layer on tiny models, the same output (to float rounding) as the TransformerLens block
 run under celtk's hook_z row masks, on right-padded rows with the decoder's own masks and rotary
 embeddings; models carrying hooks of their own and layers the bridge computes differently are left
@@ -12,8 +12,8 @@ from conftest import make_tiny, tiny_hf_model
 
 from celtk.ablation import ablate, ablate_rows
 from celtk.errors import ConfigError
-from celtk.fused import fused_layers
-from celtk.screen import CachedScreener, call_layer, capture_forward
+from celtk.screening.cached import CachedScreener, call_layer, capture_forward
+from celtk.screening.fused import fused_layers
 
 FUSED = ("llama", "qwen2", "smollm3", "mistral", "qwen3")
 
@@ -37,7 +37,7 @@ def test_fused_layers_cover_the_llama_family_and_nothing_else(smol_tokenizer):
 
 
 def _empty():
-    from celtk.evaluator import Prepared
+    from celtk.evaluation.prompts import Prepared
 
     return Prepared([], [], [], "loglikelihood", False)
 
@@ -108,7 +108,7 @@ def test_each_fused_layer_equals_the_bridge_block_under_every_ablation_kind(fuse
 
 
 def test_a_model_carrying_its_own_hooks_replays_through_the_bridge(smol_tokenizer):
-    from celtk.evaluator import prepare
+    from celtk.evaluation.prompts import prepare
     from celtk.heads import HeadSet
     from celtk.tasks import get_task, make_splits
 

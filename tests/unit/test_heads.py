@@ -52,7 +52,7 @@ def test_the_last_tie_break_orders_head_ids_by_their_numbers_as_documented():
     (as strings "L10H0" < "L2H0"); its docstring and HeadSet.sort_key's say so."""
     import numpy as np
 
-    from celtk.scores import HeadScore, rank, ranking_key
+    from celtk.search.scores import HeadScore, rank, ranking_key
 
     intact = np.array([True, False])
     tied = [HeadScore.compare(HeadSet.parse(h), intact.copy(), intact) for h in ("L10H0", "L2H0", "L2H0,L10H1", "L2H1")]

@@ -13,9 +13,9 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from celtk.allocator import glibc
-from celtk.screen import _PrefixKV
-from celtk.screen_generate import RoomyLayer, left_padded
+from celtk.cli.allocator import glibc
+from celtk.screening.cached import _PrefixKV
+from celtk.screening.generation import RoomyLayer, left_padded
 
 
 def test_roomy_layer_equals_dynamic_layer_through_appends_overflow_selects_and_crops() -> None:
@@ -58,7 +58,7 @@ def test_left_padded_moves_each_rows_padding_first_and_leaves_room() -> None:
 def test_keep_freed_memory_takes_effect_on_glibc_and_can_be_opted_out() -> None:
     """In a child process, since the setting is process-wide. Its effect on page faults is measured
     by ``benchmarks/generation_speed.py`` (``--allocator keep`` against ``--allocator glibc``)."""
-    code = "from celtk.allocator import keep_freed_memory; print(keep_freed_memory())"
+    code = "from celtk.cli.allocator import keep_freed_memory; print(keep_freed_memory())"
 
     def took_effect(**env: str) -> str:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -9,7 +9,7 @@ import pytest
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
-from celtk.scores import HeadScore
+from celtk.search.scores import HeadScore
 
 _BLOCK_TORCH = """
 import sys
@@ -25,12 +25,12 @@ sys.meta_path.insert(0, _NoTorch())
 """
 
 _NO_TORCH = _BLOCK_TORCH + """
-import celtk.scores, celtk.selection, celtk.strategies, celtk.stability, celtk.registry, celtk.run.config
+import celtk.search.scores, celtk.search.selection, celtk.search.strategies, celtk.search.stability, celtk.registry, celtk.run.config
 import celtk.run.documents
 import numpy as np
 from celtk.heads import HeadSet
-from celtk.scores import HeadScore
-from celtk.strategies import get_strategy
+from celtk.search.scores import HeadScore
+from celtk.search.strategies import get_strategy
 intact = np.zeros(6, bool)
 singles = [HeadScore.compare(HeadSet.parse(f"L0H{i}"), np.eye(6, dtype=bool)[i] | intact, intact) for i in range(3)]
 result = get_strategy("greedy")(singles, intact, lambda sets: {s: np.zeros(6, bool) for s in sets}, k=2)
@@ -45,7 +45,7 @@ def test_search_logic_imports_and_runs_without_torch():
 
 
 def test_the_no_torch_shim_does_block_torch():
-    code = _BLOCK_TORCH + "import celtk.screen"
+    code = _BLOCK_TORCH + "import celtk.screening.cached"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode != 0 and "torch" in out.stderr  # so the test above would fail on a torch import
 
@@ -78,7 +78,7 @@ def test_registries_suggest_and_cli_choices_come_from_them():
 
 
 def test_each_strategy_checks_its_own_options():
-    from celtk.strategies import get_strategy
+    from celtk.search.strategies import get_strategy
 
     algorithm1, greedy, beam = (get_strategy(n) for n in ("algorithm1", "greedy", "beam"))
     with pytest.raises(ConfigError, match="k = 12 exceeds p = 10; Algorithm 1 draws subsets from the pool"):
@@ -95,7 +95,7 @@ def test_each_strategy_checks_its_own_options():
 
 def test_greedy_searches_past_p_where_algorithm1_refuses():
     """k = 4 > p = 2: greedy adds four heads from all eight; Algorithm 1 refuses."""
-    from celtk.strategies import get_strategy
+    from celtk.search.strategies import get_strategy
 
     n = 20
     intact = np.zeros(n, bool)
@@ -184,7 +184,7 @@ def test_notebook_surface_without_torch():
 
 
 def test_dead_eval_config_fields_are_gone():
-    from celtk.evaluator import EvalConfig
+    from celtk.evaluation.results import EvalConfig
 
     with pytest.raises(TypeError):
         EvalConfig(fewshot=3)

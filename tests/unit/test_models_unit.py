@@ -58,11 +58,11 @@ def test_transformer_lens_model_names_are_hub_ids(monkeypatch, tmp_path):
 
 
 def test_a_wrong_shape_is_caught_by_jaxtyping():
-    # evaluator.py starts with `from __future__ import annotations`; jaxtyping (0.3) + beartype still check it.
+    # celtk/evaluation/scoring.py starts with `from __future__ import annotations`; jaxtyping (0.3) + beartype still check it.
     import torch
     from jaxtyping import TypeCheckError
 
-    from celtk.evaluator import Batch
+    from celtk.evaluation.scoring import Batch
 
     ids, scored = torch.zeros(2, 5, dtype=torch.long), torch.zeros(3, dtype=torch.long)
     Batch(ids, torch.ones(2, 5, dtype=torch.long), scored, scored, scored, scored, [0, 1])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from celtk.activations import (
+from celtk.errors import ConfigError
+from celtk.planning.activations import (
     LOGIT_BYTES,
     SCORE_BYTES,
     ablated_pass_bytes,
@@ -18,9 +19,16 @@ from celtk.activations import (
     resident_bytes,
     scoring_bytes,
 )
-from celtk.errors import ConfigError
-from celtk.flops import Shape
-from celtk.plan import PAPER_TASKS, Device, TaskSize, cached_stage_bytes, n_parameters, plan_run, shape_from_config
+from celtk.planning.flops import Shape
+from celtk.planning.plan import (
+    PAPER_TASKS,
+    Device,
+    TaskSize,
+    cached_stage_bytes,
+    n_parameters,
+    plan_run,
+    shape_from_config,
+)
 
 CONFIGS = Path(__file__).parent.parent.parent / "examples" / "configs"
 L40S = Device("l40s", 120e12, 46e9)
@@ -97,13 +105,13 @@ def test_terms_follow_the_tensors_the_code_allocates():
 
 
 def test_select_is_planned_as_the_prefix_tree_it_walks():
-    """Stage 2's subsets share their lower heads' layers (celtk.prefix_tree): fewer than half the FLOPs of
+    """Stage 2's subsets share their lower heads' layers (celtk.screening.prefix_tree): fewer than half the FLOPs of
     replaying each subset from its lowest layer, and one more pass-wide layer input per tree level."""
     from itertools import combinations
 
-    from celtk.flops import screen_flops
     from celtk.heads import Head, HeadSet
-    from celtk.prefix_tree import flat_layer_evaluations
+    from celtk.planning.flops import screen_flops
+    from celtk.screening.prefix_tree import flat_layer_evaluations
 
     config, task = CONFIGS / "Llama-3.2-3B-Instruct.json", PAPER_TASKS["arithmetic"]
     screen, select, _ = plan_run(config, task, L40S, batch_size=8, rows_per_pass=32)

@@ -1,10 +1,10 @@
-"""The prefix tree of head sets (celtk.prefix_tree), without a model: which sets share which node,
+"""The prefix tree of head sets (celtk.screening.prefix_tree), without a model: which sets share which node,
 where each node branches and until when it is needed, and the layer counts it saves."""
 
 from itertools import combinations
 
 from celtk.heads import Head, HeadSet
-from celtk.prefix_tree import flat_layer_evaluations, layer_evaluations, prefix_tree
+from celtk.screening.prefix_tree import flat_layer_evaluations, layer_evaluations, prefix_tree
 
 
 def _sets(*texts: str) -> list[HeadSet]:

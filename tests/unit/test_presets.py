@@ -59,7 +59,7 @@ def test_unknown_preset_or_task_refused():
 
 
 def test_chat_date_validated_and_equal_to_the_evaluators():
-    from celtk.evaluator import CHAT_DATE as EVALUATOR_DATE
+    from celtk.evaluation.prompts import CHAT_DATE as EVALUATOR_DATE
 
     assert CHAT_DATE == EVALUATOR_DATE == RunConfig().chat_date
     assert RunConfig.from_dict({"chat_date": "2025-01-31"}).chat_date == "2025-01-31"

@@ -174,7 +174,9 @@ def test_the_cli_refuses_each_out_of_range_number_in_one_line(verb, option, valu
 def test_empty_prompt_is_scored_after_end_of_text_as_lm_eval_does(tiny_llama, tmp_path):
     """An empty prompt used to be scored from a padding position, so its log-prob changed with the
     batch (the longest prompt in it); now its context is the end-of-text token, whatever the batch."""
-    from celtk.evaluator import EvalConfig, encode_pair, evaluate
+    from celtk.evaluation import evaluate
+    from celtk.evaluation.prompts import encode_pair
+    from celtk.evaluation.results import EvalConfig
     from celtk.tasks import get_task, make_splits
 
     tokenizer = tiny_llama.tokenizer

@@ -1,4 +1,4 @@
-"""The racing screener (celtk.racing) on synthetic outcome tables: exact mode returns the
+"""The racing screener (celtk.screening.racing) on synthetic outcome tables: exact mode returns the
 exhaustive pool, confidence mode agrees and saves on separated heads, and the module needs
 no torch."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.racing import (
+from celtk.screening.racing import (
     default_schedule,
     exhaustive_pool,
     geometric_schedule,
@@ -70,7 +70,7 @@ def flipped(rng, intact: np.ndarray, rate: float) -> np.ndarray:
 # -- the key ---------------------------------------------------------------------------
 
 def test_race_key_orders_exactly_like_selection_ranking_key():
-    from celtk.scores import HeadScore, ranking_key  # the torch-free home of the key; this test may
+    from celtk.search.scores import HeadScore, ranking_key  # the torch-free home of the key; this test may
 
     rng = np.random.default_rng(3)
     for _ in range(20):
@@ -260,7 +260,7 @@ def test_module_imports_and_races_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import numpy as np\n"
             "from celtk.heads import Head, HeadSet\n"
-            "from celtk.racing import race\n"
+            "from celtk.screening.racing import race\n"
             "hs = [HeadSet((Head(0, i),)) for i in range(4)]\n"
             "t = {h: np.arange(8) % (i + 2) == 0 for i, h in enumerate(hs)}\n"
             "r = race(lambda heads, idx: {h: t[h][idx] for h in heads}, hs, 8, np.ones(8, dtype=bool), 1)\n"
@@ -272,7 +272,8 @@ def test_module_imports_and_races_without_torch():
 
 
 def test_subset_prepared_keeps_each_examples_requests():
-    from celtk.evaluator import Prepared, Request, aggregate
+    from celtk.evaluation.prompts import Prepared, Request
+    from celtk.evaluation.scoring import aggregate
     from celtk.tasks import Example
 
     examples = [Example(f"e{i}", f"q{i}", choices=("a", "bb", "c"), label=i % 3) for i in range(6)]
@@ -294,10 +295,10 @@ def test_subset_prepared_keeps_each_examples_requests():
 
 def test_cached_scorer_race_equals_the_exhaustive_cached_screen(tiny_llama):
     """Chunks scored as sub-lists give the outcomes of one whole-list screen (tiny in-memory model)."""
-    from celtk.evaluator import prepare
+    from celtk.evaluation.prompts import prepare
     from celtk.heads import all_heads
-    from celtk.racing import cached_scorer
-    from celtk.screen import CachedScreener
+    from celtk.screening.cached import CachedScreener
+    from celtk.screening.racing import cached_scorer
     from celtk.tasks import get_task, make_splits
 
     task = get_task("boolq", data_path=str(FIX / "boolq"))

@@ -12,7 +12,7 @@ import numpy as np
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.scores import HeadScore, rank
+from celtk.search.scores import HeadScore, rank
 from celtk.stats import discordance_noise
 
 MAX_SUBSETS = 1_000_000  # Algorithm 1 subsets one search may evaluate

@@ -45,7 +45,7 @@ def screen_flops(shape: Shape, prefix: int, suffixes: Sequence[int], scored: int
     path (every ablation a full forward of every whole prompt). ``suffixes``: tokens per example
     after the shared prefix; ``scored``: scored positions in all (one unembedding each).
     ``layer_evaluations``: the layers the ablations run in all when they share a prefix tree
-    (:func:`celtk.prefix_tree.layer_evaluations`); by default each runs from its start layer alone."""
+    (:func:`celtk.screening.prefix_tree.layer_evaluations`); by default each runs from its start layer alone."""
     per_layer_suffix = sum(layer_flops(shape, s, prefix) for s in suffixes)
     per_layer_prefix = layer_flops(shape, prefix) if prefix else 0.0
     unembed = 2 * scored * shape.d_model * shape.d_vocab

@@ -8,7 +8,7 @@ it: attention mask, rotary embeddings). An ablation whose earliest head is in la
 in order and each batch's intact residual is advanced one layer at a time, so memory
 holds one layer's residuals of the intact model.
 
-Sets are walked as a prefix tree (:mod:`celtk.prefix_tree`): sorted by layer, the sets
+Sets are walked as a prefix tree (:mod:`celtk.screening.prefix_tree`): sorted by layer, the sets
 that share their lower heads share the residual those heads leave, so it is computed once
 and branched, batch by batch and depth first (one group of states per depth is held).
 Several tree nodes run together as copies of the batch, each copy with its own heads
@@ -44,22 +44,14 @@ from torch import Tensor
 from celtk.ablation import ablate, ablate_rows, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec, common_prefix
 from celtk.errors import ConfigError, KVCacheIgnoredError
-from celtk.evaluator import (
-    Batch,
-    EvalResult,
-    Prepared,
-    Request,
-    ablated,
-    aggregate,
-    make_batches,
-    score_hidden,
-    score_requests,
-)
-from celtk.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
+from celtk.evaluation.prompts import Prepared, Request
+from celtk.evaluation.results import EvalResult
+from celtk.evaluation.scoring import Batch, ablated, aggregate, make_batches, score_hidden, score_requests
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.models._arch import CACHE_KEYWORDS
-from celtk.prefix_tree import Node, prefix_tree
+from celtk.screening.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
+from celtk.screening.prefix_tree import Node, prefix_tree
 from celtk.validation import validated
 
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
@@ -251,11 +243,11 @@ class CachedScreener:
 
     Args:
         model: the model (hooks added here are removed before each call returns).
-        prepared: tokenised requests (:func:`celtk.evaluator.prepare`).
+        prepared: tokenised requests (:func:`celtk.evaluation.prompts.prepare`).
         batch_size: examples per batch.
         rows_per_pass: the largest number of rows (examples × ablations) in one forward.
         share_prefix: run a prefix shared by all requests once per ablation.
-        replay: how layers are re-run: ``fused`` (:mod:`celtk.fused`, Llama-family layers with fused
+        replay: how layers are re-run: ``fused`` (:mod:`celtk.screening.fused`, Llama-family layers with fused
             attention, no bridge hooks), ``bridge`` (the TransformerLens blocks under hook_z hooks), or
             ``auto`` (fused where the architecture allows and the model carries no hooks of its own,
             else bridge). The two agree to float rounding (tests/unit/test_fused.py; bit for bit on
@@ -293,7 +285,7 @@ class CachedScreener:
             on_intact: Callable[[EvalResult], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
         """Score every set; ``on_intact`` fires once the intact pass is done, ``on_layer(l, results)``
         as the sets whose earliest head is in layer ``l`` finish. The sets are walked as a prefix tree
-        (:mod:`celtk.prefix_tree`): the state after a set's lower heads is computed once for every set
+        (:mod:`celtk.screening.prefix_tree`): the state after a set's lower heads is computed once for every set
         that extends them. ``HeadSet()`` (the null ablation) is scored through the ablated replay from
         layer 0, so it checks that path against the intact one."""
         sets = list(sets)

@@ -9,7 +9,7 @@ interventions it evaluated, counting the screen's single heads.
 
 Each :class:`Strategy` checks its own options in one place (:meth:`Strategy.check`) before
 any work. A new strategy is one :class:`Strategy` (here or in its own module) plus one line in
-:data:`celtk.registry.STRATEGIES`.
+:data:`celtk.search.registry.STRATEGIES`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import numpy as np
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.scores import HeadScore, rank, ranking_key
-from celtk.selection import candidate_pool, check_pool_options, n_subsets, select, subsets
+from celtk.search.registry import STRATEGIES
+from celtk.search.scores import HeadScore, rank, ranking_key
+from celtk.search.selection import candidate_pool, check_pool_options, n_subsets, select, subsets
 
 Evaluate = Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]]
 
@@ -132,7 +133,5 @@ BEAM = Strategy("beam", beam, check_search_options)
 
 
 def get_strategy(name: str) -> Strategy:
-    """The registered strategy ``name`` (:data:`celtk.registry.STRATEGIES`); "did you mean" on a typo."""
-    from celtk.registry import STRATEGIES
-
+    """The registered strategy ``name`` (:data:`celtk.search.registry.STRATEGIES`); "did you mean" on a typo."""
     return STRATEGIES.get(name)

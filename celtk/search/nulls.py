@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from celtk.heads import Head, HeadSet
-from celtk.scores import HeadScore, rank
-from celtk.selection import subsets
+from celtk.search.scores import HeadScore, rank
+from celtk.search.selection import subsets
 
 Evaluate = Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]]
 

@@ -10,7 +10,7 @@ element of the model's dtype).
   softmax are alive together (8 bytes per score in float32; in bfloat16 2 + 4 + the 2-byte cast),
   beside queries, keys/values with their grouped-head copies, the layer input and its normed copy. The MLP holds, at its product,
   the activated gate, the up projection and their product (two ``d_ff`` tensors without a gate).
-* **The cached screener's resident cache** (:class:`celtk.screen.CachedScreener`): for every batch,
+* **The cached screener's resident cache** (:class:`celtk.screening.cached.CachedScreener`): for every batch,
   its current layer input and the additive attention mask ``[rows, 1, width, keys]`` in the model's
   dtype (what the decoder builds for eager attention); rotary tables are ``[1, width, d_head]``,
   shared by the batch, and left out.
@@ -21,14 +21,14 @@ element of the model's dtype).
 * **The intact pass**: ``capture_forward`` keeps every layer's input of the batch, and the previous
   batch's list is still bound while the next batch runs (two lists when there are two batches or
   more); with a shared prefix the KV cache holds ``prefix + width`` keys/values of every layer.
-* **The held-out stage** (:func:`celtk.evaluator.score_requests`): one plain forward per batch.
+* **The held-out stage** (:func:`celtk.evaluation.scoring.score_requests`): one plain forward per batch.
 
 Measured against the process's peak resident memory on CPU by ``benchmarks/plan_accuracy.py``.
 """
 
 from __future__ import annotations
 
-from celtk.flops import Shape
+from celtk.planning.flops import Shape
 
 SCORE_BYTES = 8  # per attention score at the softmax: float32 scores + float32 softmax (bf16: 2 + 4 + 2)
 LOGIT_BYTES = 8  # per scored logit: the float32 logits and their float32 log-softmax

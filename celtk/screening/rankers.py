@@ -1,5 +1,7 @@
-"""Alternative screeners: cheaper ways to rank heads for the candidate pool, compared with the
-exhaustive single-head screen (which stays the default).
+"""Rankers: cheap proxies that order heads for the candidate pool without scoring each one exactly, compared
+with the exhaustive single-head screen (which stays the default). Each is registered in
+:data:`celtk.screening.registry.RANKERS` as a function ``(inputs: RankerInput, *, masks, rate, seed, **options)
+-> RankerResult`` that ignores options it does not use; ``celtk altscreen --method NAME`` runs one on a screened run.
 
 * :func:`gradient_scores` — head importance from the gradient of the task loss with respect to
   a per-head output gate (Michel et al. 2019): one forward and one backward pass per batch.
@@ -9,14 +11,14 @@ exhaustive single-head screen (which stays the default).
 * :func:`lasso_scores` — random multi-head knockouts (Bair et al. 2026): score the task under
   many random masks, regress accuracy on the mask with an L1 penalty chosen by K-fold
   cross-validation; a positive coefficient marks a head whose removal helps.
-* :func:`compare_rankings` — overlap and rank correlation of a screener's top-p pool with the
+* :func:`compare_rankings` — overlap and rank correlation of a ranker's top-p pool with the
   exhaustive screen's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,16 +29,17 @@ from torch import Tensor
 
 from celtk.ablation import hook_z_hooks
 from celtk.errors import ConfigError
-from celtk.evaluator import Batch, Prepared, decoder_hidden, make_batches, score_hidden
+from celtk.evaluation.prompts import Prepared
+from celtk.evaluation.scoring import Batch, decoder_hidden, make_batches, score_hidden
 from celtk.heads import Head, HeadSet
 from celtk.models import Model
-from celtk.scores import HeadScore
-from celtk.selection import rank
+from celtk.search.scores import HeadScore
+from celtk.search.selection import rank
 
 
 @dataclass(frozen=True)
-class ScreenerResult:
-    """Per-head scores (higher = removal predicted to help more) and the screener's cost."""
+class RankerResult:
+    """Per-head scores (higher = removal predicted to help more) and the ranker's cost."""
 
     method: str
     scores: dict[Head, float]
@@ -46,6 +49,39 @@ class ScreenerResult:
 
     def ranked(self) -> list[Head]:
         return sorted(self.scores, key=lambda h: (-self.scores[h], h))
+
+
+@dataclass(frozen=True)
+class RankerInput:
+    """What a ranker may read from a screened run (:func:`celtk.run.altscreen.run_altscreen` builds one); each
+    ranker reads only what it needs, and the costly parts are built on first use."""
+
+    model: Model
+    heads: tuple[Head, ...]  # the single heads the screen scored, in its order
+    ablation: str  # the run's ablation kind as configured: "zero", "mean", "resample" or "scale:α"
+    batch_size: int  # the run's batch size (8 where the run sizes its batches automatically)
+    discovery: Callable[[], Prepared]  # the tokenised discovery set
+    evaluate: Callable[[list[HeadSet]], Mapping[HeadSet, Bool[np.ndarray, " example"]]]  # correctness under each set,
+    # scored under the run's ablation kind through the run's set memo (an interrupted ranker resumes)
+
+
+Ranker = Callable[..., RankerResult]  # (inputs: RankerInput, *, masks, rate, seed, **options) -> RankerResult
+
+
+def gradient_ranker(inputs: RankerInput, **_: object) -> RankerResult:
+    """Signed per-head gate gradients (:func:`gradient_scores`), one backward pass; zero ablation only."""
+    if inputs.ablation != "zero":
+        raise ConfigError(f"The gradient screener predicts zeroing (a head's gate moved from 1 to 0), and this run "
+                          f"screened under {inputs.ablation} ablation, so the two would rank different "
+                          "interventions. Compare it on a zero run, or use --method lasso (scored under the run's kind).")
+    return gradient_scores(inputs.model, inputs.discovery(), batch_size=inputs.batch_size)
+
+
+def lasso_ranker(inputs: RankerInput, *, masks: int = 200, rate: float = 0.05, seed: int = 0,
+                 **_: object) -> RankerResult:
+    """LASSO over ``masks`` random multi-head knockouts at ``rate`` (:func:`lasso_scores`), scored through
+    ``inputs.evaluate``."""
+    return lasso_scores(inputs.evaluate, list(inputs.heads), n_masks=masks, rate=rate, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,7 +132,7 @@ def gate_loss(model: Model, prepared: Prepared, gates: Float[Tensor, "layer head
     return _example_loss(prepared, lp)
 
 
-def gradient_scores(model: Model, prepared: Prepared, batch_size: int = 16) -> ScreenerResult:
+def gradient_scores(model: Model, prepared: Prepared, batch_size: int = 16) -> RankerResult:
     """Signed gate gradient ``∂L/∂g_h`` at ``g = 1`` for every head, in one backward pass."""
     if prepared.kind == "generate":
         raise ConfigError("The gradient screener needs a differentiable loss on fixed targets or choices, and a "
@@ -109,7 +145,7 @@ def gradient_scores(model: Model, prepared: Prepared, batch_size: int = 16) -> S
         (grad,) = torch.autograd.grad(loss, gates)
     signed = grad.detach().cpu().double().numpy()
     scores = {Head(l, h): float(signed[l, h]) for l in range(model.n_layers) for h in range(model.n_heads)}
-    return ScreenerResult("gradient", scores, 1, time.perf_counter() - start,
+    return RankerResult("gradient", scores, 1, time.perf_counter() - start,
                           {"loss": float(loss.detach()), "sign": "positive = removal predicted to lower the task loss"})
 
 
@@ -177,8 +213,8 @@ def random_masks(heads: Sequence[Head], n_masks: int, rate: float, seed: int) ->
     return list(masks)
 
 
-def lasso_scores(evaluate: Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]], heads: Sequence[Head],
-                 n_masks: int = 200, rate: float = 0.05, seed: int = 0, n_folds: int = 5) -> ScreenerResult:
+def lasso_scores(evaluate: Callable[[list[HeadSet]], Mapping[HeadSet, Bool[np.ndarray, " example"]]], heads: Sequence[Head],
+                 n_masks: int = 200, rate: float = 0.05, seed: int = 0, n_folds: int = 5) -> RankerResult:
     """Score ``n_masks`` random knockouts with ``evaluate`` (per-example correctness), regress accuracy
     on the masks; the coefficients (accuracy change per removed head) are the scores."""
     start = time.perf_counter()
@@ -192,7 +228,7 @@ def lasso_scores(evaluate: Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarr
     y = np.array([outcomes[m].mean() for m in masks])
     alpha, beta, details = lasso_cv(x, y, n_folds=n_folds, seed=seed)
     scores = {h: float(beta[index[h]]) for h in heads}
-    return ScreenerResult("lasso", scores, len(masks), time.perf_counter() - start,
+    return RankerResult("lasso", scores, len(masks), time.perf_counter() - start,
                           {"alpha": alpha, "n_masks": len(masks), "rate": rate, "mean_mask_accuracy": float(y.mean()),
                            "n_nonzero": int((beta != 0).sum()), **details})
 
@@ -200,7 +236,7 @@ def lasso_scores(evaluate: Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarr
 # ---------------------------------------------------------------------------------------------
 
 
-def compare_rankings(exhaustive: Sequence[HeadScore], result: ScreenerResult, p: int = 10) -> dict:
+def compare_rankings(exhaustive: Sequence[HeadScore], result: RankerResult, p: int = 10) -> dict:
     """How a screener's top-p pool relates to the exhaustive screen's: overlap (and the overlap
     two random pools would have), Jaccard, Spearman correlation over all heads, and where the
     exhaustive pool's heads fall in the screener's ranking."""
@@ -223,5 +259,5 @@ def compare_rankings(exhaustive: Sequence[HeadScore], result: ScreenerResult, p:
     }
 
 
-__all__ = ["ScreenerResult", "compare_rankings", "gate_loss", "gradient_scores", "lasso_cv", "lasso_fit",
-           "lasso_scores", "random_masks"]
+__all__ = ["Ranker", "RankerInput", "RankerResult", "compare_rankings", "gate_loss", "gradient_ranker", "gradient_scores",
+           "lasso_cv", "lasso_fit", "lasso_ranker", "lasso_scores", "random_masks"]

@@ -1,14 +1,14 @@
 """Planning a run before any work: FLOPs, peak memory and time of each stage, from a model's
 config alone (no weights), the task's sizes and a device's throughput.
 
-FLOPs come from :mod:`celtk.flops`; activation bytes from :mod:`celtk.activations`, term by term:
+FLOPs come from :mod:`celtk.planning.flops`; activation bytes from :mod:`celtk.planning.activations`, term by term:
 
-* **screen / select** (:class:`celtk.screen.CachedScreener`): every batch's current layer input and
+* **screen / select** (:class:`celtk.screening.cached.CachedScreener`): every batch's current layer input and
   boolean mask stay resident, plus the larger of the intact pass (every layer's input of a batch
   captured) and the widest ablated pass (``rows_per_pass`` rows through every layer, the shared
   prefix's keys/values of every layer repeated per row, eager attention scores, one ablation's logits);
   select walks its subsets as a prefix tree, which holds one pass-wide layer input per level above
-  the running one, and runs the layers :func:`celtk.prefix_tree.layer_evaluations` counts for a pool
+  the running one, and runs the layers :func:`celtk.screening.prefix_tree.layer_evaluations` counts for a pool
   spread evenly over the layers.
 * **test**: two plain passes (intact and ablated) over the held-out set, batch by batch.
 * **generate** tasks (MBPP): greedy generation with a KV cache, once per ablation.
@@ -23,11 +23,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from celtk.activations import ablated_pass_bytes, intact_pass_bytes, plain_pass_bytes, resident_bytes
 from celtk.errors import ConfigError
-from celtk.flops import Shape, layer_flops, screen_flops
 from celtk.heads import Head, HeadSet
-from celtk.prefix_tree import layer_evaluations
+from celtk.planning.activations import ablated_pass_bytes, intact_pass_bytes, plain_pass_bytes, resident_bytes
+from celtk.planning.flops import Shape, layer_flops, screen_flops
+from celtk.screening.prefix_tree import layer_evaluations
 from celtk.validation import check_fields
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -166,7 +166,7 @@ def cached_stage_bytes(shape: Shape, task: TaskSize, n_examples: int, batch_size
     layer input resident, plus the larger of the intact pass and the widest ablated pass
     (``layers_run`` layers, all of them by default: an ablation in layer 0). A prefix tree
     ``depth`` nodes deep (stage 2: the subsets' size) holds one more pass-wide layer input per
-    level above the one running (:mod:`celtk.prefix_tree`)."""
+    level above the one running (:mod:`celtk.screening.prefix_tree`)."""
     n_requests = n_examples * task.choices
     width = task.prompt_tokens - task.shared_prefix + task.continuation_tokens - 1
     mean_width = task.mean_prompt - task.shared_prefix + task.continuation_tokens - 1
@@ -263,7 +263,7 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
 
 def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -> TaskSize:
     """The :class:`TaskSize` of a prepared request list, as the cached screener will see it."""
-    from celtk.screen import MIN_SHARED_PREFIX, shared_prefix_length
+    from celtk.screening.cached import MIN_SHARED_PREFIX, shared_prefix_length
 
     requests = prepared.requests
     n_examples = len(prepared.examples)
@@ -280,7 +280,7 @@ def stage_bytes(model: Any, prepared: Any, batch_size: int, rows_per_pass: int |
                 share_prefix: bool = True) -> float:
     """Peak activation bytes of scoring ``prepared`` on ``model`` (weights excluded: they are loaded):
     by the cached screener (``cached``; :func:`cached_stage_bytes`) or by plain passes, one batch at a
-    time (the held-out stage and :func:`celtk.evaluator.evaluate`)."""
+    time (the held-out stage and :func:`celtk.evaluation.evaluate`)."""
     if not prepared.requests:
         return 0.0
     shape, db = Shape.of(model), model.dtype.itemsize
@@ -297,7 +297,7 @@ def check_memory(model: Any, prepared: Any, batch_size: int, rows_per_pass: int 
     """Refuse, before any work, a stage whose activations (:func:`stage_bytes`, the model of ``celtk
     plan``) exceed the memory free on the model's device; the message names the batch size that fits.
     ``rows_per_pass``: the cached screener's rows per forward (it runs ``max(rows_per_pass, batch)``)."""
-    from celtk.screen import available_memory
+    from celtk.screening.cached import available_memory
 
     free = available_memory(model.device) if free_bytes is None else free_bytes
 

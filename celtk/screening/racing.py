@@ -3,7 +3,7 @@ on every discovery example.
 
 The discovery examples are revealed in chunks (a ``schedule`` of chunk sizes). After each
 chunk every head still racing has been scored on the same examples, and each head gets
-bounds on its final ranking key (the key of :func:`celtk.selection.ranking_key`, ascending
+bounds on its final ranking key (the key of :func:`celtk.search.selection.ranking_key`, ascending
 = better). A head is dropped once at least ``p`` other heads' worst possible final key is
 strictly better than its best possible one: it cannot enter the top-``p`` pool. Heads never
 dropped are scored on every example, so the pool is read off complete outcomes and stage 2
@@ -52,7 +52,7 @@ ScoreChunk = Callable[[list[HeadSet], Int[np.ndarray, " chunk"]], Mapping[HeadSe
 
 
 def race_key(heads: HeadSet, n_correct: int, damage: int, intact_correct: int) -> tuple:
-    """The ranking key of one intervention, as :func:`celtk.selection.ranking_key` builds it
+    """The ranking key of one intervention, as :func:`celtk.search.selection.ranking_key` builds it
     from a ``HeadScore`` (re-derived here because that module imports torch): higher gain,
     lower damage, higher accuracy, fewer heads, then lexicographic head ids."""
     return (-(n_correct - intact_correct), damage, -n_correct, len(heads), heads.sort_key())
@@ -292,7 +292,7 @@ def _drop(state: _Race, mode: Mode, log_term: float) -> list[HeadSet]:
 
 
 def subset_prepared(prepared: Any, indices: Sequence[int]) -> Any:
-    """A :class:`celtk.evaluator.Prepared` holding only examples ``indices`` (in that order),
+    """A :class:`celtk.evaluation.prompts.Prepared` holding only examples ``indices`` (in that order),
     their requests renumbered, so a screener scores just those examples."""
     position = {int(e): k for k, e in enumerate(indices)}
     if len(position) != len(indices) or any(not 0 <= e < len(prepared.examples) for e in position):
@@ -309,10 +309,10 @@ def subset_prepared(prepared: Any, indices: Sequence[int]) -> Any:
 
 def cached_scorer(model: Any, prepared: Any, *, batch_size: int = 16, rows_per_pass: int = 64,
                   ablation: Any = None) -> ScoreChunk:
-    """A ``score_chunk`` for :func:`race` that runs :class:`celtk.screen.CachedScreener` on
+    """A ``score_chunk`` for :func:`race` that runs :class:`celtk.screening.cached.CachedScreener` on
     the chunk's examples (each call pays one intact pass over the chunk and, with a shared
     few-shot prefix, the prefix once per head)."""
-    from celtk.screen import CachedScreener
+    from celtk.screening.cached import CachedScreener
 
     def score_chunk(heads: list[HeadSet], indices: Int[np.ndarray, " chunk"]) -> dict[HeadSet, Bool[np.ndarray, " chunk"]]:
         screener = CachedScreener(model, subset_prepared(prepared, indices.tolist()), batch_size=batch_size,

@@ -1,6 +1,6 @@
 """Greedy-generation screening of head-set ablations, for generation-graded tasks.
 
-The contract is :class:`celtk.screen.CachedScreener`'s: many head sets scored on one prepared
+The contract is :class:`celtk.screening.cached.CachedScreener`'s: many head sets scored on one prepared
 prompt list, ``run(sets) -> (intact, {set: EvalResult})``, per-example verdicts, and each
 example's generation in ``extra["generation"]``.
 
@@ -11,11 +11,11 @@ intact keys and values. An ablation whose earliest head is in layer ``l`` reruns
 layers below ``l`` reuse the intact keys and values. Several ablations run together as rows of
 one batch (row ``b·g + j`` = example ``b`` under set ``j``), each row with its own heads zeroed (or, under
 a mean or scale ablation, replaced: the same value at every position, prompt and decoding alike; resample
-ablation is refused for generation, see :func:`celtk.evaluator.refuse_resample_generation`).
+ablation is refused for generation, see :func:`celtk.evaluation.generation.refuse_resample_generation`).
 
 Decoding: the prompt's keys and values are laid out as HF's left-padded generation lays them
 out (pads first), then every row decodes greedily with a KV cache through the whole model until
-its own stop (:class:`celtk.evaluator.StopRule`); finished rows leave the batch. Verdicts are
+its own stop (:class:`celtk.evaluation.generation.StopRule`); finished rows leave the batch. Verdicts are
 graded in a thread pool beside decoding (sandboxed code runs in child processes).
 """
 
@@ -33,21 +33,13 @@ from transformers.cache_utils import DynamicLayer
 
 from celtk.ablation import ablate, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind
-from celtk.evaluator import (
-    EvalResult,
-    Prepared,
-    Request,
-    StopRule,
-    decode_step,
-    generation_result,
-    new_cache,
-    prompt_ids,
-    refuse_resample_generation,
-    unembed,
-)
+from celtk.evaluation.generation import StopRule, decode_step, generation_result, new_cache, refuse_resample_generation
+from celtk.evaluation.prompts import Prepared, Request, prompt_ids
+from celtk.evaluation.results import EvalResult
+from celtk.evaluation.scoring import unembed
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.screen import (
+from celtk.screening.cached import (
     MIN_SHARED_PREFIX,
     call_layer,
     capture_forward,
@@ -64,7 +56,7 @@ class _KV:
     def __init__(self, before: dict[int, tuple[Tensor, Tensor]] | None = None) -> None:
         self.before = before or {}
         self.new: dict[int, tuple[Tensor, Tensor]] = {}
-        self.consulted: set[int] = set()  # checked by celtk.screen.call_layer
+        self.consulted: set[int] = set()  # checked by celtk.screening.cached.call_layer
 
     def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         self.consulted.add(layer_idx)
@@ -204,7 +196,7 @@ class GenerationScreener:
 
     Args:
         model: the model (hooks added here are removed before each call returns).
-        prepared: the prompts (:func:`celtk.evaluator.prepare` of a ``generate`` task).
+        prepared: the prompts (:func:`celtk.evaluation.prompts.prepare` of a ``generate`` task).
         task: grades each generation and says when to stop (``stop_strings``, ``max_new_tokens``).
         allow_code: passed to the task's grader (MBPP runs code only when True).
         batch_size: examples per batch.
@@ -221,7 +213,7 @@ class GenerationScreener:
 
         if prepared.kind != "generate":
             raise ConfigError(f"The generation screener needs a generation-graded task; {task.full_name} is "
-                              f"{prepared.kind!r}, which the cached screener (celtk.screen.CachedScreener) scores.")
+                              f"{prepared.kind!r}, which the cached screener (celtk.screening.cached.CachedScreener) scores.")
         if batch_size < 1:
             raise ConfigError(f"Batch size must be at least 1, got {batch_size}.")
         if task.runs_code:  # refuse before the prompts are read, not at the first graded generation

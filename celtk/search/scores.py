@@ -1,5 +1,5 @@
 """One scored intervention and the paper's ranking key: pure numpy, no torch, so the search
-logic (:mod:`celtk.selection`, :mod:`celtk.strategies`, :mod:`celtk.stability`) imports without it."""
+logic (:mod:`celtk.search.selection`, :mod:`celtk.search.strategies`, :mod:`celtk.search.stability`) imports without it."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
-from celtk.scores import HeadScore
-from celtk.strategies import SearchResult, get_strategy
+from celtk.search.scores import HeadScore
+from celtk.search.strategies import SearchResult, get_strategy
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,52 @@
+"""The evaluation wing: tokenise once, batch, score teacher-forced or generate, return per-example results.
+
+* :mod:`celtk.evaluation.results`: :class:`EvalConfig`, :class:`ExampleResult`, :class:`EvalResult`.
+* :mod:`celtk.evaluation.prompts`: chat templates and dates, encoding, :func:`prepare`.
+* :mod:`celtk.evaluation.scoring`: teacher-forced scoring and the mean/resample reference values.
+* :mod:`celtk.evaluation.generation`: greedy generation and its grading.
+
+:func:`evaluate` is the front door: it scores a task's examples with heads ablated, by teacher forcing or by
+generation as the task is graded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from celtk.ablation import ablate, as_ablation
+from celtk.ablation_kinds import Ablation, AblationKind
+from celtk.evaluation.generation import evaluate_generation, refuse_resample_generation
+from celtk.evaluation.prompts import prepare
+from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
+from celtk.evaluation.scoring import ablated, ablation_for, aggregate, make_batches, score_requests
+from celtk.heads import HeadSet
+from celtk.models import Model
+from celtk.planning.plan import check_memory
+from celtk.tasks import Example, Task
+
+
+def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
+             heads: HeadSet | None = None, config: EvalConfig = EvalConfig(),
+             progress: Callable[[int, int], None] | None = None,
+             ablation: Ablation | AblationKind | str | None = None) -> EvalResult:
+    """Score ``examples`` with ``heads`` ablated (none by default) as ``ablation`` says (default zero;
+    mean and resample values come from :func:`ablation_for`). Never prints.
+
+    Returns:
+        per-example ``correct`` and the score behind it (summed target log-probability, the
+        per-choice log-likelihoods, or the generated text), in the order of ``examples``.
+    """
+    heads = heads or HeadSet()
+    kind = as_ablation(ablation)
+    if task.kind == "generate":
+        refuse_resample_generation(kind)
+        with ablate(model, heads, kind):
+            return evaluate_generation(model, task, examples, shots, config, progress)
+    prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
+    check_memory(model, prepared, config.batch_size, cached=False, what="Scoring")
+    batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
+    return aggregate(prepared, *score_requests(model, prepared, batches, progress,
+                                               around=ablated(model, prepared, heads, kind)))
+
+
+__all__ = ["EvalConfig", "EvalResult", "ExampleResult", "ablation_for", "evaluate", "prepare"]
