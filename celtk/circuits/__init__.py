@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from celtk.errors import DataFormatError, HeadError, suggest
-from celtk.heads import Head
+from celtk.heads import Head, HeadSet
+from celtk.search.scores import head_order
 
 _PACKAGED = {"ioi-gpt2-small": "ioi_gpt2_small.json"}
 
@@ -128,9 +129,15 @@ def critical_and_enhancing(rows: list[dict[str, Any]], n: int = 10) -> dict[str,
     """From screen rows (``head``, ``gain_count``, ``damage``, ``fixes``): the ``n`` heads whose
     removal hurts most (task-critical, Bair et al. 2026) and the ``n`` whose removal helps most
     (enhancing), their layer histograms, and their overlap."""
-    ordered = sorted(rows, key=lambda r: (r["gain_count"], -r["damage"], r["head"]))
-    critical = [r for r in ordered if r["gain_count"] < 0][:n]
-    enhancing = [r for r in reversed(ordered) if r["gain_count"] > 0][:n]
+    def best_first(r: dict[str, Any]) -> tuple:
+        return head_order(HeadSet.parse(r["head"]), r["gain_count"], r["damage"], r.get("accuracy"))
+
+    def worst_first(r: dict[str, Any]) -> tuple:  # every measure negated; ties still by ascending head ids
+        accuracy = r.get("accuracy")
+        return head_order(HeadSet.parse(r["head"]), -r["gain_count"], -r["damage"], None if accuracy is None else -accuracy)
+
+    critical = sorted((r for r in rows if r["gain_count"] < 0), key=worst_first)[:n]
+    enhancing = sorted((r for r in rows if r["gain_count"] > 0), key=best_first)[:n]
 
     def layers(group):
         return dict(sorted(Counter(Head.parse(r["head"]).layer for r in group).items()))

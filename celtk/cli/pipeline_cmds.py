@@ -80,7 +80,11 @@ def _flags(**kw):
 def _print_screen(doc, top: int = 10) -> None:
     from rich.table import Table
 
-    rows = sorted((r for r in doc.heads if r.complete), key=lambda r: (-r.gain_count, r.damage, -r.accuracy))[:top]
+    from celtk.heads import HeadSet
+    from celtk.search.scores import head_order
+
+    rows = sorted((r for r in doc.heads if r.complete),
+                  key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))[:top]
     table = Table(title=f"Top single-head ablations on {doc.n} discovery examples (intact {doc.intact_accuracy:.1%})")
     for col in ("head", "accuracy", "gain (pts)", "fixes", "damage"):
         table.add_column(col, justify="right")

@@ -10,6 +10,7 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet, all_heads
 from celtk.run.documents import UNSCORED
 from celtk.runstore import read_json
+from celtk.search.scores import head_order
 
 
 def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[Any, Any]]) -> None:
@@ -64,7 +65,7 @@ def check_racing_rows(out: Path, doc) -> None:
     if racing is None:
         return
     complete = sorted((r for r in doc.heads if r.complete),
-                      key=lambda r: (-r.gain_count, r.damage, HeadSet.parse(r.head).sort_key()))
+                      key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))
     top = [r.head for r in complete[:racing.p]]
     if racing.pool != top:
         raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of the "

@@ -45,6 +45,7 @@ from jaxtyping import Bool, Int, Shaped
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
+from celtk.search.scores import head_order
 
 Mode = Literal["exact", "confidence"]
 # (heads, example indices of the chunk) -> each head's correctness on those examples, in that order
@@ -52,10 +53,9 @@ ScoreChunk = Callable[[list[HeadSet], Int[np.ndarray, " chunk"]], Mapping[HeadSe
 
 
 def race_key(heads: HeadSet, n_correct: int, damage: int, intact_correct: int) -> tuple:
-    """The ranking key of one intervention, as :func:`celtk.search.selection.ranking_key` builds it
-    from a ``HeadScore`` (re-derived here because that module imports torch): higher gain,
-    lower damage, higher accuracy, fewer heads, then lexicographic head ids."""
-    return (-(n_correct - intact_correct), damage, -n_correct, len(heads), heads.sort_key())
+    """The ranking key (:func:`celtk.search.scores.head_order`) of one intervention from its counts on the
+    examples scored so far."""
+    return head_order(heads, n_correct - intact_correct, damage, n_correct)
 
 
 def geometric_schedule(n: int, first: int, growth: float = 2.0, smallest: int = 1) -> list[int]:

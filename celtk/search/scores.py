@@ -1,5 +1,6 @@
-"""One scored intervention and the paper's ranking key: pure numpy, no torch, so the search
-logic (:mod:`celtk.search.selection`, :mod:`celtk.search.strategies`, :mod:`celtk.search.stability`) imports without it."""
+"""One scored intervention and the paper's ranking key (:func:`head_order`, the one spelling): pure numpy, no
+torch, so the search logic (:mod:`celtk.search.selection`, :mod:`celtk.search.strategies`,
+:mod:`celtk.search.stability`) imports without it."""
 
 from __future__ import annotations
 
@@ -41,11 +42,21 @@ class HeadScore:
                    int((intact & ~correct).sum()), int((~intact & correct).sum()), correct)
 
 
+def head_order(heads: HeadSet, gain: int, damage: int, n_correct: int | float | None = None) -> tuple:
+    """The paper's ranking key, spelled once (ascending = better): higher gain, lower damage, higher accuracy,
+    fewer heads, then the head ids in lexicographic order, each id compared as its (layer, head) numbers
+    (:meth:`celtk.heads.HeadSet.sort_key`: ``L2H0`` before ``L10H0``).
+
+    Everything that orders heads calls this: :func:`ranking_key` on a :class:`HeadScore`, the racing screen on
+    partial counts, the screen document's rows and the circuit comparisons. ``n_correct`` (or the accuracy: only
+    its order matters) may be left out where every row is scored on the same examples, since there it moves
+    with ``gain``. Called with every measure negated it orders worst first, ties still by ascending head ids."""
+    return (-gain, damage, -(gain if n_correct is None else n_correct), len(heads), heads.sort_key())
+
+
 def ranking_key(score: HeadScore) -> tuple:
-    """Sort key (ascending = better): higher gain, lower damage, higher accuracy, fewer heads,
-    then the head ids in lexicographic order, each id compared as its (layer, head) numbers
-    (:meth:`celtk.heads.HeadSet.sort_key`: ``L2H0`` before ``L10H0``)."""
-    return (-score.gain, score.damage, -score.n_correct, len(score.heads), score.heads.sort_key())
+    """:func:`head_order` of one scored intervention."""
+    return head_order(score.heads, score.gain, score.damage, score.n_correct)
 
 
 def rank(scores: Iterable[HeadScore]) -> list[HeadScore]:

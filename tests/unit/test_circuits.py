@@ -95,3 +95,36 @@ def test_critical_and_enhancing():
     assert [r["head"] for r in out["enhancing"]] == ["L2H0", "L0H1"]
     assert out["critical_layers"] == {0: 1, 1: 1} and out["enhancing_layers"] == {0: 1, 2: 1}
     assert out["overlap"] == [] and out["both_fix_and_damage"][0] in ("L0H1", "L1H0")
+
+
+def test_critical_and_enhancing_order_heads_by_number_not_text():
+    """Ties (same gain, damage) are broken by the one ranking key, which compares head ids as numbers: L2H0 before
+    L10H0 in both lists (string order put L10H0 before L2H0 among critical heads and L3H0 before L2H0 among
+    enhancing ones)."""
+    rows = [{"head": h, "gain_count": g, "damage": d, "fixes": 0}
+            for h, g, d in [("L10H0", -3, 3), ("L2H0", -3, 3), ("L1H5", -7, 7),
+                            ("L10H1", 2, 0), ("L3H0", 2, 0), ("L2H1", 2, 0), ("L0H0", 5, 0)]]
+    out = critical_and_enhancing(rows, n=5)
+    assert [r["head"] for r in out["critical"]] == ["L1H5", "L2H0", "L10H0"]
+    assert [r["head"] for r in out["enhancing"]] == ["L0H0", "L2H1", "L3H0", "L10H1"]
+
+
+def test_every_head_ordering_is_the_one_ranking_key():
+    """The screen table, the racing key and the racing pool's check order rows as head_order does."""
+    import numpy as np
+
+    from celtk.heads import HeadSet
+    from celtk.screening.racing import exhaustive_pool, race_key
+    from celtk.search.scores import HeadScore, head_order, ranking_key
+
+    intact = np.array([1, 1, 0, 0, 1, 0], dtype=bool)
+    outcomes = {HeadSet.parse(h): np.array(c, dtype=bool) for h, c in
+                [("L10H0", [1, 1, 1, 0, 1, 0]), ("L2H0", [1, 1, 1, 0, 1, 0]), ("L1H1", [0, 1, 1, 1, 1, 0]),
+                 ("L0H3", [1, 1, 0, 0, 0, 0])]}
+    scores = [HeadScore.compare(h, c, intact) for h, c in outcomes.items()]
+    by_score = [str(s.heads) for s in sorted(scores, key=ranking_key)]
+    assert by_score == ["L2H0", "L10H0", "L1H1", "L0H3"]  # gain 1, 1 (damage 0), 1 (damage 1), -1
+    assert [str(h) for h in exhaustive_pool(outcomes, intact, 4)] == by_score
+    for s in scores:
+        assert race_key(s.heads, s.n_correct, s.damage, int(intact.sum())) == ranking_key(s) == \
+            head_order(s.heads, s.gain, s.damage, s.n_correct)
