@@ -58,7 +58,7 @@ def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_d
 
 def _held_back_note(rows: list[dict]) -> str:
     """What `--split all` did not score: the task's few-shot reserve and rows repeating another's content."""
-    from celtk.tasks._splits import FEWSHOT_POOL
+    from celtk.tasks import FEWSHOT_POOL
 
     reserve = [r["id"] for r in rows if r["reason"] == FEWSHOT_POOL]
     repeats = len(rows) - len(reserve)

@@ -17,7 +17,7 @@ from celtk.evaluation.prompts import format_prompt, prompt_ids
 from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
 from celtk.evaluation.scoring import unembed
 from celtk.models import Model
-from celtk.tasks import Example, Task
+from celtk.tasks import Example, Task, require_opt_in
 
 
 def refuse_resample_generation(ablation: Ablation | AblationKind) -> None:
@@ -134,8 +134,6 @@ def generation_result(task: Task, example: Example, text: str, n_tokens: int, al
 
 def evaluate_generation(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example],
                          config: EvalConfig, progress: Callable[[int, int], None] | None) -> EvalResult:
-    from celtk.tasks._sandbox import require_opt_in
-
     if task.runs_code:
         require_opt_in(config.allow_code)
     prompts = [format_prompt(model, task, e, shots, config.chat, config.chat_date) for e in examples]

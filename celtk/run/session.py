@@ -17,8 +17,7 @@ from celtk.run.documents import ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
 from celtk.runstore import check_fingerprint, unbits
 from celtk.search.scores import HeadScore
-from celtk.tasks import Splits, Task, get_task, make_splits
-from celtk.tasks._splits import shared_examples
+from celtk.tasks import Splits, Task, get_task, make_splits, shared_examples
 from celtk.validation import check_fields
 
 

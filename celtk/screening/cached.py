@@ -48,8 +48,7 @@ from celtk.evaluation.prompts import Prepared, Request
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.scoring import Batch, ablated, aggregate, make_batches, score_hidden, score_requests
 from celtk.heads import HeadSet
-from celtk.models import Model
-from celtk.models._arch import CACHE_KEYWORDS
+from celtk.models import CACHE_KEYWORDS, Model
 from celtk.screening.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.screening.prefix_tree import Node, prefix_tree
 from celtk.validation import validated

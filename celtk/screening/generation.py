@@ -47,7 +47,7 @@ from celtk.screening.cached import (
     shared_prefix_length,
     with_masks,
 )
-from celtk.tasks import Task
+from celtk.tasks import Task, require_opt_in
 
 
 class _KV:
@@ -217,8 +217,6 @@ class GenerationScreener:
         if batch_size < 1:
             raise ConfigError(f"Batch size must be at least 1, got {batch_size}.")
         if task.runs_code:  # refuse before the prompts are read, not at the first graded generation
-            from celtk.tasks._sandbox import require_opt_in
-
             require_opt_in(allow_code)
         self.model, self.prepared, self.task, self.allow_code = model, prepared, task, allow_code
         self.ablation = as_ablation(ablation)
