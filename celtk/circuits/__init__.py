@@ -129,15 +129,13 @@ def critical_and_enhancing(rows: list[dict[str, Any]], n: int = 10) -> dict[str,
     """From screen rows (``head``, ``gain_count``, ``damage``, ``fixes``): the ``n`` heads whose
     removal hurts most (task-critical, Bair et al. 2026) and the ``n`` whose removal helps most
     (enhancing), their layer histograms, and their overlap."""
-    def best_first(r: dict[str, Any]) -> tuple:
-        return head_order(HeadSet.parse(r["head"]), r["gain_count"], r["damage"], r.get("accuracy"))
-
-    def worst_first(r: dict[str, Any]) -> tuple:  # every measure negated; ties still by ascending head ids
+    def order(r: dict[str, Any], sign: int = 1) -> tuple:  # sign -1: every measure negated, so worst first
         accuracy = r.get("accuracy")
-        return head_order(HeadSet.parse(r["head"]), -r["gain_count"], -r["damage"], None if accuracy is None else -accuracy)
+        return head_order(HeadSet.parse(r["head"]), sign * r["gain_count"], sign * r["damage"],
+                          None if accuracy is None else sign * accuracy)
 
-    critical = sorted((r for r in rows if r["gain_count"] < 0), key=worst_first)[:n]
-    enhancing = sorted((r for r in rows if r["gain_count"] > 0), key=best_first)[:n]
+    critical = sorted((r for r in rows if r["gain_count"] < 0), key=lambda r: order(r, -1))[:n]
+    enhancing = sorted((r for r in rows if r["gain_count"] > 0), key=order)[:n]
 
     def layers(group):
         return dict(sorted(Counter(Head.parse(r["head"]).layer for r in group).items()))

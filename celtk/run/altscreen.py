@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
@@ -35,7 +36,7 @@ def ranker_input(run: ScreenedRun, method: str, progress: Progress | None = None
     config = run.session.config
     memo: list[SetMemo] = []
 
-    def evaluate(sets: list[HeadSet]) -> Mapping[HeadSet, np.ndarray]:
+    def evaluate(sets: list[HeadSet]) -> Mapping[HeadSet, Bool[np.ndarray, " example"]]:
         if not memo:
             memo.append(memo_for(run, progress, method))
         return memo[0](sets)

@@ -127,6 +127,38 @@ def test_altscreens_rank_the_planted_head_first(planted_run):
     assert (out / "altscreen-lasso.json").is_file() and len(exhaustive_best) == 12
 
 
+def knockout_ranker(inputs, *, masks=200, rate=0.05, seed=0, **_):
+    """A ranker written outside celtk (one function, no celtk edit): each head's accuracy knocked out alone,
+    scored through the run's memo under its ablation kind. It must agree with the exhaustive screen exactly."""
+    from celtk.screening.rankers import RankerResult
+
+    sets = [HeadSet.of([h]) for h in inputs.heads]
+    outcomes = inputs.evaluate(sets)
+    return RankerResult("knockout", {h: float(outcomes[s].mean()) for h, s in zip(inputs.heads, sets)}, len(sets),
+                        0.0, {"ablation": inputs.ablation, "n_discovery": len(inputs.discovery().examples)})
+
+
+def test_a_ranker_is_one_function_plus_one_registry_line(planted_run):
+    """Adding a ranker is one module plus one line in RANKERS: registered from this test module, run_altscreen
+    runs it with the run's inputs and compares it with the screen like the built-in ones."""
+    from celtk.errors import ConfigError
+    from celtk.screening.registry import RANKERS
+
+    model, out = planted_run
+    RANKERS.register("knockout", knockout_ranker)
+    try:
+        doc = run_altscreen(out, method="knockout", p=4, model=model)
+        with pytest.raises(ConfigError, match="already registered"):
+            RANKERS.register("knockout", knockout_ranker)
+    finally:
+        RANKERS.unregister("knockout")
+    assert doc.method == "knockout" and doc.details == {"ablation": "zero", "n_discovery": 40}
+    assert doc.comparison["screener_pool"] == doc.comparison["exhaustive_pool"] and doc.comparison["overlap"] == 4
+    assert doc.comparison["spearman"] == pytest.approx(1.0) and next(iter(doc.scores)) == "L1H2"
+    assert json.loads((out / "altscreen-knockout.json").read_text())["method"] == "knockout"
+    assert "knockout" not in RANKERS
+
+
 def test_stability_on_planted_head(planted_run):
     model, out = planted_run
     doc = run_stability(out, resamples=6, method="bootstrap", p=4, k=2, model=model, n_boot=200)

@@ -25,7 +25,8 @@ sys.meta_path.insert(0, _NoTorch())
 """
 
 _NO_TORCH = _BLOCK_TORCH + """
-import celtk.search.scores, celtk.search.selection, celtk.search.strategies, celtk.search.stability, celtk.registry, celtk.run.config
+import celtk.search.scores, celtk.search.selection, celtk.search.strategies, celtk.search.stability, celtk.search.nulls
+import celtk.registry, celtk.search.registry, celtk.screening.registry, celtk.run.registry, celtk.run.config
 import celtk.run.documents
 import numpy as np
 from celtk.heads import HeadSet
@@ -55,11 +56,14 @@ def test_registries_suggest_and_cli_choices_come_from_them():
 
     from celtk.cli.pipeline_cmds import run_cmd, screen_cmd, select_cmd
     from celtk.cli.search_cmds import altscreen_cmd, stability_cmd
-    from celtk.registry import SCREENERS, SCREENS, STRATEGIES
+    from celtk.run.registry import SCREENS
+    from celtk.screening.registry import RANKERS, SCREENERS
+    from celtk.search.registry import STRATEGIES
 
-    assert STRATEGIES.names() == ["algorithm1", "greedy", "beam"] and SCREENERS.names() == ["gradient", "lasso"]
-    with pytest.raises(ConfigError, match="Unknown screener 'lasso2'. Did you mean: 'lasso'"):
-        SCREENERS.get("lasso2")
+    assert STRATEGIES.names() == ["algorithm1", "greedy", "beam"] and RANKERS.names() == ["gradient", "lasso"]
+    assert SCREENERS.names() == ["cached", "generation"]
+    with pytest.raises(ConfigError, match="Unknown ranker 'lasso2'. Did you mean: 'lasso'"):
+        RANKERS.get("lasso2")
     with pytest.raises(ConfigError, match="Unknown search strategy 'bem'.*Did you mean: 'beam'"):
         STRATEGIES.get("bem")
 
@@ -69,12 +73,16 @@ def test_registries_suggest_and_cli_choices_come_from_them():
         return list(option.type.choices)
 
     assert choices(select_cmd, "strategy") == choices(stability_cmd, "strategy") == STRATEGIES.names()
-    assert choices(altscreen_cmd, "method") == SCREENERS.names()
+    assert choices(altscreen_cmd, "method") == RANKERS.names()
     assert choices(screen_cmd, "screen") == choices(run_cmd, "screen") == SCREENS.names() == ["exhaustive", "racing"]
     assert callable(SCREENS.get("racing")) and callable(SCREENS.get("exhaustive"))
     with pytest.raises(ConfigError, match="Unknown screen 'racng'. Did you mean: 'racing'"):
         SCREENS.get("racng")
-    assert callable(SCREENERS.get("gradient")) and STRATEGIES.get("beam").name == "beam"
+    assert callable(RANKERS.get("gradient")) and STRATEGIES.get("beam").name == "beam"
+    from celtk.screening.cached import CachedScreener
+    from celtk.screening.generation import GenerationScreener
+
+    assert SCREENERS.get("cached") is CachedScreener and SCREENERS.get("generation") is GenerationScreener
 
 
 def test_each_strategy_checks_its_own_options():
@@ -190,3 +198,22 @@ def test_dead_eval_config_fields_are_gone():
         EvalConfig(fewshot=3)
     with pytest.raises(TypeError):
         EvalConfig(seed=1)
+
+
+def test_a_registry_takes_plugins_by_path_or_object_and_refuses_clashes():
+    from celtk.registry import Registry
+
+    reg = Registry("ranker", {"a": "celtk.search.scores:head_order"})
+    reg.register("b", "celtk.search.scores:ranking_key")
+    reg.register("c", len)
+    from celtk.search.scores import head_order, ranking_key
+
+    assert reg.names() == ["a", "b", "c"] and reg.get("a") is head_order and reg.get("b") is ranking_key
+    assert reg.get("c") is len
+    with pytest.raises(ConfigError, match="ranker named 'a' is already registered"):
+        reg.register("a", len)
+    with pytest.raises(ConfigError, match="'module:attribute'"):
+        reg.register("d", "celtk.search.scores.head_order")
+    reg.unregister("c")
+    with pytest.raises(ConfigError, match="Unknown ranker 'c'"):
+        reg.get("c")
