@@ -1,8 +1,9 @@
 """Stage 2's search alone, the prefix tree against the scheduling before it, in one process and in
 alternation (old, new, new, old, ...): the same model, discovery examples and Algorithm 1 subsets of
 a screened run's pool, scored by this tree's ``CachedScreener`` and by the base commit's (its
-``celtk/screen.py`` loaded under another module name beside this tree's other modules, which it
-shares). Per-example outcomes must be identical; reports seconds per search, their ratio, and the
+cached screener, ``--base-path``, loaded under another module name beside this tree's other modules, which it
+shares; so the base must import modules this tree still has: commits before the wings held the screener in
+``celtk/screen.py`` and imported ``celtk.evaluator``, which this tree no longer has). Per-example outcomes must be identical; reports seconds per search, their ratio, and the
 layer evaluations each ran (counted through ``_layer``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/tree_speed.py runs/demo --repeats 2 --out runs/tree_speed.json
@@ -26,13 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def base_screen(commit: str, into: Path):
-    """The base commit's ``celtk.screening.cached`` as module ``celtk_base_screen`` (its imports resolve to this tree)."""
-    archive = subprocess.run(["git", "archive", "--format=tar", commit, "celtk/screen.py"], cwd=ROOT, capture_output=True,
+def base_screen(commit: str, into: Path, path: str = "celtk/screening/cached.py"):
+    """The base commit's cached screener (``path``) as module ``celtk_base_screen`` (its imports resolve to this tree)."""
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, path], cwd=ROOT, capture_output=True,
                              check=True)
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
-    spec = importlib.util.spec_from_file_location("celtk_base_screen", into / "celtk" / "screen.py")
+    spec = importlib.util.spec_from_file_location("celtk_base_screen", into / path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["celtk_base_screen"] = module
     spec.loader.exec_module(module)
@@ -54,12 +55,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a screened run directory (only read)")
     parser.add_argument("--base", default=None, help="the old code's commit (default: merge-base with main)")
+    parser.add_argument("--base-path", default="celtk/screening/cached.py", help="the cached screener's file in --base")
     parser.add_argument("--repeats", type=int, default=1, help="rounds of (old, new) / (new, old)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from celtk import screen as new_screen
     from celtk.run.session import open_run
+    from celtk.screening import cached as new_screen
     from celtk.search.selection import candidate_pool, subsets
 
     commit = args.base or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True,
@@ -70,7 +72,7 @@ def main() -> None:
     sets = subsets(pool, config.k)
     prepared = run.session.prepared("discovery")
     with tempfile.TemporaryDirectory() as tmp:
-        old_screen = base_screen(commit, Path(tmp))
+        old_screen = base_screen(commit, Path(tmp), args.base_path)
     counters = {"old": {"rows": 0}, "new": {"rows": 0}}
     counting(old_screen.CachedScreener, counters["old"])
     counting(new_screen.CachedScreener, counters["new"])
