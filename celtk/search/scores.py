@@ -55,7 +55,8 @@ def head_order(heads: HeadSet, gain: int, damage: int, n_correct: int | float | 
 
 
 def ranking_key(score: HeadScore) -> tuple:
-    """:func:`head_order` of one scored intervention."""
+    """:func:`head_order` of one scored intervention (ascending = better): higher gain, lower damage, higher
+    accuracy, fewer heads, then head ids compared as (layer, head) numbers (``L2H0`` before ``L10H0``)."""
     return head_order(score.heads, score.gain, score.damage, score.n_correct)
 
 
