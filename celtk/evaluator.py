@@ -22,7 +22,7 @@ from torch import Tensor
 from celtk.ablation import ablate, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind, reference_values
 from celtk.errors import ConfigError, TaskError
-from celtk.heads import HeadSet
+from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model
 from celtk.plan import check_memory
 from celtk.tasks import Example, Task, build_context, continuation_delimiter
@@ -340,7 +340,7 @@ def aggregate(prepared: Prepared, lp: np.ndarray, greedy: np.ndarray) -> EvalRes
 
 
 def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
-             heads: HeadSet | None = None, config: EvalConfig = EvalConfig(),
+             heads: HeadSet | str = "", config: EvalConfig = EvalConfig(),
              progress: Callable[[int, int], None] | None = None,
              ablation: Ablation | AblationKind | str | None = None) -> EvalResult:
     """Score ``examples`` with ``heads`` ablated (none by default) as ``ablation`` says (default zero;
@@ -350,7 +350,7 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
         per-example ``correct`` and the score behind it (summed target log-probability, the
         per-choice log-likelihoods, or the generated text), in the order of ``examples``.
     """
-    heads = heads or HeadSet()
+    heads = as_head_set(heads)
     kind = as_ablation(ablation)
     if task.kind == "generate":
         refuse_resample_generation(kind)
