@@ -688,7 +688,7 @@ def c_plan_mean_prompt_longer(ctx):
 
 def c_api_wrong_type(ctx):
     import celtk
-    celtk.run_select(ctx.tmp, p="3", model=ctx.tiny)
+    celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)
 
 
 def c_api_out_of_range(ctx):
@@ -700,7 +700,7 @@ def c_api_out_of_range(ctx):
 
 def c_api_negative_count(ctx):
     import celtk
-    celtk.mcnemar_exact(-1, 3)
+    celtk.stats.mcnemar_exact(-1, 3)
 
 
 def c_api_config_at_construction(ctx):
@@ -710,7 +710,7 @@ def c_api_config_at_construction(ctx):
 
 def c_api_unknown_argument(ctx):
     import celtk
-    celtk.run_test(ctx.tmp, held_out=3)
+    celtk.run.run_test(ctx.tmp, held_out=3)
 
 
 def c_sandbox_tools_missing(ctx):
