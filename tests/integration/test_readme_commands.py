@@ -10,10 +10,14 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
+import transformers as tf
 from _markdown import README, ROOT, celtk_command_lines, fenced_blocks, pages
 from click.testing import CliRunner
 
+import celtk
 from celtk.cli import main
+from celtk.models import wrap_hf_model
 
 COMMANDS = [(path, words, line) for path in pages() for words, line in celtk_command_lines(path)]
 
@@ -53,7 +57,8 @@ def test_each_command_names_a_verb_and_options_it_has(path, words, line):
     result = runner.invoke(main, [verb, "--help"])
     assert result.exit_code == 0, f"{path.name}:{line}: `celtk {verb} --help` failed:\n{result.output}"
     unknown = [o for o in after if not _listed(o, result.output)]
-    assert not unknown, f"{path.name}:{line}: `celtk {' '.join(words)}` uses {unknown}, which `celtk {verb} --help` lacks"
+    assert not unknown, \
+        f"{path.name}:{line}: `celtk {' '.join(words)}` uses {unknown}, which `celtk {verb} --help` lacks"
 
 
 def test_setup_commands_are_make_targets_and_ci_runs_the_test_command():
@@ -72,7 +77,8 @@ def test_setup_commands_are_make_targets_and_ci_runs_the_test_command():
         "the README's account of what `make demo` runs differs from the Makefile's DEMO_ARGS"
 
 
-PYTHON = [(path, code, line) for path in pages() for language, code, line in fenced_blocks(path) if language == "python"]
+PYTHON = [(path, code, line) for path in pages() for language, code, line in fenced_blocks(path)
+          if language == "python"]
 
 
 @pytest.mark.parametrize("path, code, line", PYTHON, ids=[f"{p.relative_to(ROOT)}:{n}" for p, _, n in PYTHON])
@@ -83,11 +89,6 @@ def test_every_python_block_compiles(path, code, line):
 def _smollm2_shaped_tiny(tokenizer):
     """A random Llama of SmolLM2-135M's head layout (30 layers × 9 query heads, 3 key/value heads), so every head
     the README names exists; 8-dimensional heads keep it fast."""
-    import torch
-    import transformers as tf
-
-    from celtk.models import wrap_hf_model
-
     config = tf.LlamaConfig(vocab_size=len(tokenizer), hidden_size=72, intermediate_size=64, num_hidden_layers=30,
                             num_attention_heads=9, num_key_value_heads=3, head_dim=8, max_position_embeddings=512,
                             initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None,
@@ -104,11 +105,10 @@ README_PYTHON = [(code, line) for language, code, line in fenced_blocks(README) 
 def test_readme_python_runs_on_a_tiny_model(code, line, smol_tokenizer, tmp_path, monkeypatch, capsys, request):
     """A block that names heads gets a tiny model of SmolLM2's layout, so they exist; one that runs whole stages
     gets the 3-layer tiny Llama (12 heads, enough for p = 10), so its 165 subsets stay cheap."""
-    import celtk
-
     if "celtk.Run(" in code and not hasattr(celtk, "Run"):
         pytest.skip("celtk.Run (issue 25's notebook handle) is not in this tree yet; the block is only compiled")
-    tiny = _smollm2_shaped_tiny(smol_tokenizer) if re.search(r"L\d+H\d+", code) else request.getfixturevalue("tiny_llama")
+    names_heads = re.search(r"L\d+H\d+", code)
+    tiny = _smollm2_shaped_tiny(smol_tokenizer) if names_heads else request.getfixturevalue("tiny_llama")
     loaded = []
     monkeypatch.setattr(celtk, "load_model", lambda source, *a, **k: loaded.append(source) or tiny)
     monkeypatch.chdir(tmp_path)
