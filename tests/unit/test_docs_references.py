@@ -26,7 +26,7 @@ _DOTTED = re.compile(r"(?<![\w./-])celtk(?:\.[A-Za-z_]\w*)+")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 # Names of issue 25 that land with another branch: the test says when one resolves, so the entry is deleted.
-LANDING = {"celtk.Run": "the notebook handle (celtk/run/handle.py)"}
+LANDING: dict[str, str] = {}  # names the docs may use before they land in the tree
 
 
 def _named_paths(path: Path) -> set[str]:
