@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 DEMO_ARGS ?= --discovery 100 --heldout 300 --seed 1 --out runs/demo
 
-.PHONY: env demo test test-fast lint clean gpu-wheels
+.PHONY: env demo test test-fast lint docs clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -34,6 +34,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# the documentation (mkdocs.yml, docs/) into site/; strict: a link to a missing page or heading fails the build
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 # What benchmarks/gpu_check.py needs on a CUDA machine that has torch, transformers, einops, jaxtyping, rich, click,
 # accelerate and safetensors: transformer-lens, and what importing it pulls in (datasets and datasets' own needs; its other
 # requirements are not imported on celtk's path). Wheels for CPython 3.12 on x86-64 Linux, into .whl/ (git-ignored);
@@ -51,4 +55,4 @@ gpu-wheels:  # needs only a pip (no venv): pip download fetches, installs nothin
 	@du -sh .whl
 
 clean:
-	rm -rf $(VENV) runs .whl
+	rm -rf $(VENV) runs .whl site

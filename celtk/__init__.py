@@ -3,38 +3,36 @@
 Find a small set of attention heads whose removal improves a model on a task, prove the
 gain on held-out data, and explain it (Nguyen, Bair & Kolter 2026).
 
-The public names below, and the submodules (``celtk.probe``, ``celtk.run``, ``celtk.tasks``, …),
-load on first use, so ``import celtk`` (and ``celtk --help``) does not import torch;
-``dir(celtk)`` lists them all. Every public function checks its arguments' types and ranges before
-any work (:mod:`celtk.validation`) and raises a :class:`CeltkError` subclass naming what was wrong.
+The top level is the notebook surface, about twenty names (``dir(celtk)``): :class:`Run`, the handle
+on one run directory (one loaded model, one method per CLI verb, each returning the stage's
+document), the main documents, :class:`Head`/:class:`HeadSet`, loading a model and a task, ablating
+and evaluating, and :class:`CeltkError`. Everything else stays in its package (every stage function in
+:mod:`celtk.run`, statistics in :mod:`celtk.stats`, …), and any submodule is reachable as
+``celtk.NAME``. Names load on first use, so ``import celtk`` (and ``celtk --help``) does not import
+torch. Every public function checks its arguments' types and ranges before any work
+(:mod:`celtk.validation`) and raises a :class:`CeltkError` subclass naming what was wrong.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from celtk._version import __version__
 
 _EXPORTS = {
-    "ablate": "celtk.ablation", "export_ablated": "celtk.ablation",
-    "CeltkError": "celtk.errors",
-    "EvalConfig": "celtk.evaluation", "EvalResult": "celtk.evaluation", "ExampleResult": "celtk.evaluation",
-    "evaluate": "celtk.evaluation", "ablation_for": "celtk.evaluation",
+    "Run": "celtk.run", "RunConfig": "celtk.run",
+    "ScreenDocument": "celtk.run", "SelectionDocument": "celtk.run", "TestDocument": "celtk.run",
     "Head": "celtk.heads", "HeadSet": "celtk.heads",
     "Model": "celtk.models", "load_model": "celtk.models",
-    "RunConfig": "celtk.run", "merge_shards": "celtk.run", "open_run": "celtk.run", "resolve_config": "celtk.run",
-    "run_all": "celtk.run", "run_altscreen": "celtk.run", "run_eval": "celtk.run", "run_screen": "celtk.run",
-    "run_select": "celtk.run", "run_stability": "celtk.run", "run_test": "celtk.run",
-    "CachedScreener": "celtk.screening.cached",
-    "HeadScore": "celtk.search.scores", "rank": "celtk.search.scores", "ranking_key": "celtk.search.scores",
-    "select": "celtk.search.selection",
-    "compare_paired": "celtk.stats", "mcnemar_exact": "celtk.stats",
-    "get_task": "celtk.tasks", "make_splits": "celtk.tasks", "task_names": "celtk.tasks",
+    "get_task": "celtk.tasks", "make_splits": "celtk.tasks",
+    "ablate": "celtk.ablation", "export_ablated": "celtk.ablation",
+    "evaluate": "celtk.evaluation", "compare_paired": "celtk.stats",
+    "CeltkError": "celtk.errors",
 }
 
-_SUBMODULES = ("ablation", "ablation_kinds", "analysis", "circuits", "errors", "evaluation", "heads", "models", "planning",
-               "probe", "registry", "report", "run", "runstore", "screening", "search", "stats", "tasks", "theory")
+_SUBMODULES = ("probe", "report", "run", "tasks")  # listed in dir(celtk); every other submodule loads as celtk.NAME too
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
@@ -45,9 +43,12 @@ def __getattr__(name: str) -> Any:
 
         value = globals()[name] = public(getattr(importlib.import_module(_EXPORTS[name]), name))
         return value
-    if name in _SUBMODULES:
+    if not name.startswith("_") and importlib.util.find_spec(f"celtk.{name}") is not None:
         return importlib.import_module(f"celtk.{name}")
-    raise AttributeError(f"module 'celtk' has no attribute {name!r}")
+    from celtk import run
+
+    home = f"; it is celtk.run.{name} (or a method of celtk.Run)" if name in run.__all__ else ""
+    raise AttributeError(f"module 'celtk' has no attribute {name!r}{home}")
 
 
 def __dir__() -> list[str]:
@@ -55,49 +56,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from celtk import (
-        ablation,
-        ablation_kinds,
-        analysis,
-        circuits,
-        errors,
-        evaluation,
-        heads,
-        models,
-        planning,
-        probe,
-        registry,
-        report,
-        run,
-        runstore,
-        screening,
-        search,
-        stats,
-        tasks,
-        theory,
-    )
+    from celtk import probe, report, run, tasks
     from celtk.ablation import ablate, export_ablated
     from celtk.errors import CeltkError
     from celtk.evaluation import evaluate
-    from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
-    from celtk.evaluation.scoring import ablation_for
     from celtk.heads import Head, HeadSet
     from celtk.models import Model, load_model
-    from celtk.run import (
-        RunConfig,
-        merge_shards,
-        open_run,
-        resolve_config,
-        run_all,
-        run_altscreen,
-        run_eval,
-        run_screen,
-        run_select,
-        run_stability,
-        run_test,
-    )
-    from celtk.screening.cached import CachedScreener
-    from celtk.search.scores import HeadScore, rank, ranking_key
-    from celtk.search.selection import select
-    from celtk.stats import compare_paired, mcnemar_exact
-    from celtk.tasks import get_task, make_splits, task_names
+    from celtk.run import Run, RunConfig, ScreenDocument, SelectionDocument, TestDocument
+    from celtk.stats import compare_paired
+    from celtk.tasks import get_task, make_splits

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec
 from celtk.errors import ConfigError, RunStoreError
-from celtk.heads import HeadSet
+from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model
 
 
@@ -118,8 +118,7 @@ def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind
         >>> with ablate(model, "L5H3,L10H0"):  # doctest: +SKIP
         ...     logits = model.bridge(tokens)
     """
-    if isinstance(heads, str):
-        heads = HeadSet.parse(heads)
+    heads = as_head_set(heads)
     model.validate_heads(heads)
     kind = as_ablation(ablation)
     if kind.per_row and references is None and len(heads):
@@ -249,8 +248,7 @@ def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path,
     """
     from transformers import AutoModelForCausalLM
 
-    if isinstance(heads, str):
-        heads = HeadSet.parse(heads)
+    heads = as_head_set(heads)
     model.validate_heads(heads)
     kind = as_ablation(ablation)
     out_dir = Path(out_dir)

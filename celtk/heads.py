@@ -116,6 +116,20 @@ class HeadSet:
         return out
 
 
+def as_head_set(heads: HeadSet | str) -> HeadSet:
+    """``heads`` as a :class:`HeadSet`, parsed once where a public function receives it: a set is kept, a string
+    is parsed (``"L1H2,L14H8"``; ``""`` is the empty set).
+
+        >>> as_head_set("L14H8, L1H2") == as_head_set(HeadSet.of(["L1H2", "L14H8"]))
+        True
+    """
+    if isinstance(heads, HeadSet):
+        return heads
+    if isinstance(heads, str):
+        return HeadSet.parse(heads)
+    raise HeadError(f"Heads must be a HeadSet or a string such as 'L1H2,L14H8', got {heads!r} ({type(heads).__name__}).")
+
+
 def all_heads(n_layers: int, n_heads: int) -> list[Head]:
     """Every head of an ``n_layers × n_heads`` model in (layer, head) order."""
     return [Head(layer, head) for layer in range(n_layers) for head in range(n_heads)]

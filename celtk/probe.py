@@ -9,7 +9,7 @@ prompt. Everything returns data (dataclasses, numpy arrays); nothing prints.
     >>> eff = celtk.probe.effect(model, task, splits.heldout, splits.shots, "L1H2,L14H8")  # doctest: +SKIP
     >>> eff.fixes[:3], eff.summary.gain                                           # doctest: +SKIP
     >>> att = celtk.probe.attention(model, prompt, "L14H8")                        # doctest: +SKIP
-    >>> dla = celtk.probe.direct_logit_attribution(model, prompt, answer, ["L14H8"])  # doctest: +SKIP
+    >>> dla = celtk.probe.direct_logit_attribution(model, prompt, answer, "L14H8")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from celtk.ablation_kinds import Ablation
 from celtk.errors import TaskError
 from celtk.evaluation import evaluate
 from celtk.evaluation.results import EvalConfig
-from celtk.heads import Head, HeadSet
+from celtk.heads import Head, HeadSet, all_heads, as_head_set
 from celtk.models import Model
 from celtk.stats import PairedComparison, compare_paired
 from celtk.tasks import Example, Task
@@ -82,7 +82,7 @@ def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequenc
     """Per-example correctness and target log-probability, intact vs with ``heads`` removed (as ``ablation``
     says: zero by default, ``"scale:α"``, or mean/resample values from :func:`celtk.evaluation.scoring.ablation_for`),
     the examples fixed and broken, and the paired comparison (gain, McNemar p, bootstrap CI)."""
-    heads = HeadSet.parse(heads) if isinstance(heads, str) else heads
+    heads = as_head_set(heads)
     if task.kind == "generate":
         raise TaskError("probe.effect scores fixed targets or choices; use celtk.evaluate for generation tasks.")
     config = EvalConfig(batch_size=batch_size)
@@ -154,13 +154,13 @@ def head_outputs(model: Model, prompt: str | list[int], position: int = -1
         return torch.stack(outs), cache["ln_final.hook_in"][0, position], torch.stack(attn)
 
 
-def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads: Sequence[Head | str] | None = None,
+def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads: HeadSet | str | None = None,
                              token: int = 0) -> dict[str, float]:
     """Each head's direct contribution to the logit of the answer's ``token``-th token, at the
     position that predicts it (the prompt plus the answer's earlier tokens, split as lm-eval
     splits context and continuation): the head's output through the final norm (its scale frozen)
     and the unembedding. ``target`` may also be a token id (then the prompt's next token).
-    Returns ``{head: contribution}`` for ``heads`` (all by default), largest first."""
+    Returns ``{head: contribution}`` for ``heads`` (``None``: every head), largest first."""
     from celtk.evaluation.prompts import encode_pair
 
     if isinstance(target, int):
@@ -175,8 +175,7 @@ def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads
         factor = _final_norm_factor(model, resid)
         direction = factor * model.arch.unembed_weight[target_id]
         contributions = (outs @ direction).double().cpu().numpy()
-    chosen = [Head.parse(h) if isinstance(h, str) else h for h in heads] if heads else \
-        [Head(l, h) for l in range(model.n_layers) for h in range(model.n_heads)]
+    chosen = list(as_head_set(heads)) if heads is not None else all_heads(model.n_layers, model.n_heads)
     scores = {str(h): float(contributions[h.layer, h.head]) for h in chosen}
     return dict(sorted(scores.items(), key=lambda kv: -kv[1]))
 

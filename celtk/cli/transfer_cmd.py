@@ -95,6 +95,9 @@ def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
 
     from celtk.run.calibrate import run_calibration
 
+    given = click.get_current_context().get_parameter_source("n_candidates") != click.core.ParameterSource.DEFAULT
+    if null == "permutation" and not given:  # the default 20 is the random-heads null's; permutation refuses any
+        n_candidates = None
     with progress_bar() as progress:
         doc = run_calibration(Path(out), null=null, repeats=repeats, seed=seed, n_candidates=n_candidates, progress=progress)
     disc, held = np.array(doc.null_discovery_gains), np.array(doc.null_heldout_gains)

@@ -19,14 +19,14 @@ from celtk.evaluation.generation import evaluate_generation, refuse_resample_gen
 from celtk.evaluation.prompts import prepare
 from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
 from celtk.evaluation.scoring import ablated, ablation_for, aggregate, make_batches, score_requests
-from celtk.heads import HeadSet
+from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model
 from celtk.planning.plan import check_memory
 from celtk.tasks import Example, Task
 
 
 def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
-             heads: HeadSet | None = None, config: EvalConfig = EvalConfig(),
+             heads: HeadSet | str = "", config: EvalConfig = EvalConfig(),
              progress: Callable[[int, int], None] | None = None,
              ablation: Ablation | AblationKind | str | None = None) -> EvalResult:
     """Score ``examples`` with ``heads`` ablated (none by default) as ``ablation`` says (default zero;
@@ -36,7 +36,7 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
         per-example ``correct`` and the score behind it (summed target log-probability, the
         per-choice log-likelihoods, or the generated text), in the order of ``examples``.
     """
-    heads = heads or HeadSet()
+    heads = as_head_set(heads)
     kind = as_ablation(ablation)
     if task.kind == "generate":
         refuse_resample_generation(kind)

@@ -6,8 +6,11 @@
 * :mod:`~celtk.run.documents` — typed result documents (``screen.json``, ``selection.json``, …)
 * stages: :mod:`~celtk.run.screen` (+ merge; :mod:`~celtk.run.racescreen`, the racing screen), :mod:`~celtk.run.select`, :mod:`~celtk.run.test`,
   :mod:`~celtk.run.ablations` (does the tested selection survive other ablation kinds?),
-  :mod:`~celtk.run.altscreen`, :mod:`~celtk.run.stability`, :mod:`~celtk.run.eval`, and
-  :mod:`~celtk.run.full` (screen → select → test)
+  :mod:`~celtk.run.transfer`, :mod:`~celtk.run.calibrate`, :mod:`~celtk.run.altscreen`,
+  :mod:`~celtk.run.stability`, :mod:`~celtk.run.eval`, :func:`~celtk.analysis.run_attributes` and
+  :func:`~celtk.analysis.run_compare`, and :mod:`~celtk.run.full` (screen → select → test)
+* :mod:`~celtk.run.handle` — :class:`Run`, one handle on a run directory for notebooks: one loaded
+  model, one method per CLI verb, each returning the stage's document
 
 Each stage reads what the previous one wrote, writes its own files atomically, and can be
 rerun: finished work is kept, and a changed model, task, data or setting is refused.
@@ -30,6 +33,10 @@ _EXPORTS = {
     "run_select": "select", "run_test": "test", "run_altscreen": "altscreen", "run_stability": "stability",
     "run_eval": "eval", "RunResult": "full", "run_all": "full",
     "run_ablation_kinds": "ablations", "AblationKindsDocument": "documents",
+    "run_transfer": "transfer", "variant_grid": "transfer", "Variant": "transfer", "TransferDocument": "documents",
+    "run_calibration": "calibrate", "CalibrationDocument": "documents",
+    "run_attributes": "celtk.analysis", "run_compare": "celtk.analysis",
+    "Run": "handle",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -39,7 +46,8 @@ def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         from celtk.validation import public
 
-        value = globals()[name] = public(getattr(importlib.import_module(f"celtk.run.{_EXPORTS[name]}"), name))
+        module = _EXPORTS[name] if "." in _EXPORTS[name] else f"celtk.run.{_EXPORTS[name]}"
+        value = globals()[name] = public(getattr(importlib.import_module(module), name))
         return value
     raise AttributeError(f"module 'celtk.run' has no attribute {name!r}")
 
@@ -49,23 +57,29 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from celtk.analysis import run_attributes, run_compare
     from celtk.run.ablations import run_ablation_kinds
     from celtk.run.altscreen import run_altscreen
+    from celtk.run.calibrate import run_calibration
     from celtk.run.config import RunConfig, load_config_file, resolve_config
     from celtk.run.documents import (
         AblationKindsDocument,
         AltscreenDocument,
+        CalibrationDocument,
         DiagnosticsDocument,
         ScreenDocument,
         SelectionDocument,
         StabilityDocument,
         TestDocument,
+        TransferDocument,
     )
     from celtk.run.eval import run_eval
     from celtk.run.full import RunResult, run_all
+    from celtk.run.handle import Run
     from celtk.run.memo import SetMemo
     from celtk.run.screen import merge_shards, parse_shard, run_screen
     from celtk.run.select import run_select
     from celtk.run.session import ScreenedRun, Session, load_screen, open_run, session_for
     from celtk.run.stability import run_stability
     from celtk.run.test import run_test
+    from celtk.run.transfer import Variant, run_transfer, variant_grid

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from celtk.errors import ConfigError
-from celtk.heads import HeadSet
+from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE
 from celtk.runstore import locked, write_json
@@ -23,7 +23,7 @@ SPLITS = ("discovery", "heldout", "all")
 
 def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", task: str | None = None,
              data: str | Path | None = None,
-             heads: str | HeadSet = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
+             heads: HeadSet | str = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
              fewshot: int = 0, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
              device: str = "cpu", dtype: str = "float32", allow_code: bool = False, run: Path | None = None,
              exploratory: bool = False, ablation: str = "zero", reference: int = 100,
@@ -45,7 +45,7 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     from celtk.evaluation.results import EvalConfig
     from celtk.evaluation.scoring import ablation_for
 
-    head_set = heads if isinstance(heads, HeadSet) else HeadSet.parse(heads)
+    head_set = as_head_set(heads)
     kind = AblationKind.parse(ablation)
     if kind.needs_reference and split == "all":
         raise ConfigError(f"{kind} ablation measures its values on discovery examples, which split 'all' evaluates too; "

@@ -65,7 +65,7 @@ def test_generation_screener_equals_plain_path_for_every_head(arch, smol_tokeniz
     sets = [HeadSet((h,)) for h in all_heads(model.n_layers, model.n_heads)]
     sets += [HeadSet.parse("L0H1,L1H3"), HeadSet.parse("L0H0,L0H2,L1H1")]
     plain = {s: _plain(model, task, examples, shots, s) for s in sets}
-    intact_plain = _plain(model, task, examples, shots, None)
+    intact_plain = _plain(model, task, examples, shots, HeadSet())
     assert 0 < intact_plain.correct.sum() < len(examples)  # both verdicts occur
     lengths = {len(e.extra["generation"]) for r in plain.values() for e in r.examples}
     assert len(lengths) > 2  # rows stop at different points
@@ -124,7 +124,7 @@ def test_eos_ends_a_row_early_in_both_paths(smol_tokenizer, tmp_path):
     try:
         intact, screened, plain, _ = _screen_and_plain(model, task, examples, [HeadSet.parse("L1H0")], batch_size=2)
         assert intact.examples[1].extra["new_tokens"] == 1 and intact.examples[0].extra["new_tokens"] > 1
-        assert _plain(model, task, examples, (), None).examples[1].extra["new_tokens"] == 1
+        assert _plain(model, task, examples, (), HeadSet()).examples[1].extra["new_tokens"] == 1
         s = HeadSet.parse("L1H0")
         assert [e.extra for e in screened[s].examples] == [e.extra for e in plain[s].examples]
     finally:

@@ -79,6 +79,9 @@ def start(name: str, ctx: Ctx) -> dict:
         "export_ablated": dict(model=tiny, heads="L99H0", out_dir=ctx.tmp / "export"),
         "ablation_for": dict(model=tiny, kind="scale:0.5", task=ctx.task, reference=[]),
         "run_ablation_kinds": dict(out=empty, model=tiny),
+        "run_transfer": dict(out=empty, model=tiny), "run_calibration": dict(out=empty, model=tiny),
+        "run_attributes": dict(out=empty, model=tiny), "run_compare": dict(out=empty, circuit="no-such-circuit"),
+        "variant_grid": dict(task="arithmetic:2da"), "Run": dict(out=empty, config=ctx.config, model=tiny),
         "get_task": dict(spec="arithmetic:2da"), "load_model": dict(source=ctx.tmp / "no-model"),
         "make_splits": dict(task=ctx.task, n_discovery=2, n_heldout=2), "mcnemar_exact": dict(b=1, c=2),
         "merge_shards": dict(out=empty), "open_run": dict(out=empty, model=tiny), "rank": dict(scores=[ctx.score]),
@@ -172,8 +175,8 @@ def test_public_functions_give_a_celtk_error_or_succeed(ctx, data):
 @as_users_call_it
 def test_mcnemar_refuses_negative_counts_instead_of_returning_zero():
     with pytest.raises(ArgumentError, match=r"mcnemar_exact: b must be non-negative, got -1"):
-        celtk.mcnemar_exact(-1, 3)
-    assert celtk.mcnemar_exact(0, 0) == 1.0
+        celtk.stats.mcnemar_exact(-1, 3)
+    assert celtk.stats.mcnemar_exact(0, 0) == 1.0
 
 
 @as_users_call_it
@@ -190,17 +193,17 @@ def test_run_config_is_validated_at_construction():
 @as_users_call_it
 def test_a_wrong_argument_is_named_with_its_value_and_what_is_expected(ctx):
     with pytest.raises(ArgumentError, match=r"run_select: p must be int, got '3' \(str\)"):
-        celtk.run_select(ctx.tmp, p="3", model=ctx.tiny)
+        celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)
     with pytest.raises(ArgumentError, match=r"compare_paired: level must be in \(0, 1\), got 1\.5"):
         celtk.compare_paired(np.array([True]), np.array([True]), level=1.5)
     with pytest.raises(ArgumentError, match=r"get_task: spec must be str, got 5 \(int\)"):
         celtk.get_task(5)
     with pytest.raises(ArgumentError, match=r"run_test: unexpected keyword argument|got an unexpected keyword"):
-        celtk.run_test(ctx.tmp, held_out=3)
+        celtk.run.run_test(ctx.tmp, held_out=3)
     with pytest.raises(ArgumentError, match=r"HeadScore: correct must be np\.ndarray, got \[True\] \(list\)"):
-        celtk.HeadScore(ctx.score.heads, 1, 0, 0, 0, [True])
+        celtk.search.scores.HeadScore(ctx.score.heads, 1, 0, 0, 0, [True])
     with pytest.raises(ArgumentError, match=r"CachedScreener: batch_size must be at least 1, got 0"):
-        celtk.CachedScreener(ctx.tiny, ctx.prepared, batch_size=0)
+        celtk.screening.cached.CachedScreener(ctx.tiny, ctx.prepared, batch_size=0)
 
 
 @as_users_call_it
@@ -213,8 +216,8 @@ def test_paths_are_accepted_wherever_a_path_is(ctx, tmp_path):
     boolq = Path(__file__).resolve().parents[1] / "fixtures" / "boolq"
     task = celtk.get_task("boolq", data_path=boolq)
     assert task.config()["data_path"] == str(boolq)  # recorded as text, as a string path would be
-    assert celtk.resolve_config(overrides={"data": boolq}).data == str(boolq)
-    document = celtk.run_eval(tmp_path / "eval", model=Path(out), task="boolq", data=boolq, limit=2)
+    assert celtk.run.resolve_config(overrides={"data": boolq}).data == str(boolq)
+    document = celtk.run.run_eval(tmp_path / "eval", model=Path(out), task="boolq", data=boolq, limit=2)
     assert document["config"]["data"] == str(boolq) and document["n"] == 2
 
 

@@ -1,6 +1,6 @@
 """Bad input: every case below raises one CeltkError subclass whose message names what was
-wrong and what would be right. The README's "Bad input" table lists the same case ids
-(checked below), with the message each now gives."""
+wrong and what would be right. The "Bad input" table of docs/reliability.md lists the same case ids
+with the message each now gives (checked below; this file's ``__main__`` writes the table)."""
 
 from __future__ import annotations
 
@@ -688,7 +688,7 @@ def c_plan_mean_prompt_longer(ctx):
 
 def c_api_wrong_type(ctx):
     import celtk
-    celtk.run_select(ctx.tmp, p="3", model=ctx.tiny)
+    celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)
 
 
 def c_api_out_of_range(ctx):
@@ -700,7 +700,7 @@ def c_api_out_of_range(ctx):
 
 def c_api_negative_count(ctx):
     import celtk
-    celtk.mcnemar_exact(-1, 3)
+    celtk.stats.mcnemar_exact(-1, 3)
 
 
 def c_api_config_at_construction(ctx):
@@ -710,7 +710,7 @@ def c_api_config_at_construction(ctx):
 
 def c_api_unknown_argument(ctx):
     import celtk
-    celtk.run_test(ctx.tmp, held_out=3)
+    celtk.run.run_test(ctx.tmp, held_out=3)
 
 
 def c_sandbox_tools_missing(ctx):
@@ -825,7 +825,7 @@ CASES = {
     "sandbox-tools-missing": (c_sandbox_tools_missing, E.SandboxRefusedError, r"no unshare, setpriv, mount, umount, pivot_root, sh, mkdir, ln in DIR|no unshare, setpriv, .* in /"),
 }
 
-# The README's table groups the cases by family (checked below).
+# The docs' table groups the cases by family (checked below).
 FAMILIES = {
     "model source": ["unknown-model", "model-path-missing", "gguf-missing", "dir-without-config", "corrupted-weights",
                      "hub-unreachable"],
@@ -883,10 +883,16 @@ def test_bad_input_gives_one_clear_error(case, tmp_path, monkeypatch, tiny_llama
     assert caught.value.__cause__ is None or case in {"corrupted-weights"}  # no chained library traceback to read
     if case in {"disk-full", "nan-into-json"}:
         assert not list(tmp_path.iterdir())  # nothing half-written left behind
-    if os.environ.get("CELTK_ERROR_TABLE"):  # collect the messages for the README's table (see readme_table)
+    record = {"case": case, "error": type(caught.value).__name__, "message": _placeholders(str(caught.value), tmp_path)}
+    if os.environ.get("CELTK_ERROR_TABLE"):  # collect the messages for the docs' table (see error_table)
         with open(os.environ["CELTK_ERROR_TABLE"], "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"case": case, "error": type(caught.value).__name__,
-                                     "message": _placeholders(str(caught.value), tmp_path)}) + "\n")
+            handle.write(json.dumps(record) + "\n")
+    shown = documented_rows().get(case)
+    assert shown is not None, f"{ERROR_PAGE}'s bad-input table lacks {case}; {REGENERATE}"
+    if case in MACHINE_DEPENDENT:
+        assert re.search(pattern, shown), f"{ERROR_PAGE} shows for {case}:\n{shown}\nwhich no longer matches {pattern!r}"
+    else:
+        assert shown == _row(record), f"{ERROR_PAGE} is stale for {case}: it shows\n{shown}\nceltk gives\n{_row(record)}\n{REGENERATE}"
 
 
 def test_odd_files_beside_screen_parts_are_ignored(run_dir, tiny_llama, tmp_path):
@@ -910,34 +916,84 @@ def _placeholders(message: str, tmp_path: Path) -> str:
     return re.sub(r"celtk pid \d+", "celtk pid N", message)
 
 
-def readme_table(records: list[dict]) -> str:
-    """The README's bad-input table, grouped by family in the order of :data:`FAMILIES`.
+ERROR_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+TABLE_BEGIN = "<!-- bad-input table: written by `python tests/unit/test_errors.py CASES.jsonl`; do not edit by hand -->"
+TABLE_END = "<!-- end of the bad-input table -->"
+REGENERATE = ("regenerate the table: CELTK_ERROR_TABLE=/tmp/cases.jsonl pytest tests/unit/test_errors.py, "
+              "then python tests/unit/test_errors.py /tmp/cases.jsonl")
+# Messages that carry what the machine has; the page shows one machine's, which must still match the case's pattern.
+MACHINE_DEPENDENT = {"screen-of-other-run",  # quoted values are cut at a length, so the temporary directory's shows
+                     "sandbox-tools-missing"}  # names the isolation tools this machine lacks
 
-    Regenerate: ``CELTK_ERROR_TABLE=/tmp/cases.jsonl pytest tests/unit/test_errors.py``, then
-    ``python tests/unit/test_errors.py /tmp/cases.jsonl`` prints the table."""
+
+def _family(case: str) -> str:
+    return next(family for family, cases in FAMILIES.items() if case in cases)
+
+
+def _row(record: dict) -> str:
+    text = f"{record['error']}: {record['message']}".replace("|", "\\|")
+    return f"| {_family(record['case'])} | `{record['case']}` | {text} |"
+
+
+def error_table(records: list[dict]) -> str:
+    """The docs' bad-input table, grouped by family in the order of :data:`FAMILIES`."""
     by_case = {r["case"]: r for r in records}
     rows = ["| family | case | what you get |", "|---|---|---|"]
-    for family, cases in FAMILIES.items():
-        for case in cases:
-            text = f"{by_case[case]['error']}: {by_case[case]['message']}".replace("|", "\\|")
-            rows.append(f"| {family} | `{case}` | {text} |")
+    rows += [_row(by_case[case]) for cases in FAMILIES.values() for case in cases]
     return "\n".join(rows) + "\n"
 
 
-def test_readme_lists_every_case():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    missing = [case for case in CASES if f"`{case}`" not in readme]
-    assert not missing, f"README's bad-input table lacks {missing}"
+def _table_section(text: str) -> str:
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    assert 0 <= begin < end, f"{ERROR_PAGE} lacks the bad-input table's markers {TABLE_BEGIN!r} … {TABLE_END!r}"
+    return text[begin + len(TABLE_BEGIN):end]
+
+
+def write_error_table(records: list[dict], page: Path = ERROR_PAGE) -> None:
+    """Replace the table between the page's markers (the rest of the page is left as it is)."""
+    text = page.read_text(encoding="utf-8")
+    old = _table_section(text)
+    page.write_text(text.replace(TABLE_BEGIN + old + TABLE_END, TABLE_BEGIN + "\n\n" + error_table(records) + "\n"
+                                 + TABLE_END, 1), encoding="utf-8")
+
+
+def documented_rows() -> dict[str, str]:
+    """Each case's row of the page's table, by case id."""
+    rows = {}
+    for line in _table_section(ERROR_PAGE.read_text(encoding="utf-8")).splitlines():
+        found = re.match(r"\| [^|]+ \| `([\w-]+)` \|", line)
+        if found:
+            rows[found.group(1)] = line
+    return rows
+
+
+def test_the_page_lists_every_case():
+    missing = [case for case in CASES if case not in documented_rows()]
+    assert not missing, f"{ERROR_PAGE}'s bad-input table lacks {missing}; {REGENERATE}"
     assert len(CASES) >= 25
 
 
-def test_every_case_has_one_family_and_the_readme_shows_it():
+def test_every_case_has_one_family_and_the_page_shows_it():
     listed = [case for cases in FAMILIES.values() for case in cases]
     assert sorted(listed) == sorted(CASES)  # each case in exactly one family
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    wrong = [case for family, cases in FAMILIES.items() for case in cases if f"| {family} | `{case}` |" not in readme]
-    assert not wrong, f"README's bad-input table shows these cases without their family: {wrong}"
+    shown = documented_rows()
+    wrong = [case for case in listed if not shown.get(case, "").startswith(f"| {_family(case)} | `{case}` |")]
+    assert not wrong, f"{ERROR_PAGE}'s bad-input table shows these cases without their family: {wrong}"
+    assert list(shown) == listed, "the table's rows are not in FAMILIES' order; " + REGENERATE
+
+
+def test_the_table_writer_replaces_only_the_table(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n\n{TABLE_BEGIN}\n\n| old | table |\n\n{TABLE_END}\n\nafter\n")
+    records = [{"case": c, "error": "E", "message": f"m {c} a|b"} for c in CASES]
+    write_error_table(records, page)
+    text = page.read_text()
+    assert text.startswith(f"before\n\n{TABLE_BEGIN}\n\n| family | case |") and text.endswith(f"{TABLE_END}\n\nafter\n")
+    assert "| old | table |" not in text and "m unknown-task a\\|b |" in text
+    write_error_table(records, page)
+    assert page.read_text() == text  # writing the same records again changes nothing
 
 
 if __name__ == "__main__":
-    print(readme_table([json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines()]), end="")
+    write_error_table([json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines()])
+    print(f"wrote the bad-input table of {len(CASES)} cases into {ERROR_PAGE}")

@@ -58,3 +58,43 @@ def test_the_last_tie_break_orders_head_ids_by_their_numbers_as_documented():
     tied = [HeadScore.compare(HeadSet.parse(h), intact.copy(), intact) for h in ("L10H0", "L2H0", "L2H0,L10H1", "L2H1")]
     assert [str(s.heads) for s in rank(tied)] == ["L2H0", "L2H1", "L10H0", "L2H0,L10H1"]
     assert "L2H0`` before ``L10H0" in (ranking_key.__doc__ or "") and "L10H0" in (HeadSet.sort_key.__doc__ or "")
+
+
+def test_as_head_set_parses_a_string_keeps_a_set_and_names_anything_else():
+    import inspect
+
+    from celtk.heads import as_head_set
+
+    given = HeadSet.parse("L1H2")
+    assert as_head_set(given) is given
+    assert as_head_set("L14H8, 1.2") == HeadSet((Head(1, 2), Head(14, 8)))
+    assert as_head_set("") == HeadSet()
+    unchecked = inspect.unwrap(as_head_set)  # as users call it: past the suite's own runtime type checker
+    with pytest.raises(HeadError, match=r"a HeadSet or a string such as 'L1H2,L14H8', got \['L1H2'\] \(list\)"):
+        unchecked(["L1H2"])
+
+
+def test_every_public_function_that_takes_heads_takes_a_head_set_or_a_string():
+    """One type for heads at the boundary (issue 25): ``HeadSet | str`` (``| None`` where None means every head),
+    over the public surface: ``dir(celtk)``, ``celtk.run``'s exports, the probe functions and the handle's methods."""
+    import inspect
+
+    import celtk
+    import celtk.probe
+    import celtk.run
+
+    functions = {f"celtk.{n}": getattr(celtk, n) for n in dir(celtk)}
+    functions |= {f"celtk.run.{n}": getattr(celtk.run, n) for n in celtk.run.__all__}
+    functions |= {f"celtk.probe.{n}": f for n, f in vars(celtk.probe).items()
+                  if inspect.isfunction(f) and f.__module__ == "celtk.probe" and not n.startswith("_")}
+    functions |= {f"celtk.Run.{n}": f for n, f in vars(celtk.Run).items() if inspect.isfunction(f) and not n.startswith("_")}
+    found = {}
+    for name, f in functions.items():
+        if callable(f) and not inspect.isclass(f) and not inspect.ismodule(f):
+            parameter = inspect.signature(inspect.unwrap(f)).parameters.get("heads")
+            if parameter is not None:
+                found[name] = parameter.annotation
+    assert {"celtk.ablate", "celtk.evaluate", "celtk.export_ablated", "celtk.probe.direct_logit_attribution",
+            "celtk.probe.effect", "celtk.run.run_eval", "celtk.Run.eval"} <= set(found)
+    odd = {name: a for name, a in found.items() if a not in ("HeadSet | str", "HeadSet | str | None")}
+    assert not odd, odd

@@ -177,7 +177,7 @@ def test_gain_means_a_fraction_and_gain_count_a_count_in_every_document():
 
 def test_notebook_surface_without_torch():
     code = ("import sys, celtk; names = dir(celtk); "
-            "assert {'run_screen', 'run_eval', 'open_run', 'HeadScore', 'probe', 'run', 'tasks'} <= set(names), names; "
+            "assert {'Run', 'RunConfig', 'HeadSet', 'probe', 'run', 'tasks'} <= set(names), names; "
             "assert not any(n in names for n in ('importlib', 'TYPE_CHECKING', 'Any')); "
             "r = celtk.run; t = celtk.tasks; c = celtk.RunConfig; "
             "assert 'run_select' in dir(r) and c is r.RunConfig; "
@@ -189,6 +189,51 @@ def test_notebook_surface_without_torch():
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         celtk.nope
+
+
+# Names the top level held before it became the notebook surface (issue 25), and the package each lives in now.
+LEFT_THE_TOP_LEVEL = {
+    "EvalConfig": "celtk.evaluation", "EvalResult": "celtk.evaluation", "ExampleResult": "celtk.evaluation",
+    "ablation_for": "celtk.evaluation", "merge_shards": "celtk.run", "open_run": "celtk.run",
+    "resolve_config": "celtk.run", "run_all": "celtk.run", "run_altscreen": "celtk.run", "run_eval": "celtk.run",
+    "run_screen": "celtk.run", "run_select": "celtk.run", "run_stability": "celtk.run", "run_test": "celtk.run",
+    "CachedScreener": "celtk.screening.cached", "HeadScore": "celtk.search.scores", "rank": "celtk.search.scores",
+    "ranking_key": "celtk.search.scores", "select": "celtk.search.selection", "mcnemar_exact": "celtk.stats",
+    "task_names": "celtk.tasks",
+}
+
+
+def test_the_top_level_is_the_notebook_surface_and_what_left_it_stays_in_its_package():
+    import importlib
+
+    import celtk
+
+    names = dir(celtk)
+    assert 15 <= len(names) <= 25, names
+    assert {"Run", "RunConfig", "ScreenDocument", "SelectionDocument", "TestDocument", "Head", "HeadSet",
+            "load_model", "get_task", "ablate", "evaluate", "CeltkError"} <= set(names)
+    for name in names:
+        assert getattr(celtk, name) is not None  # every listed name resolves
+    for name, package in LEFT_THE_TOP_LEVEL.items():
+        assert name not in names
+        assert getattr(importlib.import_module(package), name) is not None, f"{name} is gone from {package}"
+        with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+            getattr(celtk, name)
+    with pytest.raises(AttributeError, match=r"it is celtk\.run\.run_screen \(or a method of celtk\.Run\)"):
+        celtk.run_screen
+    assert celtk.circuits.__name__ == "celtk.circuits"  # an unlisted submodule still loads as celtk.NAME
+
+
+def test_every_name_celtk_run_exports_resolves_and_every_stage_is_there():
+    import celtk.run
+
+    for name in celtk.run.__all__:
+        assert getattr(celtk.run, name) is not None, name
+    verbs = {"run_screen", "merge_shards", "run_select", "run_test", "run_transfer", "run_calibration",
+             "run_ablation_kinds", "run_altscreen", "run_stability", "run_eval", "run_attributes", "run_compare",
+             "run_all", "Run"}
+    assert verbs <= set(celtk.run.__all__) and verbs <= set(dir(celtk.run))
+    assert celtk.Run is celtk.run.Run
 
 
 def test_dead_eval_config_fields_are_gone():

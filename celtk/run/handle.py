@@ -1,0 +1,319 @@
+"""One handle on one run directory for notebooks and scripts: :class:`Run`.
+
+``Run(out, config=RunConfig(...))`` starts a run (or reopens one with the same settings);
+``Run(out)`` reopens a run from the settings it recorded. The model is loaded once, on first
+need (or given as ``model=``), and every stage reuses it. Each method is one CLI verb, with the
+verb's options as keyword arguments, and returns the document the stage writes
+(:mod:`celtk.run.documents`): nothing prints.
+
+    >>> import celtk
+    >>> config = celtk.RunConfig(model="tiny-llama", task="arithmetic:2da", discovery=8, heldout=8,
+    ...                          fewshot=0, batch_size=8, p=3, k=2)
+    >>> run = celtk.Run(out, config=config, model=model)  # model=None: celtk.load_model(config.model), once
+    >>> screen = run.screen()                              # celtk screen --out OUT
+    >>> len(screen.heads) == model.n_layers * model.n_heads
+    True
+    >>> selection = run.select()                           # celtk select OUT (p and k: the config's)
+    >>> 1 <= len(selection.heads) <= 2
+    True
+    >>> test = run.test(n_boot=200)                        # celtk test OUT
+    >>> test.n, test.heads == selection.heads
+    (8, True)
+    >>> run.report().name                                  # celtk report OUT
+    'index.html'
+
+The run's examples, and what the model reads and must answer for one of them:
+
+    >>> example = run.splits.heldout[0]
+    >>> run.prompt(example) == example.context            # no shots here (fewshot=0), no chat template
+    True
+    >>> run.answer(example) == example.target
+    True
+
+A second handle on the same directory reads the recorded settings, and one with other settings is
+refused before anything is computed:
+
+    >>> celtk.Run(out, model=model).config == config
+    True
+    >>> from dataclasses import replace
+    >>> celtk.Run(out, config=replace(config, seed=1), model=model)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    celtk.errors.RunStoreError: ... holds a run with other settings (seed: recorded 0, given 1)...
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import celtk.run as stages
+from celtk.errors import ConfigError, RunStoreError, TaskError
+from celtk.heads import HeadSet
+from celtk.run.config import RunConfig
+from celtk.validation import validated
+
+if TYPE_CHECKING:
+    from celtk.analysis import CompareDocument, HeadAttributesDocument
+    from celtk.models import Model
+    from celtk.run.documents import (
+        AblationKindsDocument,
+        AltscreenDocument,
+        CalibrationDocument,
+        ScreenDocument,
+        SelectionDocument,
+        StabilityDocument,
+        TestDocument,
+        TransferDocument,
+    )
+    from celtk.run.session import Session
+    from celtk.tasks import Example, Splits, Task
+
+Progress = Callable[[str, int, int], None]
+
+UNRECORDED = ("batch_size", "device")
+"""Settings a reopened run may change: results do not depend on them (the run's fingerprint leaves them out)."""
+
+
+def load_model(source: str, *, device: str, dtype: str) -> Model:
+    """The one place the handle loads a model (:func:`celtk.models.load_model`)."""
+    from celtk.models import load_model as load
+
+    return load(source, device=device, dtype=dtype)
+
+
+def recorded_config(out: Path) -> RunConfig | None:
+    """The settings a run directory recorded (``config.json``, else ``screen.json``'s), or ``None`` for a new one."""
+    for name, key in (("config.json", None), ("screen.json", "config")):
+        path = Path(out) / name
+        if path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as error:
+                raise RunStoreError(f"{path} cannot be read as JSON ({error}); it is not a run's settings file. "
+                                    "Point Run at a run directory celtk wrote, or at a new directory.") from None
+            values = data.get(key) if key else data
+            if not isinstance(values, dict):
+                raise RunStoreError(f"{path} holds no settings object; point Run at a run directory celtk wrote.")
+            return RunConfig.from_dict({k: v for k, v in values.items() if k != "celtk_version"}, str(path))
+    return None
+
+
+def check_same_settings(out: Path, recorded: RunConfig, given: RunConfig) -> None:
+    """Refuse ``given`` unless it equals the run's ``recorded`` settings in everything results depend on."""
+    stored, now = recorded.recorded(), given.recorded()
+    keys = sorted(k for k in set(stored) | set(now) if k not in UNRECORDED and stored.get(k) != now.get(k))
+    if keys:
+        detail = "; ".join(f"{k}: recorded {stored.get(k)!r}, given {now.get(k)!r}" for k in keys[:4])
+        raise RunStoreError(f"{out} holds a run with other settings ({detail}). Results are never mixed, and nothing was "
+                            "changed: reopen it with its own settings (Run(out) reads them), or start these settings in "
+                            "a new run directory.")
+
+
+class Run:
+    """A run directory with its settings and one loaded model; each stage method writes the stage's files
+    and returns its document, exactly as the CLI verb of the same name does.
+
+    ``out``: the run directory. ``config``: the settings of a new run (a :class:`RunConfig`); leave it out
+    to reopen a run from the settings it recorded; given for an existing run, it must equal them
+    (``batch_size`` and ``device`` aside). ``model``: a loaded model to use instead of loading
+    ``config.model`` (loaded once, on the first stage that needs one)."""
+
+    @validated
+    def __init__(self, out: str | Path, config: RunConfig | None = None,
+                 model: Model | None = None) -> None:
+        self.out = Path(out)
+        if self.out.exists() and not self.out.is_dir():
+            raise RunStoreError(f"{self.out} is a file; a run directory is a directory (new or written by celtk).")
+        recorded = recorded_config(self.out)
+        if config is None:
+            if recorded is None:
+                raise ConfigError(f"{self.out} holds no run yet (no config.json or screen.json), so there are no "
+                                  "settings to read: start one with Run(out, config=RunConfig(...)).")
+            config = recorded
+        elif recorded is not None:
+            check_same_settings(self.out, recorded, config)
+        self.config: RunConfig = config
+        self._model = model
+        self._session: Session | None = None
+
+    def __repr__(self) -> str:
+        loaded = "loaded" if self._model is not None else "not loaded yet"
+        return f"Run({str(self.out)!r}, model {self.config.model!r} {loaded}, task {self.config.task!r})"
+
+    # ---- what the stages share -------------------------------------------------------------------
+
+    @property
+    def model(self) -> Model:
+        """The run's model: the one given, or ``config.model`` loaded on first use (once)."""
+        if self._model is None:
+            self._model = load_model(self.config.model, device=self.config.device, dtype=self.config.dtype)
+        return self._model
+
+    @property
+    def session(self) -> Session:
+        """The run's task and splits on its model (the held-out set: the one frozen with the selection, once
+        there is one)."""
+        from celtk.run.directory import RunDirectory
+        from celtk.run.session import Session
+
+        overrides = RunDirectory(self.out).heldout_overrides() if self.out.is_dir() else {}
+        config = replace(self.config, **overrides)
+        if self._session is None or self._session.config != config:
+            self._session = Session.open(config, self.model)
+        return self._session
+
+    @property
+    def task(self) -> Task:
+        return self.session.task
+
+    @property
+    def splits(self) -> Splits:
+        """The discovery, held-out and shot examples (:class:`celtk.tasks.Splits`). Reading held-out
+        examples is not a look; scoring them is (:meth:`test`, :meth:`eval`)."""
+        return self.session.splits
+
+    @validated
+    def prompt(self, example: Example | str) -> str:
+        """The prompt text the run scores for ``example`` (an :class:`~celtk.tasks.Example` or the id of one of
+        the run's discovery or held-out examples): its shots, and the chat template when the run uses one."""
+        from celtk.evaluation.prompts import format_prompt
+
+        c = self.config
+        return format_prompt(self.model, self.task, self._example(example), self.splits.shots, c.chat, c.chat_date)
+
+    @validated
+    def answer(self, example: Example | str) -> str:
+        """The text the run scores as ``example``'s right answer after :meth:`prompt`: the target, or the
+        delimiter and the correct choice of a multiple-choice example. (An :class:`~celtk.tasks.Example`'s
+        ``target`` is ``None`` for multiple choice; this is always text, or a :class:`TaskError`.)"""
+        from celtk.tasks import continuation_delimiter
+
+        example = self._example(example)
+        if self.task.kind == "choice" and example.choices is not None and example.label is not None:
+            return continuation_delimiter(self.task, self.config.chat) + example.choices[example.label]
+        if example.target is None:
+            raise TaskError(f"Example {example.id} has no answer text: no target, and no choices with a label.")
+        return example.target
+
+    def _example(self, example: Example | str) -> Example:
+        if not isinstance(example, str):
+            return example
+        found = {e.id: e for e in [*self.splits.discovery, *self.splits.heldout]}
+        if example not in found:
+            shown = ", ".join(list(found)[:3])
+            raise ConfigError(f"No example {example!r} in this run's discovery or held-out set; ids look like {shown}.")
+        return found[example]
+
+    # ---- the stages, one per CLI verb ------------------------------------------------------------
+
+    @validated
+    def screen(self, *, layers: Sequence[int] | None = None, shard: str | None = None,
+               progress: Progress | None = None) -> ScreenDocument:
+        """``celtk screen``: every head ablated alone on the discovery set (``layers``: only those layers'
+        heads, for a quick look; ``shard``: ``"i/N"``, the slice written to ``OUT/shard-i-of-N``)."""
+        return stages.run_screen(self.config, self.out, shard=stages.parse_shard(shard), model=self.model,
+                                 progress=progress, layers=layers)
+
+    def merge(self) -> ScreenDocument:
+        """``celtk merge``: join the shards' screens into ``screen.json``."""
+        return stages.merge_shards(self.out)
+
+    @validated
+    def select(self, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1", width: int = 3,
+               heldout: int | None = None, force: bool = False, progress: Progress | None = None) -> SelectionDocument:
+        """``celtk select``: search for the best head set and freeze it with its held-out set (``p`` and ``k``
+        default to the run's settings)."""
+        return stages.run_select(self.out, p=self.config.p if p is None else p, k=self.config.k if k is None else k,
+                                 strategy=strategy, width=width, heldout=heldout, model=self.model, force=force,
+                                 progress=progress)
+
+    @validated
+    def test(self, *, heldout: int | None = None, n_boot: int = 10_000, force: bool = False,
+             progress: Progress | None = None) -> TestDocument:
+        """``celtk test``: the frozen selection against the intact model on the held-out set (once)."""
+        return stages.run_test(self.out, heldout=heldout, model=self.model, n_boot=n_boot, force=force,
+                               progress=progress)
+
+    @validated
+    def transfer(self, *, shots_seeds: Sequence[int] | None = None, zero_shot: bool = True,
+                 subtasks: Sequence[str] = (), tasks: Sequence[str] = (), chat: bool = False,
+                 other_models: Sequence[str] = (), plain_text: str | Path | None = None,
+                 heldout: int | None = None, n_boot: int = 10_000, progress: Progress | None = None) -> TransferDocument:
+        """``celtk transfer``: the tested selection under other shots, zero-shot, neighbouring subtasks, other
+        tasks, the chat template and other models (``other_models``: names, each loaded once)."""
+        from celtk.run.documents import SelectionDocument
+        from celtk.run.transfer import variant_grid
+
+        grid = variant_grid(SelectionDocument.load(self.out).task["task"], shot_seeds=shots_seeds, zero_shot=zero_shot,
+                            subtasks=subtasks, tasks=tasks, chat=chat, models=other_models)
+        return stages.run_transfer(self.out, grid, model=self.model, heldout=heldout, plain_text=plain_text,
+                                   n_boot=n_boot, progress=progress)
+
+    @validated
+    def calibrate(self, *, null: str = "permutation", repeats: int = 200, n_candidates: int | None = None,
+                  seed: int = 0, progress: Progress | None = None) -> CalibrationDocument:
+        """``celtk calibrate``: the best discovery gain a search finds under ``null`` (``permutation`` or
+        ``random-heads``; ``n_candidates``: random sets per draw, random-heads only — the CLI's
+        ``--candidates``, 20 there, unset here)."""
+        return stages.run_calibration(self.out, null=null, repeats=repeats, seed=seed, n_candidates=n_candidates,
+                                      model=self.model, progress=progress)
+
+    @validated
+    def ablations(self, *, kinds: Sequence[str] = ("zero", "mean", "resample"),
+                  alphas: Sequence[float] = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5), n_boot: int = 10_000,
+                  progress: Progress | None = None) -> AblationKindsDocument:
+        """``celtk ablations``: the tested selection under other ablation kinds and a scale sweep."""
+        return stages.run_ablation_kinds(self.out, kinds=kinds, alphas=alphas, model=self.model, n_boot=n_boot,
+                                         progress=progress)
+
+    @validated
+    def altscreen(self, *, method: str = "gradient", p: int = 10, masks: int = 200, rate: float = 0.05,
+                  seed: int = 0, progress: Progress | None = None) -> AltscreenDocument:
+        """``celtk altscreen``: a cheaper ranking of the heads, compared with the screen's pool."""
+        return stages.run_altscreen(self.out, method=method, p=p, masks=masks, rate=rate, seed=seed, model=self.model,
+                                    progress=progress)
+
+    @validated
+    def stability(self, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5,
+                  strategy: str = "algorithm1", p: int | None = None, k: int | None = None, width: int = 3,
+                  seed: int = 0, progress: Progress | None = None) -> StabilityDocument:
+        """``celtk stability``: selections on resamples of the discovery set (``p``, ``k``: the run's by default)."""
+        return stages.run_stability(self.out, resamples=resamples, method=method, fraction=fraction, seed=seed,
+                                    strategy=strategy, p=self.config.p if p is None else p,
+                                    k=self.config.k if k is None else k, width=width, model=self.model,
+                                    progress=progress)
+
+    @validated
+    def eval(self, heads: HeadSet | str, *, limit: int | None = None, out: str | Path | None = None,
+             progress: Progress | None = None) -> dict[str, Any]:
+        """``celtk eval --split heldout --run OUT``: ``heads`` ablated on the run's held-out set, under the run's
+        ablation kind; an exploratory look, logged in the run (the test stays its result). Writes
+        ``eval.json`` to ``out`` when given."""
+        return stages.run_eval(None if out is None else Path(out), model=self.model, heads=heads, split="heldout",
+                               limit=limit, batch_size=self._batch_size(), run=self.out,
+                               ablation=self.config.ablation, progress=progress)
+
+    @validated
+    def attributes(self, *, length: int = 40, seed: int = 0) -> HeadAttributesDocument:
+        """``celtk attributes``: previous-token, duplicate-token and induction scores of every head
+        (:class:`celtk.analysis.HeadAttributesDocument`)."""
+        return stages.run_attributes(self.out, model=self.model, length=length, seed=seed)
+
+    @validated
+    def compare(self, circuit: str, *, top: int = 10) -> CompareDocument:
+        """``celtk compare --circuit``: the run's heads beside a known circuit (a file or packaged name;
+        :class:`celtk.analysis.CompareDocument`). Needs no model."""
+        return stages.run_compare(self.out, circuit, top=top)
+
+    @validated
+    def report(self, *, to: str | Path | None = None) -> Path:
+        """``celtk report``: the HTML page and PNG figures (default ``OUT/report``); returns the page's path."""
+        from celtk.report import write_report
+
+        return write_report(self.out, None if to is None else Path(to))
+
+    def _batch_size(self) -> int:
+        return self.config.batch_size if isinstance(self.config.batch_size, int) else 32
