@@ -192,6 +192,7 @@ def test_run_config_is_validated_at_construction():
 
 @as_users_call_it
 def test_a_wrong_argument_is_named_with_its_value_and_what_is_expected(ctx):
+    from celtk.screening.cached import CachedScreener  # the wing's package imports nothing heavy itself
     with pytest.raises(ArgumentError, match=r"run_select: p must be int, got '3' \(str\)"):
         celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)
     with pytest.raises(ArgumentError, match=r"compare_paired: level must be in \(0, 1\), got 1\.5"):
@@ -203,7 +204,7 @@ def test_a_wrong_argument_is_named_with_its_value_and_what_is_expected(ctx):
     with pytest.raises(ArgumentError, match=r"HeadScore: correct must be np\.ndarray, got \[True\] \(list\)"):
         celtk.search.scores.HeadScore(ctx.score.heads, 1, 0, 0, 0, [True])
     with pytest.raises(ArgumentError, match=r"CachedScreener: batch_size must be at least 1, got 0"):
-        celtk.screening.cached.CachedScreener(ctx.tiny, ctx.prepared, batch_size=0)
+        CachedScreener(ctx.tiny, ctx.prepared, batch_size=0)
 
 
 @as_users_call_it
