@@ -64,7 +64,7 @@ PAPER_MODELS: dict[str, dict[str, Any]] = {
                        rope_theta=5000000.0, max_position_embeddings=65536, tie_word_embeddings=True,
                        no_rope_layers=[0 if (i + 1) % 4 == 0 else 1 for i in range(36)]),
 }
-# The test suite's tiny architectures (tests/conftest.py: TINY_ARCHS + MORE_ARCHS), 3 layers × 4 heads.
+# The test suite's tiny architectures (tests/_support.py: TINY_ARCHS + MORE_ARCHS), 3 layers × 4 heads.
 _TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              head_dim=16, max_position_embeddings=512, initializer_range=0.2, tie_word_embeddings=False)
 TINY_MODELS: dict[str, dict[str, Any]] = {

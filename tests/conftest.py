@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random models per architecture, the real packaged model, fixed seeds."""
+"""Shared fixtures: tiny random models per architecture, the real packaged model, fixed seeds. The functions
+behind them live in tests/_support.py, which test modules import; nothing imports this file."""
 
 from __future__ import annotations
 
@@ -7,13 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-
-TINY_ARCHS = ("llama", "qwen2", "smollm3")
-# Further decoders TransformerLens maps differently (tests/integration/test_architectures.py):
-# GPT-2 (fused QKV, Conv1D output projection, learned positions, LayerNorm), GPT-NeoX/Pythia
-# (fused QKV, partial rotary, parallel residual, `layer_past` cache keyword), Mistral (sliding
-# window) and Qwen3 (q/k norms).
-MORE_ARCHS = ("gpt2", "gpt_neox", "mistral", "qwen3")
+from _support import TINY_ARCHS, load_smol_tokenizer, make_tiny, self_consistent_task
 
 
 @pytest.fixture(autouse=True)
@@ -26,62 +21,7 @@ def _fixed_seeds() -> None:
 @pytest.fixture(scope="session")
 def smol_tokenizer():
     """The real SmolLM2 tokenizer (from the packaged GGUF); tiny models share it."""
-    from transformers import AutoTokenizer
-
-    from celtk.models import ALIASES, dequantized_dir
-
-    tok = AutoTokenizer.from_pretrained(dequantized_dir(ALIASES["smollm2-135m"].locate()))
-    tok.pad_token = tok.pad_token or tok.eos_token
-    return tok
-
-
-def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3, n_heads: int = 4):
-    """A tiny random HF causal LM of the given architecture, built with ``from_config``."""
-    import transformers as tf
-
-    hidden = 64 if n_heads == 4 else 8 * n_heads
-    common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=128, num_hidden_layers=n_layers,
-                  num_attention_heads=n_heads, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                  initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0,
-                  bos_token_id=None, eos_token_id=None)
-    plain = dict(vocab_size=vocab_size, initializer_range=0.2, pad_token_id=0, bos_token_id=None, eos_token_id=None)
-    if arch == "llama":
-        config = tf.LlamaConfig(**common)
-    elif arch == "qwen2":
-        config = tf.Qwen2Config(**common)  # q/k/v projections carry biases
-    elif arch == "gemma3":  # sliding-window and full layers, local and global rotary embeddings
-        config = tf.Gemma3TextConfig(**{**common, "num_key_value_heads": 1}, sliding_window=16,
-                                     layer_types=(["sliding_attention", "full_attention"] * n_layers)[:n_layers])
-    elif arch == "smollm3":
-        config = tf.SmolLM3Config(**common, no_rope_layers=[1, 0, 1][:n_layers] + [1] * max(0, n_layers - 3))
-    elif arch == "mistral":  # a sliding window shorter than the few-shot prompts
-        config = tf.MistralConfig(**common, sliding_window=16)
-    elif arch == "qwen3":  # per-head q/k RMSNorm
-        config = tf.Qwen3Config(**common)
-    elif arch == "gpt2":  # tied embeddings, as GPT-2 small
-        config = tf.GPT2Config(**plain, n_embd=hidden, n_layer=n_layers, n_head=n_heads, n_inner=128, n_positions=512)
-    elif arch == "gpt_neox":  # Pythia's layout: a quarter of each head rotary, parallel residual
-        config = tf.GPTNeoXConfig(**plain, hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=n_heads,
-                                  intermediate_size=128, max_position_embeddings=512, rotary_pct=0.25,
-                                  use_parallel_residual=True, tie_word_embeddings=False)
-    else:
-        raise ValueError(arch)
-    torch.manual_seed(seed)
-    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    if arch == "qwen2":  # make the value biases non-zero so they matter
-        for layer in model.model.layers:
-            torch.nn.init.normal_(layer.self_attn.v_proj.bias, std=0.2)
-    if arch in ("gpt2", "gpt_neox"):  # attention biases (QKV and output) are zero-initialised by HF: make them matter
-        for name, param in model.named_parameters():
-            if name.endswith("bias") and (".attn." in name or ".attention." in name):
-                torch.nn.init.normal_(param, std=0.2)
-    return model.eval()
-
-
-def make_tiny(arch: str, tokenizer, seed: int = 0, n_layers: int = 3, n_heads: int = 4):
-    from celtk.models import wrap_hf_model
-
-    return wrap_hf_model(tiny_hf_model(arch, len(tokenizer), seed, n_layers, n_heads), tokenizer, name=f"tiny-{arch}")
+    return load_smol_tokenizer()
 
 
 @pytest.fixture(scope="session", params=TINY_ARCHS)
@@ -108,27 +48,6 @@ def smollm2():
 # pipeline, search and probe/report tests).
 
 
-def self_consistent_task(model, directory, n: int = 90) -> str:
-    """A JSONL task whose targets are the clean model's own greedy next tokens (intact = 100 %)."""
-    import json
-
-    rng = np.random.default_rng(0)
-    words = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
-    lines: list[dict] = []
-    while len(lines) < n:
-        prompt = " ".join(rng.choice(words, size=6))
-        ids = model.tokenizer(prompt, return_tensors="pt").input_ids
-        with torch.no_grad():
-            nxt = model.bridge(ids)[0, -1].argmax().item()
-        target = model.tokenizer.decode([nxt])
-        whole = model.tokenizer(prompt + target).input_ids
-        if whole[: ids.shape[1]] == ids[0].tolist() and whole[ids.shape[1]:] == [nxt] and prompt not in {l["prompt"] for l in lines}:
-            lines.append({"prompt": prompt, "target": target})
-    path = directory / "self.jsonl"
-    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
-    return f"jsonl:{path}"
-
-
 @pytest.fixture(scope="module")
 def planted(smol_tokenizer, tmp_path_factory):
     """A tiny Llama whose head L1H2 has its output columns scaled ×25: it hurts the task."""
@@ -139,10 +58,3 @@ def planted(smol_tokenizer, tmp_path_factory):
     with torch.no_grad():
         o[:, 2 * bad.d_head:3 * bad.d_head] *= 25.0
     return bad, task
-
-
-def planted_config(task: str, **kw):
-    """The run configuration the planted tests share (40 + 40 examples, pool 4, pairs)."""
-    from celtk.run import RunConfig
-
-    return RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8, p=4, k=2, **kw)

@@ -249,7 +249,7 @@ class CachedScreener:
         replay: how layers are re-run: ``fused`` (:mod:`celtk.screening.fused`, Llama-family layers with fused
             attention, no bridge hooks), ``bridge`` (the TransformerLens blocks under hook_z hooks), or
             ``auto`` (fused where the architecture allows and the model carries no hooks of its own,
-            else bridge). The two agree to float rounding (tests/unit/test_fused.py; bit for bit on
+            else bridge). The two agree to float rounding (tests/integration/test_fused.py; bit for bit on
             the demo's screen), not always bit for bit: the fused attention groups its products
             differently. So under the fused replay the intact pass is also scored through it (the
             bridge's decoder still supplies each layer's inputs), and intact and ablated scores come

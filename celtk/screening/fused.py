@@ -17,7 +17,7 @@ are fused; every other decoder (Gemma-3, GPT-2, GPT-NeoX, ...) replays through t
 does any screen of a model that carries hooks of its own (:func:`has_hooks`). The fused layer's
 output equals the bridge block's under celtk's hook_z row masks to float rounding: the grouped score
 product may sum in another order than the products over ``repeat_kv`` copies (bit for bit on the
-demo's SmolLM2 screen; 4e-6 in log-probability on a tiny planted model). ``tests/unit/test_fused.py``
+demo's SmolLM2 screen; 4e-6 in log-probability on a tiny planted model). ``tests/integration/test_fused.py``
 checks each layer of tiny Llama, Qwen2, SmolLM3, Mistral and Qwen3 models (float32 to 1e-6, and
 bfloat16); the screens built on it are checked against :func:`celtk.ablation.ablate` for every head
 (``tests/integration/test_pipeline.py``, ``test_architectures.py``).

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import MORE_ARCHS, TINY_ARCHS, make_tiny
+from _support import MORE_ARCHS, TINY_ARCHS, make_tiny
 
 from celtk.ablation import ablate, export_ablated, hook_z_hooks
 from celtk.ablation_kinds import Ablation, AblationKind

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import MORE_ARCHS, make_tiny, tiny_hf_model
+from _support import MORE_ARCHS, make_tiny, tiny_hf_model
 
 from celtk.ablation import ablate, export_ablated, zero_output_columns
 from celtk.errors import ArchitectureError, KVCacheIgnoredError

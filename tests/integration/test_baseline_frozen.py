@@ -7,8 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from _support import edit_document
-from conftest import planted_config
+from _support import edit_document, planted_config
 
 from celtk.errors import RunStoreError
 from celtk.evaluation.prompts import prepare

@@ -1,6 +1,6 @@
 """Inputs bounded by the model and the machine before any work (issue 29, item 2): what the refusals
 cost, and that a refused run leaves nothing behind. The messages themselves are cases of
-tests/unit/test_errors.py (family "bounds from the model and the machine")."""
+tests/integration/test_errors.py (family "bounds from the model and the machine")."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _SCRIPT = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1] + "/tests")
-from conftest import make_tiny
+from _support import make_tiny
 from transformers import AutoTokenizer
 from celtk.models import ALIASES, dequantized_dir
 from celtk.run import RunConfig, run_screen

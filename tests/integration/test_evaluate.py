@@ -102,3 +102,23 @@ def test_chat_formatting_wraps_prompt_and_is_recorded(tiny_llama):
     a = evaluate(tiny_llama, task, splits.discovery, splits.shots, config=EvalConfig(chat=True))
     b = evaluate(tiny_llama, task, splits.discovery, splits.shots, config=EvalConfig(chat=False))
     assert [e.logprob for e in a.examples] != [e.logprob for e in b.examples]
+
+
+def test_empty_prompt_is_scored_after_end_of_text_as_lm_eval_does(tiny_llama, tmp_path):
+    """An empty prompt used to be scored from a padding position, so its log-prob changed with the
+    batch (the longest prompt in it); now its context is the end-of-text token, whatever the batch."""
+    import json
+
+    from celtk.evaluation.prompts import encode_pair
+
+    tokenizer = tiny_llama.tokenizer
+    assert encode_pair(tokenizer, "", " 5") == ([tokenizer.eos_token_id], tokenizer(" 5", add_special_tokens=False).input_ids)
+    path = tmp_path / "task.jsonl"
+    rows = [{"id": "empty", "prompt": "", "target": " 5"}] + [{"prompt": f"{i} and {i} and {i} make", "target": " 9"} for i in range(5)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = get_task(f"jsonl:{path}")
+    examples = make_splits(task, 6, 0, fewshot=0).discovery
+    alone = evaluate(tiny_llama, task, [e for e in examples if e.id == "empty"], config=EvalConfig(batch_size=1))
+    batched = evaluate(tiny_llama, task, examples, config=EvalConfig(batch_size=6))
+    in_batch = next(r for r in batched.examples if r.id == "empty")
+    assert abs(in_batch.logprob - alone.examples[0].logprob) < 1e-4

@@ -25,7 +25,7 @@ MAX_NEW = 6
 
 
 def _tiny(arch, tokenizer):
-    from conftest import make_tiny
+    from _support import make_tiny
 
     return make_tiny(arch, tokenizer, n_layers=2, n_heads=4)
 

@@ -40,7 +40,7 @@ def _free_form_task(model, directory, n: int = 90) -> str:
 
 @pytest.fixture(scope="module")
 def planted_generate(smol_tokenizer, tmp_path_factory):
-    from conftest import make_tiny
+    from _support import make_tiny
 
     bad = make_tiny("llama", smol_tokenizer, seed=3)
     o = bad.bridge.blocks[1].attn.o.original_component.weight
@@ -50,7 +50,7 @@ def planted_generate(smol_tokenizer, tmp_path_factory):
 
 
 def _config(task, **kw):
-    from conftest import planted_config
+    from _support import planted_config
 
     return planted_config(task, grading="generate", max_new_tokens=MAX_NEW, **kw)
 

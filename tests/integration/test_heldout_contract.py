@@ -6,8 +6,7 @@ import json
 import shutil
 
 import pytest
-from _support import edit_document
-from conftest import planted_config
+from _support import edit_document, planted_config
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.report import write_report

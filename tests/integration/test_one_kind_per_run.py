@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import planted_config
+from _support import planted_config
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet, all_heads

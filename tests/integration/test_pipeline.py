@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import planted_config
+from _support import planted_config
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluation.prompts import prepare
@@ -38,7 +38,7 @@ def test_cached_screener_equals_plain_for_every_head(tiny_model, share_prefix):
 
 
 def test_cached_screener_exact_on_gemma3_sliding_window(smol_tokenizer):
-    from conftest import make_tiny
+    from _support import make_tiny
 
     model = make_tiny("gemma3", smol_tokenizer)
     task = get_task("arithmetic")
@@ -128,7 +128,7 @@ def test_config_validation():
 _CHILD = r"""
 import sys, torch
 sys.path.insert(0, {tests!r})
-from conftest import make_tiny
+from _support import make_tiny
 from transformers import AutoTokenizer
 from celtk.models import ALIASES, dequantized_dir
 from celtk.run import RunConfig, run_screen

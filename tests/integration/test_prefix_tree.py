@@ -8,7 +8,7 @@ from itertools import combinations
 
 import numpy as np
 import pytest
-from conftest import MORE_ARCHS, TINY_ARCHS, make_tiny
+from _support import MORE_ARCHS, TINY_ARCHS, make_tiny
 
 from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet

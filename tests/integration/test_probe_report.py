@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from conftest import self_consistent_task
+from _support import self_consistent_task
 
 from celtk import probe
 from celtk.analysis import CompareDocument, HeadAttributesDocument, run_attributes, run_compare
@@ -74,7 +74,7 @@ def test_next_token_changes(tiny_model):
 @pytest.fixture(scope="module")
 def gpt2_shaped_run(smol_tokenizer, tmp_path_factory):
     """A tiny Llama with GPT-2 small's 12 layers × 12 heads, screened, selected and tested."""
-    from conftest import make_tiny
+    from _support import make_tiny
 
     model = make_tiny("llama", smol_tokenizer, seed=5, n_layers=12, n_heads=12)
     task = self_consistent_task(model, tmp_path_factory.mktemp("t"), n=40)

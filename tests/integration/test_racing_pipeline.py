@@ -7,11 +7,11 @@ import csv
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
-from _support import edit_document
-from conftest import planted_config
+from _support import edit_document, planted_config
 
 from celtk.analysis import run_compare
 from celtk.errors import ConfigError, RunStoreError
@@ -275,3 +275,29 @@ def test_calibration_counts_a_dropped_head_at_its_discordance_rate_on_the_whole_
     counts, exhaustive = screen_discordant(edited), screen_discordant(full)
     assert counts[(row.head,)] == round(3 * raced.n / row.n_scored) > 3
     assert all(counts[(r.head,)] == exhaustive[(r.head,)] for r in raced.heads if r.n_scored is None)
+
+
+def test_cached_scorer_race_equals_the_exhaustive_cached_screen(tiny_llama):
+    """Chunks scored as sub-lists give the outcomes of one whole-list screen (tiny in-memory model)."""
+    from celtk.evaluation.prompts import prepare
+    from celtk.heads import all_heads
+    from celtk.screening.cached import CachedScreener
+    from celtk.screening.racing import cached_scorer, race
+    from celtk.tasks import get_task, make_splits
+
+    fixtures = Path(__file__).parent.parent / "fixtures"
+
+    task = get_task("boolq", data_path=str(fixtures / "boolq"))
+    splits = make_splits(task, 9, 0, fewshot=0, seed=0)
+    prepared = prepare(tiny_llama, task, splits.discovery, splits.shots)
+    sets = [HeadSet((h,)) for h in all_heads(tiny_llama.n_layers, tiny_llama.n_heads)]
+    intact, full = CachedScreener(tiny_llama, prepared, batch_size=4).run(sets)
+    outcomes = {s: full[s].correct for s in sets}
+    assert len({r.correct.tobytes() for r in full.values()}) > 1  # heads differ, so the check has teeth
+    result = race(cached_scorer(tiny_llama, prepared, batch_size=4), sets, 9, intact.correct, 1,
+                  schedule=[4, 3, 2], order=list(range(8, -1, -1)))
+    assert result.pool == exhaustive_pool(outcomes, intact.correct, 1)
+    assert result.saved_fraction > 0  # some heads stopped early: their partial outcomes are checked too
+    for s in sets:
+        mask = result.scored_mask(s)
+        assert np.array_equal(result.outcomes[s][mask], outcomes[s][mask]), s

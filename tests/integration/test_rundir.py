@@ -126,7 +126,7 @@ def test_report_refuses_documents_of_two_runs(runs, tmp_path):
 def test_stored_subset_outcomes_are_never_reused_under_other_settings(planted, tmp_path):
     """Start over in a directory that keeps select_parts/ from a seed-0 search: the seed-1 search
     must score its own subsets (the old code took seed-0 outcomes and ranked different sets)."""
-    from conftest import planted_config
+    from _support import planted_config
 
     model, task = planted
     out = tmp_path / "reused"

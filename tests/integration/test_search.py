@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import planted_config, self_consistent_task
+from _support import planted_config, self_consistent_task
 
 from celtk.evaluation.prompts import prepare
 from celtk.heads import Head, HeadSet
@@ -22,7 +22,7 @@ def _pair_model(tokenizer, c: float, r: float):
     one direction with weights c and −r·c. The task's targets come from the model with both
     removed, so: removing A alone leaves −r·c (a little better than (1−r)·c for r < 1/2), removing
     B alone leaves c (worse), removing both restores the targets exactly."""
-    from conftest import make_tiny
+    from _support import make_tiny
 
     model = make_tiny("llama", tokenizer, seed=3)
     attn = model.bridge.blocks[1].attn

@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-from conftest import make_tiny, planted_config
+from _support import make_tiny, planted_config
 
 from celtk.ablation import ablate
 from celtk.errors import ConfigError, RunStoreError

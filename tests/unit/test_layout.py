@@ -262,3 +262,46 @@ def test_a_registry_takes_plugins_by_path_or_object_and_refuses_clashes():
     reg.unregister("c")
     with pytest.raises(ConfigError, match="Unknown ranker 'c'"):
         reg.get("c")
+
+
+# What each test tier may need (docs/testing.md): a unit test builds no model, tiny or real, so the tier runs
+# with nothing but .venv; test modules share helpers through tests/_support.py, never by importing conftest.
+MODEL_FIXTURES = {"tiny_llama", "tiny_model", "smollm2", "planted", "null_run", "ctx", "run_dir"}
+MODEL_BUILDERS = {"make_tiny", "tiny_hf_model", "wrap_hf_model", "self_consistent_task"}
+
+
+def _tier_offences(path) -> list[str]:
+    import ast
+
+    tree, found = ast.parse(path.read_text()), []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if "conftest" in modules:
+                found.append(f"{path.name}:{node.lineno} imports conftest (import from _support instead)")
+            if path.parent.name == "unit" and isinstance(node, ast.ImportFrom):
+                found += [f"{path.name}:{node.lineno} imports {a.name}, which builds a model"
+                          for a in node.names if a.name in MODEL_BUILDERS]
+        if path.parent.name == "unit" and isinstance(node, ast.FunctionDef):
+            found += [f"{path.name}:{node.lineno} {node.name} takes the model fixture {a.arg}"
+                      for a in node.args.args if a.arg in MODEL_FIXTURES]
+    return found
+
+
+def test_unit_tests_build_no_model_and_no_test_imports_conftest():
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    files = sorted({*tests.glob("unit/*.py"), *tests.glob("integration/*.py"), *tests.glob("*.py")} - {tests / "conftest.py"})
+    offences = [o for f in files for o in _tier_offences(f)]
+    assert not offences, "\n".join(offences)
+
+
+def test_the_tier_check_finds_a_model_in_a_unit_file(tmp_path):
+    unit = tmp_path / "unit"
+    unit.mkdir()
+    (unit / "test_x.py").write_text("from conftest import planted_config\nfrom _support import make_tiny\n\n"
+                                    "def test_a(tiny_llama):\n    pass\n")
+    offences = _tier_offences(unit / "test_x.py")
+    assert len(offences) == 3 and "imports conftest" in offences[0] and "make_tiny" in offences[1], offences
+    assert "tiny_llama" in offences[2]

@@ -171,27 +171,6 @@ def test_the_cli_refuses_each_out_of_range_number_in_one_line(verb, option, valu
     assert "Traceback" not in result.output
 
 
-def test_empty_prompt_is_scored_after_end_of_text_as_lm_eval_does(tiny_llama, tmp_path):
-    """An empty prompt used to be scored from a padding position, so its log-prob changed with the
-    batch (the longest prompt in it); now its context is the end-of-text token, whatever the batch."""
-    from celtk.evaluation import evaluate
-    from celtk.evaluation.prompts import encode_pair
-    from celtk.evaluation.results import EvalConfig
-    from celtk.tasks import get_task, make_splits
-
-    tokenizer = tiny_llama.tokenizer
-    assert encode_pair(tokenizer, "", " 5") == ([tokenizer.eos_token_id], tokenizer(" 5", add_special_tokens=False).input_ids)
-    path = tmp_path / "task.jsonl"
-    rows = [{"id": "empty", "prompt": "", "target": " 5"}] + [{"prompt": f"{i} and {i} and {i} make", "target": " 9"} for i in range(5)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = get_task(f"jsonl:{path}")
-    examples = make_splits(task, 6, 0, fewshot=0).discovery
-    alone = evaluate(tiny_llama, task, [e for e in examples if e.id == "empty"], config=EvalConfig(batch_size=1))
-    batched = evaluate(tiny_llama, task, examples, config=EvalConfig(batch_size=6))
-    in_batch = next(r for r in batched.examples if r.id == "empty")
-    assert abs(in_batch.logprob - alone.examples[0].logprob) < 1e-4
-
-
 def _numeric_params():
     """(verb, option, type) for every numeric option of every verb, found by walking the CLI."""
     import click

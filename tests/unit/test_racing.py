@@ -291,27 +291,3 @@ def test_subset_prepared_keeps_each_examples_requests():
     assert np.array_equal(part.correct, full.correct[indices])
     with pytest.raises(ConfigError, match="distinct examples in 0..5"):
         subset_prepared(prepared, [1, 1])
-
-
-def test_cached_scorer_race_equals_the_exhaustive_cached_screen(tiny_llama):
-    """Chunks scored as sub-lists give the outcomes of one whole-list screen (tiny in-memory model)."""
-    from celtk.evaluation.prompts import prepare
-    from celtk.heads import all_heads
-    from celtk.screening.cached import CachedScreener
-    from celtk.screening.racing import cached_scorer
-    from celtk.tasks import get_task, make_splits
-
-    task = get_task("boolq", data_path=str(FIX / "boolq"))
-    splits = make_splits(task, 9, 0, fewshot=0, seed=0)
-    prepared = prepare(tiny_llama, task, splits.discovery, splits.shots)
-    sets = [HeadSet((h,)) for h in all_heads(tiny_llama.n_layers, tiny_llama.n_heads)]
-    intact, full = CachedScreener(tiny_llama, prepared, batch_size=4).run(sets)
-    outcomes = {s: full[s].correct for s in sets}
-    assert len({r.correct.tobytes() for r in full.values()}) > 1  # heads differ, so the check has teeth
-    result = race(cached_scorer(tiny_llama, prepared, batch_size=4), sets, 9, intact.correct, 1,
-                  schedule=[4, 3, 2], order=list(range(8, -1, -1)))
-    assert result.pool == exhaustive_pool(outcomes, intact.correct, 1)
-    assert result.saved_fraction > 0  # some heads stopped early: their partial outcomes are checked too
-    for s in sets:
-        mask = result.scored_mask(s)
-        assert np.array_equal(result.outcomes[s][mask], outcomes[s][mask]), s

@@ -354,7 +354,7 @@ def c_stage_out_of_order(ctx):
 
 
 def c_selection_from_other_model(ctx):
-    from conftest import make_tiny
+    from _support import make_tiny
 
     from celtk.run import run_test
     other = make_tiny("llama", ctx.tiny.tokenizer, seed=11)
@@ -917,10 +917,10 @@ def _placeholders(message: str, tmp_path: Path) -> str:
 
 
 ERROR_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
-TABLE_BEGIN = "<!-- bad-input table: written by `python tests/unit/test_errors.py CASES.jsonl`; do not edit by hand -->"
+TABLE_BEGIN = "<!-- bad-input table: written by `python tests/integration/test_errors.py CASES.jsonl`; do not edit by hand -->"
 TABLE_END = "<!-- end of the bad-input table -->"
-REGENERATE = ("regenerate the table: CELTK_ERROR_TABLE=/tmp/cases.jsonl pytest tests/unit/test_errors.py, "
-              "then python tests/unit/test_errors.py /tmp/cases.jsonl")
+REGENERATE = ("regenerate the table: CELTK_ERROR_TABLE=/tmp/cases.jsonl pytest tests/integration/test_errors.py, "
+              "then python tests/integration/test_errors.py /tmp/cases.jsonl")
 # Messages that carry what the machine has; the page shows one machine's, which must still match the case's pattern.
 MACHINE_DEPENDENT = {"screen-of-other-run",  # quoted values are cut at a length, so the temporary directory's shows
                      "sandbox-tools-missing"}  # names the isolation tools this machine lacks

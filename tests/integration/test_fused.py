@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_tiny, tiny_hf_model
+from _support import make_tiny, tiny_hf_model
 
 from celtk.ablation import ablate, ablate_rows
 from celtk.errors import ConfigError
