@@ -69,7 +69,8 @@ def main() -> None:
         test = run_test(target, model=model).to_json()
         summary["strategies"][name] = {
             "heads": selection["heads"], "n_evaluations": selection["n_evaluations"],
-            "discovery_intact": selection["intact_discovery_accuracy"], "discovery_ablated": selection["discovery_accuracy"],
+            "discovery_intact": selection["intact_discovery_accuracy"],
+            "discovery_ablated": selection["discovery_accuracy"],
             "discovery_gain": selection["discovery_gain"], "heldout_intact": test["intact_accuracy"],
             "heldout_ablated": test["ablated_accuracy"], "heldout_gain": test["gain"], "heldout_ci": test["gain_ci"],
             "mcnemar_p": test["mcnemar_p"], "select_seconds_this_run": round(select_s, 1),
@@ -97,7 +98,8 @@ def main() -> None:
         doc = altscreen.to_json() | {"timing": {"seconds": round(altscreen.seconds, 1)}}
         summary[method] = {**doc["comparison"], "seconds": doc["timing"]["seconds"],
                            **({"alpha": doc["details"]["alpha"], "n_nonzero": doc["details"]["n_nonzero"],
-                               "mean_mask_accuracy": doc["details"]["mean_mask_accuracy"]} if method == "lasso" else {})}
+                               "mean_mask_accuracy": doc["details"]["mean_mask_accuracy"]}
+                              if method == "lasso" else {})}
         write_json(summary_path, summary)
         print(method, json.dumps(summary[method]), flush=True)
 

@@ -39,7 +39,7 @@ def matches(old: Any, new: Any, added: set[str], renamed: dict[str, str]) -> boo
             mapped[name] = value
         return mapped.keys() == old.keys() and all(matches(old[k], mapped[k], added, renamed) for k in old)
     if isinstance(old, list) and isinstance(new, list):
-        return len(old) == len(new) and all(matches(a, b, added, renamed) for a, b in zip(old, new))
+        return len(old) == len(new) and all(matches(a, b, added, renamed) for a, b in zip(old, new, strict=True))
     return bool(old == new)
 
 

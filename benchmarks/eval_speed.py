@@ -53,7 +53,8 @@ def main() -> None:
                         gen = model.hf_model.generate(**enc, do_sample=False, max_new_tokens=length,
                                                       pad_token_id=tok.pad_token_id)
                     for row, i in enumerate(chunk):
-                        verdicts[i] = gen[row, enc.input_ids.shape[1]:].tolist() == list(prepared.requests[i].continuation)
+                        verdicts[i] = (gen[row, enc.input_ids.shape[1]:].tolist()
+                                       == list(prepared.requests[i].continuation))
         finally:
             tok.padding_side = "right"
         return verdicts

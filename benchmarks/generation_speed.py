@@ -52,7 +52,8 @@ def naive(model, task, examples, shots, heads, batch_size: int) -> list[bool]:
                 enc = tok(prompts[start:start + batch_size], return_tensors="pt", padding=True)
                 gen = model.hf_model.generate(**enc, do_sample=False, max_new_tokens=task.max_new_tokens(),
                                               pad_token_id=tok.pad_token_id, stop_strings=stop, tokenizer=tok)
-                for row, example in zip(gen[:, enc.input_ids.shape[1]:], examples[start:start + batch_size]):
+                for row, example in zip(gen[:, enc.input_ids.shape[1]:], examples[start:start + batch_size],
+                                        strict=True):
                     text = tok.decode(row, skip_special_tokens=True)
                     cuts = [text.index(s) for s in stop if s in text]
                     out.append(task.grade_generation(example, text[:min(cuts)] if cuts else text, False))
@@ -71,7 +72,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", default="runs/bench_generation.json")
     parser.add_argument("--allocator", choices=["keep", "glibc"], default="keep",
-                        help="keep: celtk.cli.allocator.keep_freed_memory(), as the CLI does; glibc: the C library's default")
+                        help="keep: celtk.cli.allocator.keep_freed_memory(), as the CLI does; glibc: "
+                             "the C library's default")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -79,7 +81,8 @@ def main() -> None:
 
     kept = keep_freed_memory() if args.allocator == "keep" else False
     if args.allocator == "keep" and not kept:
-        parser.error("--allocator keep did not take effect here (glibc only, CELTK_KEEP_FREED_MEMORY unset); use --allocator glibc")
+        parser.error("--allocator keep did not take effect here (glibc only, CELTK_KEEP_FREED_MEMORY unset); "
+                     "use --allocator glibc")
 
     from celtk import Head, HeadSet, get_task, load_model
     from celtk.evaluation.prompts import prepare

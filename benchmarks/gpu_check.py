@@ -52,7 +52,8 @@ import torch  # noqa: E402
 PAPER_MODELS: dict[str, dict[str, Any]] = {
     "llama-3.2-3b": dict(model_type="llama", hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
                          num_attention_heads=24, num_key_value_heads=8, head_dim=128, vocab_size=128256,
-                         rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
+                         rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=131072,
+                         tie_word_embeddings=True,
                          rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                                        "original_max_position_embeddings": 8192, "rope_type": "llama3"}),
     "qwen2.5-3b": dict(model_type="qwen2", hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
@@ -73,7 +74,8 @@ TINY_MODELS: dict[str, dict[str, Any]] = {
     "smollm3": dict(model_type="smollm3", **_TINY, no_rope_layers=[1, 0, 1]),
     "mistral": dict(model_type="mistral", **_TINY, sliding_window=16),
     "qwen3": dict(model_type="qwen3", **_TINY),
-    "gpt2": dict(model_type="gpt2", n_embd=64, n_layer=3, n_head=4, n_inner=128, n_positions=512, initializer_range=0.2),
+    "gpt2": dict(model_type="gpt2", n_embd=64, n_layer=3, n_head=4, n_inner=128, n_positions=512,
+                 initializer_range=0.2),
     "gpt_neox": dict(model_type="gpt_neox", hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                      intermediate_size=128, max_position_embeddings=512, rotary_pct=0.25, use_parallel_residual=True,
                      tie_word_embeddings=False, initializer_range=0.2),
@@ -117,7 +119,8 @@ def build_model(name: str, config: dict[str, Any], dtype: torch.dtype, device: s
     fields = dict(config)
     model_type = fields.pop("model_type")
     fields.setdefault("vocab_size", VOCAB)
-    hf_config = transformers.AutoConfig.for_model(model_type, pad_token_id=0, bos_token_id=None, eos_token_id=None, **fields)
+    hf_config = transformers.AutoConfig.for_model(model_type, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+                                                  **fields)
     torch.manual_seed(seed)
     with torch.device(device):
         hf = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
@@ -150,7 +153,8 @@ def synthetic(model, n: int, context: tuple[int, int], kind: str, continuation: 
                 for j, owner in enumerate(batch.owner.tolist()):
                     conts[batch.request_ids[owner]] = (int(nxt[j]),)
     examples = [Example(f"s{i}", "", target="x") for i in range(n)]
-    return Prepared(examples, [Request(i, c, t) for i, (c, t) in enumerate(zip(contexts, conts))], [""] * n, "target", False)
+    return Prepared(examples, [Request(i, c, t) for i, (c, t) in enumerate(zip(contexts, conts, strict=True))],
+                    [""] * n, "target", False)
 
 
 def sampled_heads(model, count: int) -> list:
@@ -214,7 +218,8 @@ def exactness(model, prepared, heads: list, batch_size: int, rows: int) -> dict[
     from celtk.screening.fused import fused_layers
 
     singles = [HeadSet((h,)) for h in heads]
-    pairs = [HeadSet((a, b)) for a, b in zip(heads, heads[1:]) if a.layer != b.layer][:3]
+    # neighbouring heads: zipped with the list shifted by one, which is one shorter
+    pairs = [HeadSet((a, b)) for a, b in zip(heads, heads[1:], strict=False) if a.layer != b.layer][:3]
     sets = singles + pairs
     out: dict[str, Any] = {}
     intact_p, plain = screen_plain(model, prepared, sets, batch_size=batch_size)
@@ -226,10 +231,12 @@ def exactness(model, prepared, heads: list, batch_size: int, rows: int) -> dict[
     out["intact_accuracy"] = float(intact_c.correct.mean())
     out["ablations_changing_a_verdict"] = sum(int((cached[s].correct != intact_c.correct).any()) for s in sets)
     if fused_layers(model) is not None:
-        _, bridge = CachedScreener(model, prepared, batch_size=batch_size, rows_per_pass=rows, replay="bridge").run(sets)
+        _, bridge = CachedScreener(model, prepared, batch_size=batch_size, rows_per_pass=rows,
+                                   replay="bridge").run(sets)
         out["fused_vs_bridge"] = agreement(cached, bridge, sets)
     _, small = CachedScreener(model, prepared, batch_size=max(1, batch_size // 4), rows_per_pass=rows).run(singles[:1])
-    out["batch_size_invariance"] = dict(agreement(cached, small, singles[:1]), batch_sizes=[batch_size, max(1, batch_size // 4)])
+    out["batch_size_invariance"] = dict(agreement(cached, small, singles[:1]),
+                                        batch_sizes=[batch_size, max(1, batch_size // 4)])
     alone = {}
     for s in pairs:
         alone.update(CachedScreener(model, prepared, batch_size=batch_size, rows_per_pass=rows).run([s])[1])
@@ -256,7 +263,8 @@ def speed(model, prepared, heads: list, batch_size: int, rows: int, device: str,
     flops = screen_flops(shape, 0, suffixes, scored, [h.layer for h in heads])["cached"] - \
         screen_flops(shape, 0, suffixes, scored, [])["cached"]
     out: dict[str, Any] = {"examples": n, "requests": len(requests), "heads": len(heads),
-                           "tokens_per_request": float(np.mean([len(r.context) + len(r.continuation) for r in requests])),
+                           "tokens_per_request": float(np.mean([len(r.context) + len(r.continuation)
+                                                                for r in requests])),
                            "batch_size": batch_size, "rows_per_pass": rows}
     replays = ("fused", "bridge") if fused_layers(model) is not None else ("bridge",)
     for replay in replays:
@@ -325,11 +333,13 @@ def memory(model, prepared, batch_size: int | str, device: str) -> dict[str, Any
     shape = Shape.of(model)
     dtype = str(model.dtype).removeprefix("torch.")
     task = task_size_of(prepared)
-    weights = n_parameters(shape, bool(getattr(model.hf_model.config, "tie_word_embeddings", False))) * DTYPE_BYTES[dtype]
+    weights = (n_parameters(shape, bool(getattr(model.hf_model.config, "tie_word_embeddings", False)))
+               * DTYPE_BYTES[dtype])
     predicted = weights + cached_stage_bytes(shape, task, task.n_discovery, batch, rows, DTYPE_BYTES[dtype])
     out: dict[str, Any] = {"batch_size": batch, "rows_per_pass": rows, "auto_batch_chose": list(chosen),
                            "predicted_peak_gib": predicted / 2**30, "predicted_weights_gib": weights / 2**30,
-                           "parameter_bytes_gib": sum(p.numel() * p.element_size() for p in model.hf_model.parameters()) / 2**30}
+                           "parameter_bytes_gib": sum(p.numel() * p.element_size()
+                                                      for p in model.hf_model.parameters()) / 2**30}
     if device.startswith("cuda"):
         gc.collect()
         torch.cuda.empty_cache()
@@ -410,11 +420,13 @@ def markdown(data: dict[str, Any]) -> str:
                         f"{s.get('cached_bridge', {}).get('seconds_per_head', float('nan')):.4f} | "
                         f"{s['naive_hook_loop']['seconds_per_head']:.4f} | "
                         f"{s.get('reload_per_head', {}).get('seconds_per_head', float('nan')):.3f} | "
-                        f"{s['speedup_cached_vs_hook_loop']:.1f}x | {fused.get('tflops_per_second', float('nan')):.0f} | "
+                        f"{s['speedup_cached_vs_hook_loop']:.1f}x | "
+                        f"{fused.get('tflops_per_second', float('nan')):.0f} | "
                         f"{value.get('hours', {}).get(shape_name, float('nan')):.2f} |")
     if rows:
         lines += ["| model | shape | cached fused s/head | cached bridge s/head | hook loop s/head | reload s/head | "
-                  "speedup vs hook loop | TFLOP/s | hours, full screen |", "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+                  "speedup vs hook loop | TFLOP/s | hours, full screen |", "|---|---|---|---|---|---|---|---|---|",
+                  *rows, ""]
     rates = data["sections"].get("matmul", {})
     if rates:
         lines += ["Matrix-product rate (TFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in rates.items()), ""]
@@ -444,7 +456,8 @@ def environment(device: str) -> dict[str, Any]:
         env["transformer_lens"] = f"missing: {error}"
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
-        env |= {"device": props.name, "memory_gib": props.total_memory / 2**30, "capability": list(torch.cuda.get_device_capability(0)),
+        env |= {"device": props.name, "memory_gib": props.total_memory / 2**30,
+                "capability": list(torch.cuda.get_device_capability(0)),
                 "cuda": torch.version.cuda}
     return env
 
@@ -452,7 +465,8 @@ def environment(device: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
-    parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks the script, measures nothing useful")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU, tiny sizes: checks the script, measures nothing useful")
     parser.add_argument("--budget", type=float, default=None, help="seconds for all sections (default 450; smoke 600)")
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     args = parser.parse_args(argv)
@@ -499,11 +513,13 @@ def main(argv: list[str] | None = None) -> int:
             heads = sampled_heads(model, n_heads)
             out: dict[str, Any] = {"n_layers": model.n_layers, "n_heads": model.n_heads}
             exact = synthetic(model, arith["n"] // 2, arith["context"], "target", greedy=True, seed=1)
-            out["exactness_bfloat16"] = report.attempt(f"{name}/exactness", lambda: exactness(model, exact, heads, 16, 64))
+            out["exactness_bfloat16"] = report.attempt(f"{name}/exactness",
+                                                       lambda: exactness(model, exact, heads, 16, 64))
             out["speed"] = {}
             for shape_name, spec, batch, rows in (("arithmetic", arith, 64, 256), ("boolq", boolq, 8, 32)):
                 prepared = synthetic(model, spec["n"], spec["context"], spec["kind"], spec.get("continuation", 1))
-                measured = report.attempt(f"{name}/speed/{shape_name}", lambda prepared=prepared, batch=batch, rows=rows:
+                measured = report.attempt(f"{name}/speed/{shape_name}",
+                                          lambda prepared=prepared, batch=batch, rows=rows:
                                           speed(model, prepared, heads, batch, rows, device, with_reload=True))
                 if measured:
                     out["speed"][shape_name] = measured
@@ -514,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
                 out["hours"][shape_name] = paper_hours(shape, best["seconds_per_head"] / s["examples"],
                                                        best["seconds_intact"] / s["examples"])
             prepared = synthetic(model, boolq["n"], boolq["context"], "choice")
-            out["memory"] = report.attempt(f"{name}/memory", lambda: memory(model, prepared, memory_configs[name], device))
+            out["memory"] = report.attempt(f"{name}/memory",
+                                           lambda: memory(model, prepared, memory_configs[name], device))
             return out
 
         report.section(name, 20 if smoke else 90, paper)
@@ -526,9 +543,11 @@ def main(argv: list[str] | None = None) -> int:
         heads = sampled_heads(model, n_heads)
         exact = synthetic(model, arith["n"] // 2, arith["context"], "target", greedy=True, seed=1)
         prepared = synthetic(model, arith["n"], arith["context"], "target", arith["continuation"])
-        return {"exactness_float32": report.attempt("float32/exactness", lambda: exactness(model, exact, heads, 16, 64)),
-                "speed_arithmetic": report.attempt("float32/speed", lambda: speed(model, prepared, heads, 64, 256, device,
-                                                                                    with_reload=False))}
+        return {"exactness_float32": report.attempt("float32/exactness",
+                                                    lambda: exactness(model, exact, heads, 16, 64)),
+                "speed_arithmetic": report.attempt("float32/speed",
+                                                   lambda: speed(model, prepared, heads, 64, 256, device,
+                                                                   with_reload=False))}
 
     report.section("llama-3.2-3b-float32", 20 if smoke else 60, llama_float32)
     report.data["goals"] = goals(report.data)
@@ -562,8 +581,10 @@ def goals(data: dict[str, Any]) -> dict[str, Any]:
         "speedups": speedups,
         "bfloat16_at_least_40pct_of_matmul": min(fractions) >= 0.4 if fractions else None,
         "fractions_of_bfloat16_matmul": fractions,
-        "float32_fraction_of_float32_matmul": fp32_rate / rates["float32"] if fp32_rate and rates.get("float32") else None,
-        "float32_fraction_of_tf32_matmul": fp32_rate / rates["float32_tf32"] if fp32_rate and rates.get("float32_tf32") else None,
+        "float32_fraction_of_float32_matmul": (fp32_rate / rates["float32"] if fp32_rate and rates.get("float32")
+                                               else None),
+        "float32_fraction_of_tf32_matmul": (fp32_rate / rates["float32_tf32"]
+                                            if fp32_rate and rates.get("float32_tf32") else None),
         "plan_within_25pct": all(0.75 <= p <= 1.25 for p in plans) if plans else None,
         "plan_over_measured": plans,
         "fused_equals_bridge_float32": all(fused_exact) if fused_exact else None,

@@ -187,7 +187,8 @@ class _Walker(ast.NodeVisitor):
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                 arrays, typed = _array_mentions(item.annotation, self.jaxtyped)
                 if arrays:
-                    self.facts.fields.append(FunctionShape(self.facts.name, f"{node.name}.{item.target.id}", arrays, typed))
+                    self.facts.fields.append(FunctionShape(self.facts.name, f"{node.name}.{item.target.id}",
+                                                           arrays, typed))
         self.scopes.append("class")
         self.generic_visit(node)
         self.scopes.pop()
@@ -268,7 +269,8 @@ def summary(facts: list[ModuleFacts]) -> dict:
         "array_fields_with_jaxtyping": field_kinds["with"],
         "defs_with_unannotated_parameters": sum(m.unannotated for m in facts),
         "function_local_imports": sum(m.local_imports for m in facts),
-        "local_imports_by_module": {m.name: m.local_imports for m in sorted(facts, key=lambda m: (-m.local_imports, m.name))
+        "local_imports_by_module": {m.name: m.local_imports
+                                    for m in sorted(facts, key=lambda m: (-m.local_imports, m.name))
                                     if m.local_imports},
         "import_edges": sum(len(t) for t in edges.values()),
         "import_edges_eager": sum(1 for t in edges.values() for k in t.values() if "eager" in k),

@@ -9,9 +9,11 @@ Official mode (`--official`): writes raw GPT-3-format lines (`{"context": "\\n\\
 official-data path (`--data DIR`), and runs lm-eval's own `arithmetic_<sub>` task (its YAML and its
 `process_docs`, included unchanged, only the data file pointed at the local copy), 0-shot.
 
-    python3 -m venv /tmp/lmeval-venv && /tmp/lmeval-venv/bin/pip install torch==2.13.0 "lm-eval==0.4.*" "transformers<5.24" accelerate
+    python3 -m venv /tmp/lmeval-venv && \\
+        /tmp/lmeval-venv/bin/pip install torch==2.13.0 "lm-eval==0.4.*" "transformers<5.24" accelerate
     .venv/bin/python benchmarks/parity_lmeval.py --n 200 --out runs/parity --lmeval-python /tmp/lmeval-venv/bin/python
-    .venv/bin/python benchmarks/parity_lmeval.py --official --n 50 --out runs/parity-official --lmeval-python /tmp/lmeval-venv/bin/python
+    .venv/bin/python benchmarks/parity_lmeval.py --official --n 50 --out runs/parity-official \\
+        --lmeval-python /tmp/lmeval-venv/bin/python
 """
 
 from __future__ import annotations
@@ -98,10 +100,11 @@ def official(args, model, out: Path) -> dict:
 
     subtasks = args.subtasks.split(",")
     root = write_raw_lines(out, subtasks, args.n)
-    tasks_dir = subprocess.run([args.lmeval_python, "-c", "import lm_eval, os; print(os.path.dirname(lm_eval.__file__))"],
+    tasks_dir = subprocess.run([args.lmeval_python, "-c",
+                                "import lm_eval, os; print(os.path.dirname(lm_eval.__file__))"],
                                check=True, capture_output=True, text=True).stdout.strip() + "/tasks/arithmetic"
-    report = {"n_per_subtask": args.n, "subtasks": subtasks, "model": "smollm2-135m", "mode": "official raw lines, 0-shot",
-              "runs": {}}
+    report = {"n_per_subtask": args.n, "subtasks": subtasks, "model": "smollm2-135m",
+              "mode": "official raw lines, 0-shot", "runs": {}}
     for variant, heads in (("intact", HeadSet()), ("ablated", HeadSet.parse(args.heads))):
         model_dir = out / f"model_{variant}"
         if not model_dir.exists():
@@ -115,7 +118,7 @@ def official(args, model, out: Path) -> dict:
             yaml = OFFICIAL_YAML.format(lm_eval_yaml=f"{tasks_dir}/arithmetic_{sub}.yaml", name=f"{variant}_{sub}",
                                         data=root / "data" / f"{OFFICIAL_FILES[sub]}.jsonl")
             theirs = lmeval_side(model_dir, yaml, f"{variant}_{sub}", out, args.reuse, args.lmeval_python)
-            by_row = dict(zip(rows, ours.examples))
+            by_row = dict(zip(rows, ours.examples, strict=True))
             for doc_id, (ll, greedy) in enumerate(theirs):
                 if doc_id in by_row:
                     mine = by_row[doc_id]
@@ -124,7 +127,8 @@ def official(args, model, out: Path) -> dict:
                     ours_right += mine.correct
                     theirs_right += greedy
                     n += 1
-        report["runs"][variant] = {"heads": heads.names(), "n": n, "agreement": agree / n, "max_abs_logprob_diff": max(diffs),
+        report["runs"][variant] = {"heads": heads.names(), "n": n, "agreement": agree / n,
+                                   "max_abs_logprob_diff": max(diffs),
                                    "celtk_accuracy": ours_right / n, "lmeval_accuracy": theirs_right / n}
     return report
 
@@ -162,10 +166,10 @@ def main() -> None:
         prompts, ours = celtk_side(model, task, splits.discovery, splits.shots, heads)
         data = out / f"data_{name}.json"
         data.write_text("".join(json.dumps({"context": p, "completion": e.target}) + "\n"
-                                for p, e in zip(prompts, splits.discovery)))
+                                for p, e in zip(prompts, splits.discovery, strict=True)))
         theirs = lmeval_side(model_dir, YAML.format(name=name, data=data), name, out, args.reuse, args.lmeval_python)
-        diffs = [abs(a.logprob - ll) for a, (ll, _) in zip(ours.examples, theirs)]
-        agree = sum(a.correct == g for a, (_, g) in zip(ours.examples, theirs))
+        diffs = [abs(a.logprob - ll) for a, (ll, _) in zip(ours.examples, theirs, strict=True)]
+        agree = sum(a.correct == g for a, (_, g) in zip(ours.examples, theirs, strict=True))
         report["runs"][name] = {"heads": heads.names(), "agreement": agree / len(theirs), "n": len(theirs),
                                 "max_abs_logprob_diff": max(diffs), "celtk_accuracy": ours.accuracy,
                                 "lmeval_accuracy": sum(g for _, g in theirs) / len(theirs)}

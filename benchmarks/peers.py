@@ -95,10 +95,12 @@ def main() -> None:
                     enc = tok([prepared.prompts[i] for i in chunk], return_tensors="pt", padding=True)
                     longest = max(len(requests[i].continuation) for i in chunk)
                     with torch.no_grad():
-                        gen = model.hf_model.generate(**enc, do_sample=False, max_new_tokens=longest, pad_token_id=tok.pad_token_id)
+                        gen = model.hf_model.generate(**enc, do_sample=False, max_new_tokens=longest,
+                                                      pad_token_id=tok.pad_token_id)
                     for row, i in enumerate(chunk):
                         cont = list(requests[i].continuation)
-                        verdicts[i] = gen[row, enc.input_ids.shape[1]:enc.input_ids.shape[1] + len(cont)].tolist() == cont
+                        verdicts[i] = (gen[row, enc.input_ids.shape[1]:enc.input_ids.shape[1] + len(cont)].tolist()
+                                       == cont)
         finally:
             tok.padding_side = "right"
         return verdicts
@@ -115,19 +117,23 @@ def main() -> None:
                       "agreement_per_head": agree, "identical_heads": sum(a == len(requests) for a in agree)}
 
     prefix = shared_prefix_length(requests)
-    counts = screen_flops(Shape.of(model), prefix, [len(r.context) + len(r.continuation) - 1 - prefix for r in requests],
+    counts = screen_flops(Shape.of(model), prefix,
+                          [len(r.context) + len(r.continuation) - 1 - prefix for r in requests],
                           sum(len(r.continuation) for r in requests), [h.layer for h in heads])
     per_head_celtk = t_celtk / len(heads)
     result = {
         "n_examples": len(requests), "n_heads": len(heads), "sample": [str(h) for h in sample],
-        "shared_prefix_tokens": prefix, "mean_tokens": float(np.mean([len(r.context) + len(r.continuation) for r in requests])),
+        "shared_prefix_tokens": prefix,
+        "mean_tokens": float(np.mean([len(r.context) + len(r.continuation) for r in requests])),
         "celtk_seconds_all_heads": t_celtk, "celtk_seconds_per_head": per_head_celtk,
         "celtk_seconds_per_head_on_sample": t_celtk_sample / len(sample),
         "peers": rows,
         "speedup_vs_reload_per_head": rows["reload_per_head"]["seconds_per_head"] / per_head_celtk,
         "speedup_vs_naive_hook_loop": rows["naive_hook_loop"]["seconds_per_head"] / per_head_celtk,
-        "speedup_vs_reload_per_head_on_sample": rows["reload_per_head"]["seconds_per_head"] / (t_celtk_sample / len(sample)),
-        "speedup_vs_naive_hook_loop_on_sample": rows["naive_hook_loop"]["seconds_per_head"] / (t_celtk_sample / len(sample)),
+        "speedup_vs_reload_per_head_on_sample": (rows["reload_per_head"]["seconds_per_head"]
+                                                 / (t_celtk_sample / len(sample))),
+        "speedup_vs_naive_hook_loop_on_sample": (rows["naive_hook_loop"]["seconds_per_head"]
+                                                 / (t_celtk_sample / len(sample))),
         "screen_gflop_cached": counts["cached"] / 1e9, "screen_gflop_plain_equivalent": counts["plain"] / 1e9,
         "achieved_gflops": counts["cached"] / 1e9 / t_celtk, "matmul_gflops": peak_gflops,
         "fraction_of_matmul_peak": counts["cached"] / 1e9 / t_celtk / peak_gflops,

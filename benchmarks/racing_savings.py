@@ -114,7 +114,8 @@ def replay(directory: Path, ps: list[int], delta: float, seed: int) -> None:
     table = {s.heads: s.correct for s in scores}
     print(f"{doc.model_name}, {doc.task_name}: {len(table)} heads × {doc.n} examples, intact accuracy "
           f"{doc.intact_accuracy:.2f} (replayed from {directory}/screen.json)")
-    print(f"{'p':>4}{'mode':>12}{'evals saved':>13}{'pool agrees':>13}{'uncertified':>13}  heads racing after each chunk")
+    print(f"{'p':>4}{'mode':>12}{'evals saved':>13}{'pool agrees':>13}{'uncertified':>13}  "
+          "heads racing after each chunk")
     for p in ps:
         reference = exhaustive_pool(table, intact, p)
         for mode in ("exact", "confidence"):

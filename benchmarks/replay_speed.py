@@ -29,7 +29,8 @@ OP_CLASSES = {  # operator -> class, for the profile's summary
     "aten::_scaled_dot_product_flash_attention_for_cpu": "attention", "aten::_softmax": "attention",
     "aten::copy_": "copies", "aten::cat": "copies", "aten::index": "copies", "aten::clone": "copies",
     "aten::mul": "element-wise", "aten::add": "element-wise", "aten::silu": "element-wise", "aten::pow": "element-wise",
-    "aten::mean": "element-wise", "aten::rsqrt": "element-wise", "aten::neg": "element-wise", "aten::masked_fill": "element-wise",
+    "aten::mean": "element-wise", "aten::rsqrt": "element-wise", "aten::neg": "element-wise",
+    "aten::masked_fill": "element-wise",
     "aten::_log_softmax": "scoring", "aten::argmax": "scoring", "aten::gather": "scoring",
 }
 
@@ -124,7 +125,8 @@ def main() -> None:
     best = {r: min(t) for r, t in times.items()}
     result = {
         "n_examples": len(requests), "n_heads": len(sets), "layers": args.layers, "shared_prefix_tokens": prefix,
-        "allocator": args.allocator, "batch_size": args.batch_size, "rows_per_pass": args.rows_per_pass, "threads": torch.get_num_threads(),
+        "allocator": args.allocator, "batch_size": args.batch_size, "rows_per_pass": args.rows_per_pass,
+        "threads": torch.get_num_threads(),
         "seconds": times, "seconds_per_head": {r: best[r] / len(sets) for r in replays},
         "speedup_fused_vs_bridge": best["bridge"] / best["fused"],
         "screen_gflop": flops / 1e9, "matmul_gflops": peak,
@@ -145,7 +147,8 @@ def main() -> None:
             for event in prof.key_averages():
                 classes[OP_CLASSES.get(event.key, "other operators")] += event.self_cpu_time_total / 1e6
             classes["outside operators (Python)"] = max(0.0, wall - sum(classes.values()))
-            result["profile_seconds_by_class"][replay] = {k: round(v, 2) for k, v in classes.most_common()} | {"wall": round(wall, 2)}
+            result["profile_seconds_by_class"][replay] = ({k: round(v, 2) for k, v in classes.most_common()}
+                                                          | {"wall": round(wall, 2)})
     print(json.dumps(result, indent=1))
     with open(args.out, "w") as handle:
         json.dump(result, handle, indent=1)

@@ -61,7 +61,8 @@ def main() -> None:
     summary = {name: [{k: v for k, v in row.items() if k not in ("correct", "intact")} for row in rows]
                for name, rows in tables.items()}
     summary["bfloat16"] = {"speedup": fp32["seconds"] / bf16["seconds"],
-                           "per_example_agreement_mean": float(np.mean(agree)), "per_example_agreement_min": float(np.min(agree)),
+                           "per_example_agreement_mean": float(np.mean(agree)),
+                           "per_example_agreement_min": float(np.min(agree)),
                            "intact_agreement": float(np.mean(np.array(fp32["intact"]) == np.array(bf16["intact"]))),
                            "heads_with_identical_outcomes": int(sum(a == 1.0 for a in agree)), "heads": len(agree)}
     print(json.dumps(summary, indent=1))

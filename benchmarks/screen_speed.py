@@ -48,7 +48,8 @@ def main() -> None:
         timings[name] = time.perf_counter() - start
     identical = all(np.array_equal(results[k][s].correct, results["plain"][s].correct) for k in results for s in sets)
     max_diff = max(np.abs(np.array([e.logprob for e in results[k][s].examples]) -
-                          np.array([e.logprob for e in results["plain"][s].examples])).max() for k in results for s in sets)
+                          np.array([e.logprob for e in results["plain"][s].examples])).max()
+                   for k in results for s in sets)
     report = {"n_examples": args.n, "heads": len(sets), "layers": layers, "threads": torch.get_num_threads(),
               "seconds": timings, "per_head_seconds": {k: v / len(sets) for k, v in timings.items()},
               "speedup_vs_plain": {k: timings["plain"] / v for k, v in timings.items()},

@@ -32,7 +32,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SCREEN_FILES = ("config.json", "fingerprint.json", "intact.json", "screen.json", "screen.csv", "screen_parts", "timing.json")
+SCREEN_FILES = ("config.json", "fingerprint.json", "intact.json", "screen.json", "screen.csv", "screen_parts",
+                "timing.json")
 
 DRIVER = r"""
 import json, sys, time
@@ -77,7 +78,8 @@ def base_commit() -> str:
 
 def extract(commit: str, into: Path) -> Path:
     """The celtk package of ``commit`` under ``into`` (no worktree registered)."""
-    archive = subprocess.run(["git", "archive", "--format=tar", commit, "celtk"], cwd=ROOT, capture_output=True, check=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, "celtk"], cwd=ROOT, capture_output=True,
+                             check=True)
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -151,7 +153,8 @@ def main() -> None:
     results["files"] = dict(verdicts)
     old, new = results["old"], results["new"]
     results["select_time_ratio"] = old["seconds"] / new["seconds"]
-    results["ablated_layer_ratio"] = old["ablated_layer_evaluations_per_example"] / new["ablated_layer_evaluations_per_example"]
+    results["ablated_layer_ratio"] = (old["ablated_layer_evaluations_per_example"]
+                                      / new["ablated_layer_evaluations_per_example"])
     results["all_layer_ratio"] = old["all_layer_evaluations_per_example"] / new["all_layer_evaluations_per_example"]
     text = json.dumps(results, indent=1)
     print(text)

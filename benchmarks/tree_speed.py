@@ -3,8 +3,8 @@ alternation (old, new, new, old, ...): the same model, discovery examples and Al
 a screened run's pool, scored by this tree's ``CachedScreener`` and by the base commit's (its
 cached screener, ``--base-path``, loaded under another module name beside this tree's other modules, which it
 shares; so the base must import modules this tree still has: commits before the wings held the screener in
-``celtk/screen.py`` and imported ``celtk.evaluator``, which this tree no longer has). Per-example outcomes must be identical; reports seconds per search, their ratio, and the
-layer evaluations each ran (counted through ``_layer``).
+``celtk/screen.py`` and imported ``celtk.evaluator``, which this tree no longer has). Per-example outcomes must be
+identical; reports seconds per search, their ratio, and the layer evaluations each ran (counted through ``_layer``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/tree_speed.py runs/demo --repeats 2 --out runs/tree_speed.json
 
@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def base_screen(commit: str, into: Path, path: str = "celtk/screening/cached.py"):
-    """The base commit's cached screener (``path``) as module ``celtk_base_screen`` (its imports resolve to this tree)."""
+    """The base commit's cached screener (``path``) as module ``celtk_base_screen`` (its imports resolve to
+    this tree)."""
     archive = subprocess.run(["git", "archive", "--format=tar", commit, path], cwd=ROOT, capture_output=True,
                              check=True)
     with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
@@ -64,8 +65,8 @@ def main() -> None:
     from celtk.screening import cached as new_screen
     from celtk.search.selection import candidate_pool, subsets
 
-    commit = args.base or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True,
-                                         check=True).stdout.strip()
+    commit = args.base or subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True,
+                                         text=True, check=True).stdout.strip()
     run = open_run(args.run)
     config = run.session.config
     pool = [next(iter(s.heads)) for s in candidate_pool(run.scores, config.p)]
@@ -88,7 +89,8 @@ def main() -> None:
         _, results = screener.run(sets)
         seconds[side].append(time.perf_counter() - start)
         counters[side]["per_search"] = (counters[side]["rows"] - before) / len(prepared.requests)
-        outcomes[side] = {str(s): [e.logprob for e in r.examples] + [bool(c) for c in r.correct] for s, r in results.items()}
+        outcomes[side] = {str(s): [e.logprob for e in r.examples] + [bool(c) for c in r.correct]
+                          for s, r in results.items()}
         print(side, f"{seconds[side][-1]:.1f} s", flush=True)
     identical = outcomes["old"] == outcomes["new"]
     report = {"run": str(args.run), "base_commit": commit, "sets": len(sets), "examples": len(prepared.requests),

@@ -121,7 +121,8 @@ def self_consistent_task(model, directory, n: int = 90) -> str:
             nxt = model.bridge(ids)[0, -1].argmax().item()
         target = model.tokenizer.decode([nxt])
         whole = model.tokenizer(prompt + target).input_ids
-        if whole[: ids.shape[1]] == ids[0].tolist() and whole[ids.shape[1]:] == [nxt] and prompt not in {l["prompt"] for l in lines}:
+        if (whole[: ids.shape[1]] == ids[0].tolist() and whole[ids.shape[1]:] == [nxt]
+                and prompt not in {l["prompt"] for l in lines}):
             lines.append({"prompt": prompt, "target": target})
     path = directory / "self.jsonl"
     path.write_text("".join(json.dumps(l) + "\n" for l in lines))

@@ -39,7 +39,8 @@ def _free_port() -> int:
 
 
 def _find(name: str) -> str | None:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/sbin/{name}") if os.access(p, os.X_OK)), None)
+    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/sbin/{name}") if os.access(p, os.X_OK)),
+                                      None)
 
 
 class SlurmCluster:

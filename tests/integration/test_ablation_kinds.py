@@ -94,7 +94,8 @@ def test_resample_writes_the_references_z_left_aligned_and_its_last_position_pas
     ablation = ablation_for(tiny_llama, "resample", task, splits.discovery, seed=7)
     refs = reference_sequences(tiny_llama, task, splits.discovery)
     prepared = prepare(tiny_llama, task, splits.heldout)
-    for ref, example in zip(refs, splits.discovery):  # the prompt and the answer, the answer's last token unread
+    # the prompt and the answer, the answer's last token unread
+    for ref, example in zip(refs, splits.discovery, strict=True):
         whole = prepared_whole(tiny_llama, task, example)
         assert ref == whole[:-1]
     batch = make_batches(prepared.requests, 8, tiny_llama.tokenizer.pad_token_id)[0]
@@ -156,9 +157,11 @@ def test_scale_one_is_the_intact_model_and_scale_zero_is_zeroing(tiny_llama):
     heads, config = HeadSet.parse("L0H1,L2H2"), EvalConfig(batch_size=4)
     intact = evaluate(tiny_llama, task, splits.heldout, splits.shots, config=config)
     zero = evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config)
-    assert np.array_equal(_lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config, ablation="scale:1.0")),
+    assert np.array_equal(_lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config,
+                                       ablation="scale:1.0")),
                           _lp(intact))
-    assert np.array_equal(_lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config, ablation="scale:0.0")),
+    assert np.array_equal(_lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config,
+                                       ablation="scale:0.0")),
                           _lp(zero))
     assert not np.allclose(_lp(zero), _lp(intact))
 
@@ -171,7 +174,8 @@ def test_mean_and_resample_need_their_values(tiny_llama):
         Ablation(AblationKind.parse("resample"))
 
 
-EXPORTABLE = ("llama", "qwen3", "smollm3", "gemma3", "gpt2", "gpt_neox")  # an output bias, or attention_bias to give one
+# an output bias, or attention_bias to give one
+EXPORTABLE = ("llama", "qwen3", "smollm3", "gemma3", "gpt2", "gpt_neox")
 
 
 @pytest.mark.parametrize("arch", EXPORTABLE)
@@ -238,14 +242,15 @@ def _anti_answer_model(tokenizer, tmp_path):
     model = wrap_hf_model(tf.AutoModelForCausalLM.from_config(config).eval(), tokenizer, name="tiny-anti-answer")
     head = HeadSet.parse("L2H2")
     rng = np.random.default_rng(0)
-    lines = [{"prompt": " ".join(rng.choice(WORDS, size=6)), "choices": [str(c) for c in rng.choice(WORDS, 4, replace=False)],
+    lines = [{"prompt": " ".join(rng.choice(WORDS, size=6)),
+              "choices": [str(c) for c in rng.choice(WORDS, 4, replace=False)],
               "label": 0} for _ in range(170)]
     path = tmp_path / "choose.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     task = get_task(f"jsonl:{path}")
     examples = task.load_pools().discovery
     chosen = evaluate(model, task, examples, heads=head)  # the model's own choice without the head
-    for line, result in zip(lines, chosen.examples):
+    for line, result in zip(lines, chosen.examples, strict=True):
         line["label"] = int(np.argmax(result.logprob))
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     ids = [tokenizer(" " + w).input_ids[0] for w in WORDS]
@@ -260,7 +265,8 @@ def _anti_answer_model(tokenizer, tmp_path):
     return model, get_task(f"jsonl:{path}"), head
 
 
-def test_a_head_planted_against_each_examples_answer_gains_under_every_kind_with_a_monotone_dose(smol_tokenizer, tmp_path):
+def test_a_head_planted_against_each_examples_answer_gains_under_every_kind_with_a_monotone_dose(smol_tokenizer,
+                                                                                                 tmp_path):
     model, task, head = _anti_answer_model(smol_tokenizer, tmp_path)
     splits = make_splits(task, 60, 100, seed=0, fewshot=0)
     intact = evaluate(model, task, splits.heldout)
@@ -274,7 +280,9 @@ def test_a_head_planted_against_each_examples_answer_gains_under_every_kind_with
         assert gains[kind].gain > 0.1 and gains[kind].mcnemar_p < 0.01, (kind, gains[kind])
     assert gains["zero"].gain > gains["mean"].gain > gains["resample"].gain  # what each kind keeps of the head
     dose = [gains[f"scale:{a}"].gain for a in ("1.0", "0.75", "0.5", "0.25", "0.0")]
-    assert dose[0] == 0 and all(a < b for a, b in zip(dose, dose[1:])), dose  # monotone: more removed, more gained
+    # neighbouring doses: zipped with the list shifted by one, which is one shorter
+    # monotone: more removed, more gained
+    assert dose[0] == 0 and all(a < b for a, b in zip(dose, dose[1:], strict=False)), dose
     assert dose[-1] == gains["zero"].gain
 
 
@@ -287,8 +295,9 @@ def test_a_head_that_harms_by_the_size_of_its_output_is_undone_by_zeroing_only(p
     splits = make_splits(task, 40, 40, seed=0, fewshot=0)
     intact = evaluate(model, task, splits.heldout)
     head = HeadSet.parse("L1H2")
-    gain = {kind: compare_paired(intact.correct, evaluate(model, task, splits.heldout, heads=head,
-                                                          ablation=ablation_for(model, kind, task, splits.discovery)).correct,
+    gain = {kind: compare_paired(intact.correct,
+                                 evaluate(model, task, splits.heldout, heads=head,
+                                          ablation=ablation_for(model, kind, task, splits.discovery)).correct,
                                  n_boot=200)
             for kind in ("zero", "mean", "resample", "scale:0.25")}
     assert gain["zero"].gain > 0.2 and gain["zero"].mcnemar_p < 0.01

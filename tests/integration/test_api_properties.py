@@ -36,7 +36,8 @@ def public_callables() -> dict[str, object]:
     for module, names in ((celtk, dir(celtk)), (celtk.run, celtk.run.__all__)):
         for name in names:
             obj = getattr(module, name)
-            if callable(obj) and not inspect.ismodule(obj) and not (inspect.isclass(obj) and issubclass(obj, BaseException)):
+            if (callable(obj) and not inspect.ismodule(obj)
+                    and not (inspect.isclass(obj) and issubclass(obj, BaseException))):
                 found[f"{module.__name__}.{name}"] = obj
     return found
 
@@ -87,10 +88,12 @@ def start(name: str, ctx: Ctx) -> dict:
         "merge_shards": dict(out=empty), "open_run": dict(out=empty, model=tiny), "rank": dict(scores=[ctx.score]),
         "ranking_key": dict(score=ctx.score), "resolve_config": {}, "task_names": {},
         "run_all": dict(config=ctx.config, out=empty, model=tiny), "run_altscreen": dict(out=empty, model=tiny),
-        "run_eval": dict(out=None, model=tiny, task=MISSING_TASK), "run_screen": dict(config=ctx.config, out=empty, model=tiny),
+        "run_eval": dict(out=None, model=tiny, task=MISSING_TASK),
+        "run_screen": dict(config=ctx.config, out=empty, model=tiny),
         "run_select": dict(out=empty, model=tiny), "run_stability": dict(out=empty, model=tiny),
         "run_test": dict(out=empty, model=tiny),
-        "select": dict(single=[ctx.score], intact=np.ones(1, dtype=bool), evaluate_set=lambda heads: np.ones(1, dtype=bool),
+        "select": dict(single=[ctx.score], intact=np.ones(1, dtype=bool),
+                       evaluate_set=lambda heads: np.ones(1, dtype=bool),
                        p=1, k=1),
         "load_config_file": dict(path=None), "load_screen": dict(out=empty), "parse_shard": dict(text="0/2"),
         "session_for": dict(document=None, model=tiny),

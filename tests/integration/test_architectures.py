@@ -71,7 +71,8 @@ def test_gpt2_conv1d_is_zeroed_by_rows(smol_tokenizer):
     model = make_tiny("gpt2", smol_tokenizer)
     assert model.arch.output_transposed and model.arch.output_weights[2] == "transformer.h.2.attn.c_proj.weight"
     before = model.hf_state_dict()["transformer.h.2.attn.c_proj.weight"]  # [head_index·d_head, d_model]
-    after = zero_output_columns(model, model.hf_state_dict(), HeadSet.parse("L2H1"))["transformer.h.2.attn.c_proj.weight"]
+    after = zero_output_columns(model, model.hf_state_dict(),
+                                HeadSet.parse("L2H1"))["transformer.h.2.attn.c_proj.weight"]
     d = model.d_head
     assert torch.all(after[d:2 * d] == 0) and torch.all(before[d:2 * d] != 0)
     assert torch.equal(after[:d], before[:d]) and torch.equal(after[2 * d:], before[2 * d:])
@@ -81,8 +82,10 @@ def test_unsupported_architectures_are_refused_naming_the_supported(smol_tokeniz
     import transformers as tf
 
     not_in_transformer_lens = tf.AutoModelForCausalLM.from_config(tf.BioGptConfig(
-        vocab_size=len(smol_tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64))
-    with pytest.raises(ArchitectureError, match="BioGptForCausalLM.*TransformerLens has no adapter.*tested: .*GPT2LMHeadModel"):
+        vocab_size=len(smol_tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64))
+    with pytest.raises(ArchitectureError,
+                       match="BioGptForCausalLM.*TransformerLens has no adapter.*tested: .*GPT2LMHeadModel"):
         wrap_hf_model(not_in_transformer_lens, smol_tokenizer, name="tiny-biogpt")
     no_attention = tf.AutoModelForCausalLM.from_config(tf.MambaConfig(
         vocab_size=len(smol_tokenizer), hidden_size=32, num_hidden_layers=1, state_size=4))
@@ -119,7 +122,8 @@ def test_guard_fires_when_layers_take_the_cache_under_another_keyword(tiny_llama
     # A future transformers that renames the layer's cache keyword: the layer swallows the old one in **kwargs.
     # The bridge replay passes the cache under that keyword (the fused replay calls the HF modules itself).
     monkeypatch.setattr(tiny_llama, "arch", dataclasses.replace(tiny_llama.arch, cache_keyword="cache"))
-    with pytest.raises(KVCacheIgnoredError, match="Decoder layer 0 of LlamaForCausalLM ran without consulting the KV cache.*'cache'"):
+    with pytest.raises(KVCacheIgnoredError,
+                       match="Decoder layer 0 of LlamaForCausalLM ran without consulting the KV cache.*'cache'"):
         CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4, replay="bridge").run([HeadSet.parse("L1H0")])
 
 

@@ -45,10 +45,12 @@ def test_null_ablation_is_the_intact_result_through_the_ablated_path(tiny_model,
     null = results[HeadSet()]
     assert null is not intact  # scored by the replay, not copied from the intact pass
     assert np.array_equal(null.correct, intact.correct)
-    np.testing.assert_allclose([e.logprob for e in null.examples], [e.logprob for e in intact.examples], atol=1e-6, rtol=0)
+    np.testing.assert_allclose([e.logprob for e in null.examples], [e.logprob for e in intact.examples],
+                               atol=1e-6, rtol=0)
     # the intact log-probabilities of the cached and the plain path agree
     plain, _ = screen_plain(tiny_model, prepared, [], batch_size=5)
-    np.testing.assert_allclose([e.logprob for e in intact.examples], [e.logprob for e in plain.examples], atol=1e-5, rtol=0)
+    np.testing.assert_allclose([e.logprob for e in intact.examples], [e.logprob for e in plain.examples],
+                               atol=1e-5, rtol=0)
 
 
 def test_screen_reports_the_null_control(tested_run):
@@ -63,7 +65,8 @@ def test_select_refuses_a_tampered_intact_baseline(planted, tested_run, tmp_path
         (out / name).unlink()  # an untested run, as before the test
 
     def flip(screen):
-        return {**screen, "intact_correct": ("1" if screen["intact_correct"][0] == "0" else "0") + screen["intact_correct"][1:]}
+        return {**screen,
+                "intact_correct": ("1" if screen["intact_correct"][0] == "0" else "0") + screen["intact_correct"][1:]}
 
     edit_document(out, "screen.json", flip)
     with pytest.raises(RunStoreError, match="1 of 40 discovery examples differently from the intact result stored"):
@@ -132,7 +135,8 @@ def test_streamed_test_equals_the_cached_path(planted, tested_run):
     assert [e["intact_correct"] for e in test["examples"]] == [bool(c) for c in intact.correct]
     assert [e["ablated_correct"] for e in test["examples"]] == [bool(c) for c in results[heads].correct]
     for name, result in (("intact_logprob", intact), ("ablated_logprob", results[heads])):
-        np.testing.assert_allclose([e[name] for e in test["examples"]], [e.logprob for e in result.examples], atol=1e-5, rtol=0)
+        np.testing.assert_allclose([e[name] for e in test["examples"]], [e.logprob for e in result.examples],
+                                   atol=1e-5, rtol=0)
 
 
 def test_a_changed_prompt_or_chat_date_refuses_the_run_directory(planted, tested_run, tmp_path, monkeypatch):

@@ -42,7 +42,8 @@ try:
 except CeltkError as caught:
     error = f"{type(caught).__name__}: {caught}"
 seconds = time.perf_counter() - started
-print(json.dumps({"error": error, "seconds": seconds, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"error": error, "seconds": seconds,
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "before_mb": before / 1024, "n_ctx": model.n_ctx, "module_calls": len(forwards)}))
 """
 
@@ -94,7 +95,8 @@ def test_the_memory_check_names_a_batch_size_that_the_estimate_fits(tiny_llama, 
     assert cached[7] <= free < cached[8] and plain <= free
     monkeypatch.setattr(celtk.screening.cached, "available_memory", lambda device: free)
     config = RunConfig(model="tiny", task=f"jsonl:{data}", discovery=10, heldout=10, fewshot=0, batch_size=8)
-    with pytest.raises(ConfigError, match=r"The cached screener on 10 examples needs about .* at batch size 8 \(64 rows "
+    with pytest.raises(ConfigError,
+                       match=r"The cached screener on 10 examples needs about .* at batch size 8 \(64 rows "
                                           r"per pass\).* batch size 7 would fit"):
         run_screen(config, tmp_path / "big", model=tiny_llama)
     assert not (tmp_path / "big" / "screen.json").exists()

@@ -28,7 +28,8 @@ def null_run(tiny_llama, tmp_path_factory):
     data = tmp_path_factory.mktemp("null") / "coin.jsonl"
     data.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path_factory.mktemp("run")
-    config = RunConfig(model="tiny-null", task=f"jsonl:{data}", discovery=100, heldout=100, fewshot=0, batch_size=25, p=4, k=2)
+    config = RunConfig(model="tiny-null", task=f"jsonl:{data}", discovery=100, heldout=100, fewshot=0, batch_size=25,
+                       p=4, k=2)
     run_screen(config, out, model=tiny_llama)
     run_select(out, p=4, k=2, model=tiny_llama)
     run_test(out, model=tiny_llama, n_boot=200)
@@ -54,14 +55,17 @@ def test_random_heads_null_is_the_search_on_random_pools(null_run):
     disc, held = np.array(doc.null_discovery_gains), np.array(doc.null_heldout_gains)
     se = held.std() / np.sqrt(len(held))
     assert abs(held.mean()) < 3 * se + 1e-3  # coin-flip labels: no head set helps on fresh examples
-    # the best of the search's own candidates on discovery: as many as the search scored, and never below its best single
-    assert doc.n_candidates == selection["n_evaluations"] and disc.min() >= max(0.0, disc.mean() - 1) and disc.mean() > held.mean()
+    # the best of the search's own candidates on discovery: as many as the search scored, and never below its
+    # best single
+    assert (doc.n_candidates == selection["n_evaluations"] and disc.min() >= max(0.0, disc.mean() - 1)
+            and disc.mean() > held.mean())
     assert doc.p_value == p_value(disc, doc.observed_discovery_gain) and doc.p_value_note is None
     # each repeat's best is a single head or a subset of size ≤ k of a 4-head pool
     assert len(doc.null_sets) == 12 and all(1 <= len(s) <= 2 for s in doc.null_sets)
     look = [look for look in HeldoutLog(out).looks() if look.what == "calibrate-random-heads"][-1]
     # only each draw's best set is scored on held-out examples, logged before, its result after
-    assert look.exploratory and look.complete and sorted(map(tuple, look.heads)) == sorted(set(map(tuple, doc.null_sets)))
+    assert (look.exploratory and look.complete
+            and sorted(map(tuple, look.heads)) == sorted(set(map(tuple, doc.null_sets))))
 
 
 def test_random_heads_control_gives_no_p_value(null_run):
@@ -109,10 +113,12 @@ def _no_effect_search(seed, *, n=200, shape=(10, 10), p=8, k=2, q=0.15, repeats=
     if control_only:
         size = len(result.best.heads)
         control = [rank([HeadScore.compare(s, outcome(s), intact) for s in
-                         [HeadSet(tuple(heads[i] for i in rng.choice(len(heads), size, replace=False))) for _ in range(20)]])[0]
+                         [HeadSet(tuple(heads[i] for i in rng.choice(len(heads), size, replace=False)))
+                          for _ in range(20)]])[0]
                    for _ in range(repeats)]
         return p_value(np.array([c.gain / n for c in control]), observed)
-    discordant = np.array([s.fixes + s.damage for s in single] + [s.fixes + s.damage for s in result.scored if len(s.heads) > 1])
+    discordant = np.array([s.fixes + s.damage for s in single]
+                          + [s.fixes + s.damage for s in result.scored if len(s.heads) > 1])
     permutation, _, _ = permutation_null(discordant, n, n, repeats, seed)
     pools = random_pool_null(single, intact, evaluate, random_pools(heads, p, repeats, seed + 1), k)
     return [p_value(np.asarray(null), observed) for null in (permutation, [b.gain / n for b in pools])]
@@ -133,5 +139,6 @@ def test_the_old_random_heads_control_was_not_a_p_value():
     """The statistic the random-heads null used to print, at the scale of SmolLM2 (270 heads, p = 10,
     k = 3: the search's best of 435 candidates against the best of 20 random sets), rejects far more
     often than 5 % with no effect anywhere: the test above would catch a return to it."""
-    rate = np.mean([_no_effect_search(seed, shape=(30, 9), p=10, k=3, control_only=True) <= 0.05 for seed in range(SIMS)])
+    rate = np.mean([_no_effect_search(seed, shape=(30, 9), p=10, k=3, control_only=True) <= 0.05
+                    for seed in range(SIMS)])
     assert rate > 2 * BOUND, rate

@@ -80,16 +80,18 @@ def test_cli_eval_equals_one_library_call(tiny_dir, tmp_path):
 def test_split_all_scores_every_row_it_can_and_names_the_rest(tiny_dir, tmp_path):
     """An 80-row official file with no shots drawn: 60 rows scored, and the 20 of the task's few-shot
     reserve named in the output and in eval.json with the reason."""
-    rows = [json.dumps({"context": f"\n\nQ: What is {i} plus {i + 7}?\n\nA:", "completion": f" {2 * i + 7}"}) for i in range(80)]
+    rows = [json.dumps({"context": f"\n\nQ: What is {i} plus {i + 7}?\n\nA:", "completion": f" {2 * i + 7}"})
+            for i in range(80)]
     data = tmp_path / "two_digit_addition.jsonl"
     data.write_text("\n".join(rows) + "\n")
     out = tmp_path / "all"
-    result = CliRunner().invoke(main, ["eval", "--model", str(tiny_dir), "--task", "arithmetic:2da", "--data", str(data),
-                                       "--split", "all", "--fewshot", "0", "--out", str(out)])
+    result = CliRunner().invoke(main, ["eval", "--model", str(tiny_dir), "--task", "arithmetic:2da", "--data",
+                                       str(data), "--split", "all", "--fewshot", "0", "--out", str(out)])
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "eval.json").read_text())
     scored = {e["id"] for e in doc["examples"]}
     held = {r["id"]: r["reason"] for r in doc["held_back"]}
     assert doc["n"] == 60 and len(held) == 20 and set(held.values()) == {"few-shot pool"}
     assert scored | set(held) == {f"2da-{i}" for i in range(80)} and not scored & set(held)
-    assert "Held back 20 row(s) of the task's data, in no split: 20 in the task's few-shot pool" in " ".join(result.output.split())
+    assert ("Held back 20 row(s) of the task's data, in no split: 20 in the task's few-shot pool"
+            in " ".join(result.output.split()))

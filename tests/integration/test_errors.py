@@ -41,7 +41,8 @@ def run_dir(tiny_llama, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("run")
     task = _jsonl(tmp_path_factory.mktemp("data"), _gen_lines(40))
-    run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), out, model=tiny_llama)
+    run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), out,
+               model=tiny_llama)
     run_select(out, p=3, k=2, model=tiny_llama)
     return out
 
@@ -630,7 +631,8 @@ def c_stage_beyond_memory(ctx):
     task = _jsonl(ctx.tmp, _gen_lines(40))
     splits = make_splits(get_task(task), 12, 12, seed=0, fewshot=0)
     free = int(stage_bytes(ctx.tiny, prepare(ctx.tiny, get_task(task), splits.discovery), 2, cached=False))
-    ctx.monkeypatch.setattr(celtk.screening.cached, "available_memory", lambda device: free)  # a machine where batch 2 just fits
+    # a machine where batch 2 just fits
+    ctx.monkeypatch.setattr(celtk.screening.cached, "available_memory", lambda device: free)
     run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), ctx.tmp / "out",
                model=ctx.tiny)
 
@@ -725,113 +727,196 @@ def c_sandbox_tools_missing(ctx):
 
 
 CASES = {
-    "unknown-model": (c_unknown_model, E.ModelSourceError, r"Unknown model 'smollm2-13m'.*Did you mean: 'smollm2-135m'"),
-    "model-path-missing": (c_model_path_missing, E.ModelSourceError, r"neither an HF model directory nor a \.gguf file"),
-    "gguf-missing": (c_gguf_missing, E.ModelSourceError, r"GGUF file .* does not exist; give the path of a \.gguf file"),
-    "dir-without-config": (c_dir_without_config, E.ModelSourceError, r"has no config\.json; give an HF model directory"),
-    "corrupted-weights": (c_corrupted_weights, E.ModelSourceError, r"model\.safetensors is corrupted or truncated .*Copy or download"),
-    "gguf-truncated-header": (c_gguf_truncated_header, E.ModelSourceError, r"Could not read GGUF file .*cut\.gguf: .*truncated or not a GGUF model; copy or download"),
-    "model-without-tokenizer": (c_model_without_tokenizer, E.ModelSourceError, r"has no usable tokenizer in .*copy the same model's tokenizer files"),
-    "config-wrong-type": (c_config_wrong_type, E.ModelSourceError, r"config\.json of .* has a wrong value: .*num_hidden_layers.* expected int, got str .*'two'"),
-    "config-impossible-size": (c_config_impossible_size, E.ModelSourceError, r"Could not build model .*negative dimension -64.*must describe the same model"),
-    "config-without-model-type": (c_config_without_model_type, E.ModelSourceError, r"has no model_type; an HF config\.json names its model type"),
-    "unknown-model-type": (c_unknown_model_type, E.ArchitectureError, r"'FooForCausalLM' cannot be screened: this transformers does not know its model type 'foo'.*tested: "),
-    "not-a-causal-lm": (c_not_a_causal_lm, E.ArchitectureError, r"'T5ForConditionalGeneration' cannot be screened: model type 't5' has no causal language model.*tested: "),
-    "architecture-not-screenable": (c_architecture_not_screenable, E.ArchitectureError, r"'BioGptForCausalLM' cannot be screened: .*tested: .*LlamaForCausalLM"),
-    "hub-id-invalid": (c_hub_id_invalid, E.ModelSourceError, r"'a/b/c' is not a hub id, a local path or a packaged alias: a hub id is 'owner/name'"),
-    "hub-id-with-space": (c_hub_id_with_space, E.ModelSourceError, r"'owner/my model' is not a hub id.*letters, digits"),
-    "cache-is-a-file": (c_cache_is_a_file, E.ModelSourceError, r"Cannot use celtk's cache .*: Not a directory\. Set CELTK_CACHE to a writable directory"),
-    "hub-unreachable": (c_hub_unreachable, E.HubUnreachableError, r"hub is unreachable .*load_model\(.DIR.\) \(--model DIR\)"),
-    "task-hub-unreachable": (c_task_hub_unreachable, E.HubUnreachableError, r"Could not fetch aps/super_glue/boolq .*from the hub.*pass its directory as data_path= \(--data PATH\)"),
-    "device-unavailable": (c_device_unavailable, E.ConfigError, r"Device 'cuda:3' is not available.*Use device='cpu' \(--device cpu\)"),
-    "device-meta": (c_device_meta, E.ConfigError, r"Device 'meta' is a torch device celtk cannot run on .*use 'cpu', 'cuda'"),
+    "unknown-model": (c_unknown_model, E.ModelSourceError,
+                      r"Unknown model 'smollm2-13m'.*Did you mean: 'smollm2-135m'"),
+    "model-path-missing": (c_model_path_missing, E.ModelSourceError,
+                           r"neither an HF model directory nor a \.gguf file"),
+    "gguf-missing": (c_gguf_missing, E.ModelSourceError,
+                     r"GGUF file .* does not exist; give the path of a \.gguf file"),
+    "dir-without-config": (c_dir_without_config, E.ModelSourceError,
+                           r"has no config\.json; give an HF model directory"),
+    "corrupted-weights": (c_corrupted_weights, E.ModelSourceError,
+                          r"model\.safetensors is corrupted or truncated .*Copy or download"),
+    "gguf-truncated-header": (c_gguf_truncated_header, E.ModelSourceError,
+                              r"Could not read GGUF file .*cut\.gguf: .*truncated or not a GGUF model; "
+                              r"copy or download"),
+    "model-without-tokenizer": (c_model_without_tokenizer, E.ModelSourceError,
+                                r"has no usable tokenizer in .*copy the same model's tokenizer files"),
+    "config-wrong-type": (c_config_wrong_type, E.ModelSourceError,
+                          r"config\.json of .* has a wrong value: .*num_hidden_layers.* expected int, got str .*'two'"),
+    "config-impossible-size": (c_config_impossible_size, E.ModelSourceError,
+                               r"Could not build model .*negative dimension -64.*must describe the same model"),
+    "config-without-model-type": (c_config_without_model_type, E.ModelSourceError,
+                                  r"has no model_type; an HF config\.json names its model type"),
+    "unknown-model-type": (c_unknown_model_type, E.ArchitectureError,
+                           r"'FooForCausalLM' cannot be screened: "
+                           r"this transformers does not know its model type 'foo'.*tested: "),
+    "not-a-causal-lm": (c_not_a_causal_lm, E.ArchitectureError,
+                        r"'T5ForConditionalGeneration' cannot be screened: "
+                        r"model type 't5' has no causal language model.*tested: "),
+    "architecture-not-screenable": (c_architecture_not_screenable, E.ArchitectureError,
+                                    r"'BioGptForCausalLM' cannot be screened: .*tested: .*LlamaForCausalLM"),
+    "hub-id-invalid": (c_hub_id_invalid, E.ModelSourceError,
+                       r"'a/b/c' is not a hub id, a local path or a packaged alias: a hub id is 'owner/name'"),
+    "hub-id-with-space": (c_hub_id_with_space, E.ModelSourceError,
+                          r"'owner/my model' is not a hub id.*letters, digits"),
+    "cache-is-a-file": (c_cache_is_a_file, E.ModelSourceError,
+                        r"Cannot use celtk's cache .*: Not a directory\. Set CELTK_CACHE to a writable directory"),
+    "hub-unreachable": (c_hub_unreachable, E.HubUnreachableError,
+                        r"hub is unreachable .*load_model\(.DIR.\) \(--model DIR\)"),
+    "task-hub-unreachable": (c_task_hub_unreachable, E.HubUnreachableError,
+                             r"Could not fetch aps/super_glue/boolq .*from the hub"
+                             r".*pass its directory as data_path= \(--data PATH\)"),
+    "device-unavailable": (c_device_unavailable, E.ConfigError,
+                           r"Device 'cuda:3' is not available.*Use device='cpu' \(--device cpu\)"),
+    "device-meta": (c_device_meta, E.ConfigError,
+                    r"Device 'meta' is a torch device celtk cannot run on .*use 'cpu', 'cuda'"),
     "device-xla": (c_device_xla, E.ConfigError, r"Device 'xla' is a torch device celtk cannot run on"),
-    "device-cuda-absent": (c_device_cuda_absent, E.ConfigError, r"Device 'cuda' is not available: this machine has 0 CUDA device\(s\)\. Use device='cpu' \(--device cpu\)"),
-    "device-mps-absent": (c_device_mps_absent, E.ConfigError, r"Device 'mps' is not available on this machine\. Use device='cpu' \(--device cpu\)"),
+    "device-cuda-absent": (c_device_cuda_absent, E.ConfigError,
+                           r"Device 'cuda' is not available: this machine has 0 CUDA device\(s\)\. "
+                           r"Use device='cpu' \(--device cpu\)"),
+    "device-mps-absent": (c_device_mps_absent, E.ConfigError,
+                          r"Device 'mps' is not available on this machine\. Use device='cpu' \(--device cpu\)"),
     "device-malformed": (c_device_malformed, E.ConfigError, r"'gpu0' is not a torch device; use 'cpu', 'cuda'"),
     "dtype-unsupported": (c_dtype_unsupported, E.ConfigError, r"dtype 'float8' is not supported; use one of float32"),
     "unknown-task": (c_unknown_task, E.TaskError, r"Unknown task 'arithmatic'\. Did you mean: 'arithmetic'"),
     "unknown-subtask": (c_unknown_subtask, E.TaskError, r"Unknown arithmetic subtask '2dx'.*Did you mean"),
     "head-malformed": (c_head_malformed, E.HeadError, r"Malformed head 'L3-H2': write a head as 'L\{layer\}H\{head\}'"),
-    "head-out-of-range": (c_head_out_of_range, E.HeadError, r"L40H2 is out of range .*layers are 0\.\.29, heads are 0\.\.8"),
+    "head-out-of-range": (c_head_out_of_range, E.HeadError,
+                          r"L40H2 is out of range .*layers are 0\.\.29, heads are 0\.\.8"),
     "head-twice": (c_head_twice, E.HeadError, r"names L1H2 more than once; list each head once"),
     "ablate-out-of-range": (c_ablate_out_of_range, E.HeadError, r"L1H9 is out of range .* heads are 0\.\.3"),
     "k-exceeds-p": (c_k_exceeds_p, E.ConfigError, r"k = 4 exceeds p = 3.*use k ≤ p"),
     "p-exceeds-heads": (c_p_exceeds_heads, E.ConfigError, r"p = 999 exceeds the 12 screened heads; use p ≤ 12"),
-    "discovery-too-large": (c_discovery_too_large, E.SplitError, r"Discovery \(5000\) \+ held-out \(0\) exceed the \d+ distinct examples .*ask for at most \d+"),
-    "discovery-plus-heldout-too-large": (c_both_too_large, E.SplitError, r"Discovery \(20\) \+ held-out \(20\) exceed the 30 distinct .*at most 30 together"),
+    "discovery-too-large": (c_discovery_too_large, E.SplitError,
+                            r"Discovery \(5000\) \+ held-out \(0\) exceed the \d+ distinct examples "
+                            r".*ask for at most \d+"),
+    "discovery-plus-heldout-too-large": (c_both_too_large, E.SplitError,
+                                         r"Discovery \(20\) \+ held-out \(20\) exceed the 30 distinct "
+                                         r".*at most 30 together"),
     "negative-size": (c_negative_size, E.SplitError, r"must be non-negative, got -1"),
     "sets-overlap": (c_sets_overlap, E.SplitError, r"share 2 example\(s\).*must be disjoint"),
-    "fewshot-pool-too-small": (c_fewshot_pool_too_small, E.TaskError, r"fewshot=5 \(--fewshot 5\) needs 5 shots but the few-shot pool has only 2"),
+    "fewshot-pool-too-small": (c_fewshot_pool_too_small, E.TaskError,
+                               r"fewshot=5 \(--fewshot 5\) needs 5 shots but the few-shot pool has only 2"),
     "empty-task": (c_empty_task, E.TaskError, r"has no examples"),
     "task-file-missing": (c_task_file_missing, E.TaskError, r"none\.jsonl' does not exist"),
     "malformed-jsonl-line": (c_malformed_jsonl, E.DataFormatError, r"task\.jsonl:4: not valid JSON"),
     "missing-field": (c_missing_field, E.DataFormatError, r"task\.jsonl:3: missing or non-string field 'prompt'"),
-    "label-not-integer": (c_label_not_integer, E.DataFormatError, r":1: 'label' must be an integer index into 'choices', got '0'"),
+    "label-not-integer": (c_label_not_integer, E.DataFormatError,
+                          r":1: 'label' must be an integer index into 'choices', got '0'"),
     "label-out-of-range": (c_label_out_of_range, E.DataFormatError, r"label 2 is out of range; it must be 0\.\.1"),
     "mixed-line-kinds": (c_mixed_kinds, E.DataFormatError, r"mixes generative .* use one kind per file"),
     "repeated-id": (c_repeated_id, E.DataFormatError, r":2: id 'a' repeats an earlier line"),
-    "hub-data-path-missing": (c_hub_data_path_missing, E.TaskError, r"boolq-copy' does not exist; give a file or a directory"),
+    "hub-data-path-missing": (c_hub_data_path_missing, E.TaskError,
+                              r"boolq-copy' does not exist; give a file or a directory"),
     "unknown-config-key": (c_unknown_config_key, E.ConfigError, r"Unknown key\(s\) discovry .*valid keys: .*discovery"),
     "shard-malformed": (c_shard_malformed, E.ConfigError, r"Malformed shard '2of4'; write 'i/N'"),
     "batch-size-zero": (c_batch_size_zero, E.ConfigError, r"Batch size must be at least 1, got 0"),
     "corrupted-run-file": (c_corrupted_run_file, E.RunStoreError, r"screen\.json is corrupted \(invalid JSON"),
-    "stage-out-of-order": (c_stage_out_of_order, E.RunStoreError, r"selection\.json does not exist; run the stage that writes it first"),
-    "selection-from-other-model": (c_selection_from_other_model, E.RunStoreError, r"now has weight hash .* but the run used"),
-    "run-dir-other-config": (c_run_dir_other_config, E.RunStoreError, r"different configuration .*seed: stored 0, now 5"),
-    "result-edited-by-hand": (c_result_edited_by_hand, E.RunStoreError, r"screen\.json was changed after celtk wrote it"),
-    "heldout-split-without-run": (c_heldout_without_run, E.ConfigError, r"held-out split is a run's held-out set.*--run DIR"),
-    "heldout-log-edited": (c_heldout_log_edited, E.RunStoreError, r"line 1 does not follow line 0.*append-only and hash-chained"),
+    "stage-out-of-order": (c_stage_out_of_order, E.RunStoreError,
+                           r"selection\.json does not exist; run the stage that writes it first"),
+    "selection-from-other-model": (c_selection_from_other_model, E.RunStoreError,
+                                   r"now has weight hash .* but the run used"),
+    "run-dir-other-config": (c_run_dir_other_config, E.RunStoreError,
+                             r"different configuration .*seed: stored 0, now 5"),
+    "result-edited-by-hand": (c_result_edited_by_hand, E.RunStoreError,
+                              r"screen\.json was changed after celtk wrote it"),
+    "heldout-split-without-run": (c_heldout_without_run, E.ConfigError,
+                                  r"held-out split is a run's held-out set.*--run DIR"),
+    "heldout-log-edited": (c_heldout_log_edited, E.RunStoreError,
+                           r"line 1 does not follow line 0.*append-only and hash-chained"),
     "merge-mismatched-shards": (c_merge_mismatched_shards, E.RunStoreError, r"disagree on N: \[2, 3\]"),
     "merge-missing-shard": (c_merge_missing_shard, E.RunStoreError, r"shard\(s\) 1/2 missing"),
-    "directory-in-use": (c_directory_in_use, E.RunStoreError, r"in use by celtk pid \d+; wait for it to finish or use another --out"),
+    "directory-in-use": (c_directory_in_use, E.RunStoreError,
+                         r"in use by celtk pid \d+; wait for it to finish or use another --out"),
     "output-not-writable": (c_output_not_writable, E.RunStoreError, r"Choose a writable output directory"),
-    "disk-full": (c_disk_full, E.RunStoreError, r"the disk is full\. Nothing was half-written; free space .* rerun the same command to resume"),
-    "code-execution-not-opted-in": (c_code_execution_not_opted_in, E.SandboxRefusedError, r"--allow-code-execution or set CELTK_ALLOW_CODE_EXEC=1"),
-    "config-string-for-bool": (c_config_string_for_bool, E.ConfigError, r"chat in .*run\.toml must be bool, got 'no' \(str\)"),
-    "config-bool-for-int": (c_config_bool_for_int, E.ConfigError, r"discovery in config must be int, got True \(bool\)"),
+    "disk-full": (c_disk_full, E.RunStoreError,
+                  r"the disk is full\. Nothing was half-written; free space .* rerun the same command to resume"),
+    "code-execution-not-opted-in": (c_code_execution_not_opted_in, E.SandboxRefusedError,
+                                    r"--allow-code-execution or set CELTK_ALLOW_CODE_EXEC=1"),
+    "config-string-for-bool": (c_config_string_for_bool, E.ConfigError,
+                               r"chat in .*run\.toml must be bool, got 'no' \(str\)"),
+    "config-bool-for-int": (c_config_bool_for_int, E.ConfigError,
+                            r"discovery in config must be int, got True \(bool\)"),
     "config-not-utf8": (c_config_not_utf8, E.ConfigError, r"run\.toml is not UTF-8 text .*save it as UTF-8"),
     "negative-seed": (c_negative_seed, E.ConfigError, r"seed must be non-negative, got -1"),
     "jsonl-not-utf8": (c_jsonl_not_utf8, E.DataFormatError, r"task\.jsonl:3: not UTF-8 text .*save the file as UTF-8"),
-    "data-not-utf8": (c_data_not_utf8, E.DataFormatError, r"boolq\.jsonl:2: not UTF-8 text \(byte 17 of the line\); save the file as UTF-8"),
+    "data-not-utf8": (c_data_not_utf8, E.DataFormatError,
+                      r"boolq\.jsonl:2: not UTF-8 text \(byte 17 of the line\); save the file as UTF-8"),
     "stored-negative-seed": (c_stored_negative_seed, E.ConfigError, r"seed must be non-negative, got -1"),
-    "screen-part-not-celtks": (c_screen_part_not_celtks, E.RunStoreError, r"screen_parts/L1\.json is not a screen part celtk wrote .*delete it and rerun the screen"),
-    "select-part-not-celtks": (c_select_part_not_celtks, E.RunStoreError, r"sets/notes\.json is not a part celtk wrote .*delete it and rerun"),
-    "merge-only-odd-names": (c_merge_only_odd_names, E.RunStoreError, r"No shard directories \(shard-i-of-N\) in .*; screen with shard=\(i, N\)"),
-    "output-read-only": (c_output_read_only, E.RunStoreError, r"Cannot write in .*/ro: (Read-only file system|Permission denied)\. Choose a writable output directory"),
-    "cache-read-only": (c_cache_read_only, E.ModelSourceError, r"Cannot use celtk's cache .*/cache for the dequantized m\.gguf: (Read-only file system|Permission denied)\. Set CELTK_CACHE"),
-    "search-too-large": (c_search_too_large, E.ConfigError, r"p = 270, k = 270 means 1,897,[\d,]+ subsets to evaluate, more than the limit of 1,000,000"),
+    "screen-part-not-celtks": (c_screen_part_not_celtks, E.RunStoreError,
+                               r"screen_parts/L1\.json is not a screen part celtk wrote "
+                               r".*delete it and rerun the screen"),
+    "select-part-not-celtks": (c_select_part_not_celtks, E.RunStoreError,
+                               r"sets/notes\.json is not a part celtk wrote .*delete it and rerun"),
+    "merge-only-odd-names": (c_merge_only_odd_names, E.RunStoreError,
+                             r"No shard directories \(shard-i-of-N\) in .*; screen with shard=\(i, N\)"),
+    "output-read-only": (c_output_read_only, E.RunStoreError,
+                         r"Cannot write in .*/ro: (Read-only file system|Permission denied)\. "
+                         r"Choose a writable output directory"),
+    "cache-read-only": (c_cache_read_only, E.ModelSourceError,
+                        r"Cannot use celtk's cache .*/cache for the dequantized m\.gguf: "
+                        r"(Read-only file system|Permission denied)\. Set CELTK_CACHE"),
+    "search-too-large": (c_search_too_large, E.ConfigError,
+                         r"p = 270, k = 270 means 1,897,[\d,]+ subsets to evaluate, more than the limit of 1,000,000"),
     "lasso-no-masks": (c_lasso_no_masks, E.ConfigError, r"needs masks ≥ 1 .*got masks = 0"),
-    "nan-into-json": (c_nan_into_json, E.RunStoreError, r"Refusing to write NaN or infinity into JSON \(in \$\.relative_error_reduction\); .*null with a reason"),
-    "eval-limit-zero": (c_eval_limit_zero, E.ConfigError, r"limit must be at least 1 \(or None for the whole split\), got 0"),
-    "partial-screen": (c_partial_screen, E.RunStoreError, r"screen\.json covers 5 of the model's 12 heads .*must cover every head once"),
-    "screen-of-other-run": (c_screen_of_other_run, E.RunStoreError, r"screen\.json does not belong to the run of fingerprint\.json \(task: .* in fingerprint\.json, .* in screen\.json\)"),
-    "prompt-longer-than-context": (c_prompt_longer_than_context, E.TaskError, r"Example long-\d: its prompt \(10,0\d\d tokens\) and target \(\d tokens\) need 10,0\d\d positions, but tiny-llama reads at most 512 \(max_position_embeddings in its config\)"),
-    "max-new-tokens-beyond-context": (c_max_new_tokens_beyond_context, E.ConfigError, r"max_new_tokens = 100,000 cannot fit in the context of tiny-llama, which reads at most 512 positions"),
-    "stage-beyond-memory": (c_stage_beyond_memory, E.ConfigError, r"Scoring the discovery set on 12 examples needs about .* of activations at batch size 8, more than the .* available on cpu; batch size 2 would fit .*--batch-size 2"),
-    "calibrate-too-many-draws": (c_calibrate_too_many_draws, E.ConfigError, r"100,000 × 100,000 = 10,000,000,000 random head sets, more than the limit of 1,000,000"),
-    "merge-absurd-shard-count": (c_merge_absurd_shard_count, E.RunStoreError, r"shard\(s\) 2/100000000000, .* \(99,999,999,998 in all\) missing"),
-    "shard-count-beyond-heads": (c_shard_count_beyond_heads, E.ConfigError, r"Shard 0/1000: tiny has 12 heads, so at most 12 shards"),
-    "plan-negative-layers": (c_plan_negative_layers, E.ConfigError, r"num_hidden_layers = -2; a size in a config\.json is a positive integer"),
-    "plan-zero-heads": (c_plan_zero_heads, E.ConfigError, r"num_attention_heads = 0; a size in a config\.json is a positive integer"),
-    "plan-string-size": (c_plan_string_size, E.ConfigError, r"hidden_size = '576'; a size in a config\.json is a positive integer"),
-    "plan-p-exceeds-heads": (c_plan_p_exceeds_heads, E.ConfigError, r"p = 999 and set size k = 3 must satisfy 1 ≤ k ≤ p ≤ the model's 8 heads"),
-    "plan-mean-prompt-longer": (c_plan_mean_prompt_longer, E.ConfigError, r"mean prompt \(500 tokens\) must lie between 1 and the longest prompt \(100 tokens\)"),
+    "nan-into-json": (c_nan_into_json, E.RunStoreError,
+                      r"Refusing to write NaN or infinity into JSON \(in \$\.relative_error_reduction\); "
+                      r".*null with a reason"),
+    "eval-limit-zero": (c_eval_limit_zero, E.ConfigError,
+                        r"limit must be at least 1 \(or None for the whole split\), got 0"),
+    "partial-screen": (c_partial_screen, E.RunStoreError,
+                       r"screen\.json covers 5 of the model's 12 heads .*must cover every head once"),
+    "screen-of-other-run": (c_screen_of_other_run, E.RunStoreError,
+                            r"screen\.json does not belong to the run of fingerprint\.json \(task: "
+                            r".* in fingerprint\.json, .* in screen\.json\)"),
+    "prompt-longer-than-context": (c_prompt_longer_than_context, E.TaskError,
+                                   r"Example long-\d: its prompt \(10,0\d\d tokens\) and target \(\d tokens\) "
+                                   r"need 10,0\d\d positions, but tiny-llama reads at most 512 "
+                                   r"\(max_position_embeddings in its config\)"),
+    "max-new-tokens-beyond-context": (c_max_new_tokens_beyond_context, E.ConfigError,
+                                      r"max_new_tokens = 100,000 cannot fit in the context of tiny-llama, "
+                                      r"which reads at most 512 positions"),
+    "stage-beyond-memory": (c_stage_beyond_memory, E.ConfigError,
+                            r"Scoring the discovery set on 12 examples needs about .* of activations at batch size 8, "
+                            r"more than the .* available on cpu; batch size 2 would fit .*--batch-size 2"),
+    "calibrate-too-many-draws": (c_calibrate_too_many_draws, E.ConfigError,
+                                 r"100,000 × 100,000 = 10,000,000,000 random head sets, "
+                                 r"more than the limit of 1,000,000"),
+    "merge-absurd-shard-count": (c_merge_absurd_shard_count, E.RunStoreError,
+                                 r"shard\(s\) 2/100000000000, .* \(99,999,999,998 in all\) missing"),
+    "shard-count-beyond-heads": (c_shard_count_beyond_heads, E.ConfigError,
+                                 r"Shard 0/1000: tiny has 12 heads, so at most 12 shards"),
+    "plan-negative-layers": (c_plan_negative_layers, E.ConfigError,
+                             r"num_hidden_layers = -2; a size in a config\.json is a positive integer"),
+    "plan-zero-heads": (c_plan_zero_heads, E.ConfigError,
+                        r"num_attention_heads = 0; a size in a config\.json is a positive integer"),
+    "plan-string-size": (c_plan_string_size, E.ConfigError,
+                         r"hidden_size = '576'; a size in a config\.json is a positive integer"),
+    "plan-p-exceeds-heads": (c_plan_p_exceeds_heads, E.ConfigError,
+                             r"p = 999 and set size k = 3 must satisfy 1 ≤ k ≤ p ≤ the model's 8 heads"),
+    "plan-mean-prompt-longer": (c_plan_mean_prompt_longer, E.ConfigError,
+                                r"mean prompt \(500 tokens\) must lie between 1 and the longest prompt \(100 tokens\)"),
     "api-wrong-type": (c_api_wrong_type, E.ArgumentError, r"run_select: p must be int, got '3' \(str\)"),
     "api-out-of-range": (c_api_out_of_range, E.ArgumentError, r"compare_paired: level must be in \(0, 1\), got 1\.5"),
     "api-negative-count": (c_api_negative_count, E.ArgumentError, r"mcnemar_exact: b must be non-negative, got -1"),
     "api-config-at-construction": (c_api_config_at_construction, E.ConfigError, r"seed must be non-negative, got -1"),
-    "api-unknown-argument": (c_api_unknown_argument, E.ArgumentError, r"run_test: got an unexpected keyword argument 'held_out'; the signature is run_test\(out, \*, heldout=None, model=None, n_boot=10000, force=False, progress=None\)"),
-    "sandbox-tools-missing": (c_sandbox_tools_missing, E.SandboxRefusedError, r"no unshare, setpriv, mount, umount, pivot_root, sh, mkdir, ln in DIR|no unshare, setpriv, .* in /"),
+    "api-unknown-argument": (c_api_unknown_argument, E.ArgumentError,
+                             r"run_test: got an unexpected keyword argument 'held_out'; "
+                             r"the signature is run_test\(out, \*, heldout=None, model=None, n_boot=10000, "
+                             r"force=False, progress=None\)"),
+    "sandbox-tools-missing": (c_sandbox_tools_missing, E.SandboxRefusedError,
+                              r"no unshare, setpriv, mount, umount, pivot_root, sh, mkdir, ln in DIR"
+                              r"|no unshare, setpriv, .* in /"),
 }
 
 # The docs' table groups the cases by family (checked below).
 FAMILIES = {
     "model source": ["unknown-model", "model-path-missing", "gguf-missing", "dir-without-config", "corrupted-weights",
                      "hub-unreachable"],
-    "model directories": ["gguf-truncated-header", "model-without-tokenizer", "config-wrong-type", "config-impossible-size",
-                          "config-without-model-type", "unknown-model-type", "not-a-causal-lm",
-                          "architecture-not-screenable"],
+    "model directories": ["gguf-truncated-header", "model-without-tokenizer", "config-wrong-type",
+                          "config-impossible-size", "config-without-model-type", "unknown-model-type",
+                          "not-a-causal-lm", "architecture-not-screenable"],
     "cache directory": ["cache-is-a-file", "cache-read-only"],
     "hub ids": ["hub-id-invalid", "hub-id-with-space"],
     "device and dtype": ["device-unavailable", "device-cuda-absent", "device-mps-absent", "device-meta", "device-xla",
@@ -868,7 +953,8 @@ class _Ctx:
         self.tmp, self.monkeypatch, self.tiny, self.run_dir = tmp, monkeypatch, tiny, run_dir
 
 
-_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "result-edited-by-hand", "heldout-log-edited", "selection-from-other-model", "run-dir-other-config",
+_NEEDS_RUN = {"p-exceeds-heads", "corrupted-run-file", "result-edited-by-hand", "heldout-log-edited",
+              "selection-from-other-model", "run-dir-other-config",
               "partial-screen", "screen-of-other-run", "stored-negative-seed", "screen-part-not-celtks",
               "select-part-not-celtks"}
 
@@ -890,9 +976,11 @@ def test_bad_input_gives_one_clear_error(case, tmp_path, monkeypatch, tiny_llama
     shown = documented_rows().get(case)
     assert shown is not None, f"{ERROR_PAGE}'s bad-input table lacks {case}; {REGENERATE}"
     if case in MACHINE_DEPENDENT:
-        assert re.search(pattern, shown), f"{ERROR_PAGE} shows for {case}:\n{shown}\nwhich no longer matches {pattern!r}"
+        assert re.search(pattern, shown), (f"{ERROR_PAGE} shows for {case}:\n{shown}\n"
+                                           f"which no longer matches {pattern!r}")
     else:
-        assert shown == _row(record), f"{ERROR_PAGE} is stale for {case}: it shows\n{shown}\nceltk gives\n{_row(record)}\n{REGENERATE}"
+        assert shown == _row(record), (f"{ERROR_PAGE} is stale for {case}: it shows\n{shown}\n"
+                                       f"celtk gives\n{_row(record)}\n{REGENERATE}")
 
 
 def test_odd_files_beside_screen_parts_are_ignored(run_dir, tiny_llama, tmp_path):
@@ -905,7 +993,8 @@ def test_odd_files_beside_screen_parts_are_ignored(run_dir, tiny_llama, tmp_path
     (out / "shard-x-of-y").mkdir()
     config = {k: v for k, v in json.loads((out / "config.json").read_text()).items() if k != "celtk_version"}
     run_screen(RunConfig.from_dict(config), out, model=tiny_llama)
-    assert json.loads((out / "screen.json").read_text())["heads"] == json.loads((run_dir / "screen.json").read_text())["heads"]
+    assert (json.loads((out / "screen.json").read_text())["heads"]
+            == json.loads((run_dir / "screen.json").read_text())["heads"])
     assert (out / "screen_parts" / "Lx.json").read_text() == "not celtk's"
 
 
@@ -917,7 +1006,8 @@ def _placeholders(message: str, tmp_path: Path) -> str:
 
 
 ERROR_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
-TABLE_BEGIN = "<!-- bad-input table: written by `python tests/integration/test_errors.py CASES.jsonl`; do not edit by hand -->"
+TABLE_BEGIN = ("<!-- bad-input table: written by `python tests/integration/test_errors.py CASES.jsonl`; "
+               "do not edit by hand -->")
 TABLE_END = "<!-- end of the bad-input table -->"
 REGENERATE = ("regenerate the table: CELTK_ERROR_TABLE=/tmp/cases.jsonl pytest tests/integration/test_errors.py, "
               "then python tests/integration/test_errors.py /tmp/cases.jsonl")

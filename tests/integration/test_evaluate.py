@@ -44,7 +44,8 @@ def test_evaluator_equals_bridge_forward(tiny_model, heads):
 def test_batch_size_invariance(tiny_llama):
     task = get_task("arithmetic")
     splits = make_splits(task, 70, 0, fewshot=1, seed=5)
-    runs = [evaluate(tiny_llama, task, splits.discovery, splits.shots, config=EvalConfig(batch_size=b)) for b in (1, 7, 64)]
+    runs = [evaluate(tiny_llama, task, splits.discovery, splits.shots, config=EvalConfig(batch_size=b))
+            for b in (1, 7, 64)]
     for other in runs[1:]:
         assert np.array_equal(other.correct, runs[0].correct)
         assert np.allclose([e.logprob for e in other.examples], [e.logprob for e in runs[0].examples], atol=1e-4)
@@ -67,9 +68,9 @@ def test_multiple_choice_scoring(tiny_llama):
     task = get_task("hellaswag", data_path=str(FIX / "hellaswag"))
     splits = make_splits(task, 3, 5, fewshot=1)
     result = evaluate(tiny_llama, task, splits.heldout, splits.shots, config=EvalConfig(batch_size=4))
-    for ex, res in zip(splits.heldout, result.examples):
+    for ex, res in zip(splits.heldout, result.examples, strict=True):
         assert len(res.logprob) == 4
-        norm = [ll / len(c) for ll, c in zip(res.logprob, ex.choices)]
+        norm = [ll / len(c) for ll, c in zip(res.logprob, ex.choices, strict=True)]
         assert res.correct == (int(np.argmax(norm)) == ex.label)
         assert res.extra["acc"] == (int(np.argmax(res.logprob)) == ex.label)
 
@@ -112,9 +113,11 @@ def test_empty_prompt_is_scored_after_end_of_text_as_lm_eval_does(tiny_llama, tm
     from celtk.evaluation.prompts import encode_pair
 
     tokenizer = tiny_llama.tokenizer
-    assert encode_pair(tokenizer, "", " 5") == ([tokenizer.eos_token_id], tokenizer(" 5", add_special_tokens=False).input_ids)
+    assert encode_pair(tokenizer, "", " 5") == ([tokenizer.eos_token_id],
+                                                tokenizer(" 5", add_special_tokens=False).input_ids)
     path = tmp_path / "task.jsonl"
-    rows = [{"id": "empty", "prompt": "", "target": " 5"}] + [{"prompt": f"{i} and {i} and {i} make", "target": " 9"} for i in range(5)]
+    rows = [{"id": "empty", "prompt": "", "target": " 5"}] + [{"prompt": f"{i} and {i} and {i} make", "target": " 9"}
+                                                              for i in range(5)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     task = get_task(f"jsonl:{path}")
     examples = make_splits(task, 6, 0, fewshot=0).discovery

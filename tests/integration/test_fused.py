@@ -75,7 +75,8 @@ def _check_layers(model):
             tight = dict(rtol=1e-6, atol=1e-6) if fused.dtype == torch.float32 else {}
             torch.testing.assert_close(fused[real], bridge[real], **tight)
             intact = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"))
-            assert (intact[0] - fused[0]).abs().max() > 1e-3 and torch.equal(intact[1], fused[1])  # the mask bites, per row
+            # the mask bites, per row
+            assert (intact[0] - fused[0]).abs().max() > 1e-3 and torch.equal(intact[1], fused[1])
 
 
 def test_each_fused_layer_equals_the_bridge_block_under_every_ablation_kind(fused_model):

@@ -40,7 +40,7 @@ def _self_graded_task(model, tmp_path, n=10, shots=3):
     shot_text = "".join(f"{s['prompt']}{s['target']}\n\n" for s in fewshot)
     answers = generate_greedy(model, [shot_text + p for p in prompts], MAX_NEW, [STOP])
     lines = list(fewshot)
-    for i, (prompt, answer) in enumerate(zip(prompts, answers)):
+    for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
         target = answer.strip() if i % 2 == 0 and answer.strip() else "zz"
         lines.append({"id": f"x{i}", "prompt": prompt, "target": target})
     path = tmp_path / "free.jsonl"
@@ -83,7 +83,8 @@ def test_generation_screener_equals_plain_path_for_every_head(arch, smol_tokeniz
         for s in sets:
             assert _generations(screened[s]) == _generations(plain[s]), (share, s)
             assert np.array_equal(screened[s].correct, plain[s].correct), (share, s)
-            assert [e.extra["new_tokens"] for e in screened[s].examples] == [e.extra["new_tokens"] for e in plain[s].examples]
+            assert ([e.extra["new_tokens"] for e in screened[s].examples]
+                    == [e.extra["new_tokens"] for e in plain[s].examples])
     assert any(_generations(plain[s]) != _generations(intact_plain) for s in sets)  # ablations change what is written
 
 
@@ -154,7 +155,8 @@ def test_generation_screener_equals_plain_path_under_mean_and_scale(arch, smol_t
     sets = [HeadSet((h,)) for h in all_heads(model.n_layers, model.n_heads)] + [HeadSet.parse("L0H1,L1H3")]
     for kind in ("mean", "scale:-1.0"):
         ablation = ablation_for(model, kind, task, examples[:5], shots)  # prompts the generations start from
-        plain = {s: evaluate(model, task, examples, shots, s, EvalConfig(batch_size=4), ablation=ablation) for s in sets}
+        plain = {s: evaluate(model, task, examples, shots, s, EvalConfig(batch_size=4), ablation=ablation)
+                 for s in sets}
         zeroed = {s: _plain(model, task, examples, shots, s) for s in sets}
         assert any(_generations(plain[s]) != _generations(zeroed[s]) for s in sets)  # the kind is not zeroing
         for share in (False, True):
@@ -176,7 +178,9 @@ def test_generation_screener_equals_plain_path_under_mean_and_scale(arch, smol_t
     from celtk.run.session import Session
     from celtk.tasks import Splits
 
-    session = Session(RunConfig(ablation="resample"), model, task, Splits(examples[:5], examples[5:], list(shots), "test"))
-    monkeypatch.setattr(celtk.evaluation.scoring, "ablation_for", None)  # a run refuses before it measures any reference
+    session = Session(RunConfig(ablation="resample"), model, task,
+                      Splits(examples[:5], examples[5:], list(shots), "test"))
+    # a run refuses before it measures any reference
+    monkeypatch.setattr(celtk.evaluation.scoring, "ablation_for", None)
     with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
         session.ablation()

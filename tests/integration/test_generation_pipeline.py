@@ -31,7 +31,8 @@ def _free_form_task(model, directory, n: int = 90) -> str:
     prompts = list(dict.fromkeys(" ".join(rng.choice(words, size=5)) for _ in range(4 * n)))
     with ablate(model, HeadSet.parse(PLANTED)):
         answers = generate_greedy(model, prompts, MAX_NEW, ["\n"])
-    lines = [{"id": f"q{i}", "prompt": p, "target": a.strip()} for i, (p, a) in enumerate(zip(prompts, answers)) if a.strip()]
+    lines = [{"id": f"q{i}", "prompt": p, "target": a.strip()}
+             for i, (p, a) in enumerate(zip(prompts, answers, strict=True)) if a.strip()]
     assert len(lines) >= n
     path = directory / "free.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines[:n]))
@@ -149,7 +150,8 @@ def test_grading_settings_reach_the_task_or_are_refused(tmp_path):
     assert task.kind == "generate" and task.stop_strings() == ["."] and task.max_new_tokens() == 5
     assert task_for(RunConfig(task=f"jsonl:{path}")).kind == "target"
     runner = CliRunner()
-    refused = runner.invoke(main, ["screen", "--task", "arithmetic:2da", "--grading", "generate", "--out", str(tmp_path / "o")])
+    refused = runner.invoke(main, ["screen", "--task", "arithmetic:2da", "--grading", "generate", "--out",
+                                   str(tmp_path / "o")])
     assert refused.exit_code == 1 and "--grading generate applies to jsonl:PATH" in refused.output
     refused = runner.invoke(main, ["screen", "--task", f"jsonl:{path}", "--stop", ".", "--out", str(tmp_path / "o")])
     assert refused.exit_code == 1 and "(--grading generate)" in refused.output

@@ -23,8 +23,9 @@ def _script():
     return gpu_check
 
 
-@pytest.mark.parametrize("name, file", [("llama-3.2-3b", "Llama-3.2-3B-Instruct"), ("qwen2.5-3b", "Qwen2.5-3B-Instruct"),
-                                        ("smollm3-3b", "SmolLM3-3B")])
+@pytest.mark.parametrize("name, file",
+                         [("llama-3.2-3b", "Llama-3.2-3B-Instruct"), ("qwen2.5-3b", "Qwen2.5-3B-Instruct"),
+                          ("smollm3-3b", "SmolLM3-3B")])
 def test_the_checks_configs_are_the_papers(name, file):
     written = _script().PAPER_MODELS[name]
     published = json.loads((ROOT / "examples" / "configs" / f"{file}.json").read_text())
@@ -41,7 +42,8 @@ def test_smoke_runs_every_section_offline_and_exactness_holds_on_cpu(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=900)
     data = json.loads(out.read_text())
-    assert done.returncode == 0 and data["errors"] == {} and data["skipped"] == [], (data["errors"], done.stderr[-2000:])
+    assert done.returncode == 0 and data["errors"] == {} and data["skipped"] == [], (data["errors"],
+                                                                                     done.stderr[-2000:])
     assert set(data["sections"]) == {"matmul", "tiny_exactness_float32", "tiny_exactness_bfloat16", "llama-3.2-3b",
                                      "qwen2.5-3b", "smollm3-3b", "llama-3.2-3b-float32"}
     tiny = data["sections"]["tiny_exactness_float32"]
@@ -61,6 +63,7 @@ def test_smoke_runs_every_section_offline_and_exactness_holds_on_cpu(tmp_path):
             assert speed["cached_fused"]["seconds_per_head"] > 0 and speed["naive_hook_loop"]["seconds_per_head"] > 0
             assert speed["reload_per_head"]["seconds_per_head"] > 0 and section["hours"][shape] > 0
         memory = section["memory"]
-        assert memory["predicted_peak_gib"] > memory["predicted_weights_gib"] > 0 and len(memory["auto_batch_chose"]) == 2
+        assert (memory["predicted_peak_gib"] > memory["predicted_weights_gib"] > 0
+                and len(memory["auto_batch_chose"]) == 2)
     assert data["goals"]["fused_equals_bridge_float32"] is True
     assert "| llama-3.2-3b | arithmetic |" in out.with_suffix(".md").read_text()

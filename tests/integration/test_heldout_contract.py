@@ -131,7 +131,8 @@ def test_documents_edited_by_hand_are_refused(run_copy, planted):
         run_test(run_copy, model=model, n_boot=10)
     edit_document(run_copy, "selection.json", lambda s: s)  # as celtk would have written it: accepted
     test = run_test(run_copy, model=model, n_boot=10)
-    (run_copy / "test.json").write_text((run_copy / "test.json").read_text().replace(f'"gain": {test.gain}', '"gain": 0.9'))
+    (run_copy / "test.json").write_text((run_copy / "test.json").read_text().replace(f'"gain": {test.gain}',
+                                                                                     '"gain": 0.9'))
     with pytest.raises(RunStoreError, match="changed after celtk wrote it|edited after the test"):
         write_report(run_copy)
 

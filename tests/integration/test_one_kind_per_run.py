@@ -33,7 +33,8 @@ def screened(planted, tmp_path_factory):
 
 def _files(directory):
     """Every file's bytes, except the lock (which names its latest holder)."""
-    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
 
 
 @pytest.mark.parametrize("into, kind", [(0, "racing"), (1, "exhaustive")])

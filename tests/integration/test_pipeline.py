@@ -29,12 +29,15 @@ def test_cached_screener_equals_plain_for_every_head(tiny_model, share_prefix):
                                   replay=replay)
         assert (screener.prefix_len > 0) == share_prefix and screener.replay == replay
         intact_c, cached = screener.run(sets)
-        np.testing.assert_allclose([e.logprob for e in intact_c.examples], [e.logprob for e in intact_p.examples], atol=1e-5)
+        np.testing.assert_allclose([e.logprob for e in intact_c.examples], [e.logprob for e in intact_p.examples],
+                                   atol=1e-5)
         assert np.array_equal(intact_c.correct, intact_p.correct)
         for s in sets:
             assert np.array_equal(cached[s].correct, plain[s].correct), s
-            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-5)
-        assert any(not np.allclose([e.logprob for e in cached[s].examples], [e.logprob for e in intact_c.examples]) for s in sets)
+            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples],
+                                       atol=1e-5)
+        assert any(not np.allclose([e.logprob for e in cached[s].examples], [e.logprob for e in intact_c.examples])
+                   for s in sets)
 
 
 def test_cached_screener_exact_on_gemma3_sliding_window(smol_tokenizer):
@@ -50,7 +53,8 @@ def test_cached_screener_exact_on_gemma3_sliding_window(smol_tokenizer):
         _, cached = CachedScreener(model, prepared, batch_size=5, share_prefix=share).run(sets)
         for s in sets:
             assert np.array_equal(cached[s].correct, plain[s].correct)
-            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-5)
+            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples],
+                                       atol=1e-5)
 
 
 def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
@@ -200,7 +204,8 @@ def test_second_process_on_same_directory_is_refused(planted, uninterrupted, tmp
 
     model, _ = planted
     config = uninterrupted[0]
-    holder = _child(f"from celtk.runstore import locked\nimport time\nwith locked(__import__('pathlib').Path({str(tmp_path)!r})):\n"
+    holder = _child("from celtk.runstore import locked\nimport time\n"
+                    f"with locked(__import__('pathlib').Path({str(tmp_path)!r})):\n"
                     f"    print('ready', flush=True)\n    time.sleep(120)\n")
     try:
         with pytest.raises(RunStoreError, match=rf"in use by celtk pid {holder.pid}"):
@@ -226,8 +231,9 @@ def test_same_command_twice_gives_byte_identical_results(planted, tmp_path):
     outs = []
     for i, hash_seed in enumerate(("1", "2")):
         out = tmp_path / f"run{i}"
-        command = [sys.executable, "-m", "celtk.cli", "run", "--model", str(model_dir), "--task", task, "--discovery", "30",
-                   "--heldout", "30", "--fewshot", "0", "--batch-size", "8", "--p", "3", "--k", "2", "--out", str(out)]
+        command = [sys.executable, "-m", "celtk.cli", "run", "--model", str(model_dir), "--task", task,
+                   "--discovery", "30", "--heldout", "30", "--fewshot", "0", "--batch-size", "8", "--p", "3",
+                   "--k", "2", "--out", str(out)]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
         assert done.returncode == 0, done.stderr[-2000:]
         outs.append(out)
@@ -264,7 +270,8 @@ def test_auto_batch_fits_memory_and_changes_no_result(tiny_llama):
 
 
 _SHARD_CHILD = _CHILD.replace("print(\"ready\", flush=True)\nrun_screen(config, {out!r}, model=model)",
-                              "print(\"ready\", flush=True)\nrun_screen(config, {out!r}, shard=({i}, {n}), model=model)")
+                              "print(\"ready\", flush=True)\n"
+                              "run_screen(config, {out!r}, shard=({i}, {n}), model=model)")
 
 
 def test_shards_in_parallel_processes_merge_to_one_run(planted, uninterrupted, tmp_path):
@@ -277,7 +284,8 @@ def test_shards_in_parallel_processes_merge_to_one_run(planted, uninterrupted, t
     config, full, full_text, _ = uninterrupted
     out = tmp_path / "parallel"
     n = 3
-    code = [_SHARD_CHILD.format(tests=str(Path(__file__).parent.parent), task=task, out=str(out), i=i, n=n) for i in range(n)]
+    code = [_SHARD_CHILD.format(tests=str(Path(__file__).parent.parent), task=task, out=str(out), i=i, n=n)
+            for i in range(n)]
     assert "shard=(0, 3)" in code[0]
     children = [subprocess.Popen([sys.executable, "-c", c], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for c in code]

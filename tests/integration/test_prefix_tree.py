@@ -130,5 +130,6 @@ def test_tree_under_every_ablation_kind_gives_each_set_its_outcome_alone(kind, s
             _, alone = screener(5).run([heads])
             assert alone[heads].to_json() == together[heads].to_json(), (kind, share, heads)
         assert np.array_equal(together[HeadSet()].correct, intact.correct)  # the null ablation under this kind
-        changed = [h for h in SETS[:-1] if [e.logprob for e in together[h].examples] != [e.logprob for e in intact.examples]]
+        changed = [h for h in SETS[:-1]
+                   if [e.logprob for e in together[h].examples] != [e.logprob for e in intact.examples]]
         assert changed == SETS[:-1]

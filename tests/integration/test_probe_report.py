@@ -30,8 +30,10 @@ def test_effect_lists_fixes_and_breaks(planted):
     ablated = evaluate(model, task, splits.heldout, heads=HeadSet.parse("L1H2"))
     assert [e.intact_correct for e in eff.examples] == intact.correct.tolist()
     assert [e.ablated_correct for e in eff.examples] == ablated.correct.tolist()
-    assert eff.fixes == [e.id for e, a, i in zip(splits.heldout, ablated.correct, intact.correct) if a and not i]
-    assert eff.breaks == [e.id for e, a, i in zip(splits.heldout, ablated.correct, intact.correct) if i and not a]
+    assert eff.fixes == [e.id for e, a, i in zip(splits.heldout, ablated.correct, intact.correct, strict=True)
+                         if a and not i]
+    assert eff.breaks == [e.id for e, a, i in zip(splits.heldout, ablated.correct, intact.correct, strict=True)
+                          if i and not a]
     assert eff.fixes and eff.summary.gain > 0
     assert eff.examples[0].delta_logprob == pytest.approx(ablated.examples[0].logprob - intact.examples[0].logprob)
 
@@ -53,12 +55,14 @@ def test_head_outputs_and_direct_logit_attribution_add_up(tiny_model):
     torch.testing.assert_close(total, attn, atol=1e-4, rtol=1e-4)  # the per-head split is the attention output
     target = " 42"
     dla = probe.direct_logit_attribution(tiny_model, prompt, target)
-    assert len(dla) == tiny_model.n_layers * tiny_model.n_heads and list(dla.values()) == sorted(dla.values(), reverse=True)
+    assert (len(dla) == tiny_model.n_layers * tiny_model.n_heads
+            and list(dla.values()) == sorted(dla.values(), reverse=True))
     target_id = tiny_model.tokenizer(target, add_special_tokens=False).input_ids[0]
     with torch.no_grad():
         logits = tiny_model.bridge(tiny_model.tokenizer(prompt, return_tensors="pt").input_ids)[0, -1]
         direction = probe._final_norm_factor(tiny_model, resid) * tiny_model.hf_model.lm_head.weight[target_id]
-    assert float(resid @ direction) == pytest.approx(float(logits[target_id]), abs=1e-3)  # frozen-scale norm is exact here
+    # frozen-scale norm is exact here
+    assert float(resid @ direction) == pytest.approx(float(logits[target_id]), abs=1e-3)
     assert sum(dla.values()) == pytest.approx(float(outs.sum((0, 1)) @ direction), abs=1e-3)
 
 
@@ -79,7 +83,8 @@ def gpt2_shaped_run(smol_tokenizer, tmp_path_factory):
     model = make_tiny("llama", smol_tokenizer, seed=5, n_layers=12, n_heads=12)
     task = self_consistent_task(model, tmp_path_factory.mktemp("t"), n=40)
     out = tmp_path_factory.mktemp("gpt2shape")
-    run_screen(RunConfig(model="tiny-12x12", task=task, discovery=20, heldout=20, fewshot=0, batch_size=20), out, model=model)
+    run_screen(RunConfig(model="tiny-12x12", task=task, discovery=20, heldout=20, fewshot=0, batch_size=20), out,
+               model=model)
     run_select(out, p=4, k=2, model=model)
     run_test(out, model=model, n_boot=200)
     return model, out
@@ -108,7 +113,8 @@ def test_attributes_document_round_trips(gpt2_shaped_run, tmp_path):
     per head of the selection, and the report shows them."""
     model, out = gpt2_shaped_run
     doc = run_attributes(out, model=model, length=12, batch=2, seed=3)
-    assert HeadAttributesDocument.load(out) == doc and (out / "head_attributes.json").read_text() == dumps(doc.to_json())
+    assert (HeadAttributesDocument.load(out) == doc
+            and (out / "head_attributes.json").read_text() == dumps(doc.to_json()))
     assert (doc.n_layers, doc.n_heads, doc.probe.length, doc.probe.seed) == (12, 12, 12, 3)
     selection = json.loads((out / "selection.json").read_text())["heads"]
     assert list(doc.selected) == selection
@@ -119,7 +125,8 @@ def test_attributes_document_round_trips(gpt2_shaped_run, tmp_path):
             assert doc.selected[str(head)][name] == doc.score(name, head) == grid[head.layer][head.head]
     page = write_report(out, tmp_path / "report").read_text()
     names = list(doc.scores)
-    row = "".join(f"<td>{v}</td>" for v in [selection[0], *(f"{doc.score(n, Head.parse(selection[0])):.3f}" for n in names)])
+    row = "".join(f"<td>{v}</td>"
+                  for v in [selection[0], *(f"{doc.score(n, Head.parse(selection[0])):.3f}" for n in names)])
     assert "".join(f"<th>{h}</th>" for h in ["head", *names]) in page and f"<tr>{row}</tr>" in page
 
 

@@ -167,7 +167,8 @@ def test_an_interrupted_racing_screen_resumes_to_the_same_document(planted, scre
     assert (out / "screen.json").read_text() == (racing / "screen.json").read_text()
     assert resumed.racing.pool == screens[1].racing.pool
     # the first chunk was served from its parts: every head, none scored again
-    assert json.loads((out / "timing.json").read_text())["heads"] < json.loads((racing / "timing.json").read_text())["heads"]
+    assert (json.loads((out / "timing.json").read_text())["heads"]
+            < json.loads((racing / "timing.json").read_text())["heads"])
 
 
 def test_confidence_racing_is_recorded_and_keeps_pool_heads_complete(planted, screens, tmp_path):

@@ -98,7 +98,8 @@ def test_the_handle_loads_once_and_writes_what_the_cli_writes(exported, tmp_path
 
 def test_a_handle_reopens_a_run_from_its_settings_and_refuses_others(planted, tmp_path, monkeypatch):
     model, task = planted
-    config = celtk.RunConfig(model="tiny-planted", task=task, discovery=20, heldout=20, fewshot=0, batch_size=8, p=3, k=2)
+    config = celtk.RunConfig(model="tiny-planted", task=task, discovery=20, heldout=20, fewshot=0, batch_size=8,
+                             p=3, k=2)
     with pytest.raises(ConfigError, match=r"holds no run yet .* Run\(out, config=RunConfig\(\.\.\.\)\)"):
         celtk.Run(tmp_path / "run", model=model)
     first = celtk.Run(tmp_path / "run", config=config, model=model)
@@ -112,7 +113,8 @@ def test_a_handle_reopens_a_run_from_its_settings_and_refuses_others(planted, tm
     selection = again.select()  # reopened: the model given, no load; p and k from the recorded settings
     assert len(selection.pool) == 3 and selection.k == 2
     example = again.splits.discovery[0]
-    assert again.prompt(example.id) == again.prompt(example) == example.context and again.answer(example.id) == example.target
+    assert (again.prompt(example.id) == again.prompt(example) == example.context
+            and again.answer(example.id) == example.target)
     with pytest.raises(ConfigError, match="No example 'nope'"):
         again.prompt("nope")
     with pytest.raises(ArgumentError, match=r"Run.select: p must be int or None, got '3' \(str\)"):

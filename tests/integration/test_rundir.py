@@ -38,7 +38,7 @@ def _config(task: str, **kw) -> RunConfig:
 def runs(tasks, tiny_llama, tmp_path_factory) -> dict[str, Path]:
     """Two finished runs (screen, select, test) of the same tiny model on two tasks."""
     out = {}
-    for name, task in zip("ab", tasks):
+    for name, task in zip("ab", tasks, strict=True):
         out[name] = tmp_path_factory.mktemp(f"run-{name}")
         run_screen(_config(task), out[name], model=tiny_llama)
         run_select(out[name], p=3, k=2, model=tiny_llama)
@@ -55,7 +55,9 @@ def test_merge_refuses_shards_of_other_settings_over_a_finished_run(runs, tasks,
     before = (out / "screen.json").read_bytes()
     for i in range(2):
         run_screen(_config(tasks[0], seed=1), out, shard=(i, 2), model=tiny_llama)
-    with pytest.raises(RunStoreError, match=r"different configuration \(settings of the shards vs fingerprint\.json\).*seed: stored 0, now 1"):
+    with pytest.raises(RunStoreError,
+                       match=r"different configuration \(settings of the shards vs fingerprint\.json\)"
+                             r".*seed: stored 0, now 1"):
         merge_shards(out)
     assert (out / "screen.json").read_bytes() == before  # the finished run is untouched
 
@@ -105,7 +107,8 @@ def test_screen_of_another_task_copied_into_a_run_is_refused(runs, tiny_llama, t
 def test_selection_of_another_run_is_refused_by_test(runs, tiny_llama, tmp_path):
     out = _copy(runs["a"], tmp_path)
     copy_document(runs["b"], out, "selection.json")
-    with pytest.raises(RunStoreError, match=r"different configuration \(settings of selection\.json vs fingerprint\.json\)"):
+    with pytest.raises(RunStoreError,
+                       match=r"different configuration \(settings of selection\.json vs fingerprint\.json\)"):
         run_test(out, model=tiny_llama, n_boot=200, force=True)  # past the second-test refusal, to the same-run check
 
 
@@ -141,5 +144,6 @@ def test_stored_subset_outcomes_are_never_reused_under_other_settings(planted, t
     fresh_dir = tmp_path / "fresh"
     run_screen(seed1, fresh_dir, model=model)
     fresh = run_select(fresh_dir, p=4, k=2, model=model)
-    assert [(r.heads, r.fixes, r.damage) for r in reused.ranking] == [(r.heads, r.fixes, r.damage) for r in fresh.ranking]
+    assert ([(r.heads, r.fixes, r.damage) for r in reused.ranking]
+            == [(r.heads, r.fixes, r.damage) for r in fresh.ranking])
     assert list((out / "select_parts").glob("sets-stale-*/*.json"))  # the old outcomes were moved aside, not lost

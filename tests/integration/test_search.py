@@ -41,7 +41,8 @@ def interaction(smol_tokenizer, tmp_path_factory):
     task = self_consistent_task(clean, tmp_path_factory.mktemp("pairtask"))
     model = _pair_model(smol_tokenizer, 3.0, 0.3)
     out = tmp_path_factory.mktemp("pair")
-    run_screen(RunConfig(model="tiny-pair", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8), out, model=model)
+    run_screen(RunConfig(model="tiny-pair", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8), out,
+               model=model)
     return model, out
 
 
@@ -94,7 +95,8 @@ def test_gradient_screener_equals_finite_differences(tiny_model):
         up[head.layer, head.head] += eps
         down[head.layer, head.head] -= eps
         with torch.no_grad():
-            fd = (gate_loss(tiny_model, prepared, up.float()) - gate_loss(tiny_model, prepared, down.float())) / (2 * eps)
+            fd = ((gate_loss(tiny_model, prepared, up.float()) - gate_loss(tiny_model, prepared, down.float()))
+                  / (2 * eps))
         assert result.scores[head] == pytest.approx(float(fd), rel=2e-2, abs=2e-4)
     with torch.no_grad():  # the gates at 1 are the intact model; at 0 the head is ablated
         zero = torch.ones(tiny_model.n_layers, tiny_model.n_heads)
@@ -104,8 +106,10 @@ def test_gradient_screener_equals_finite_differences(tiny_model):
         from celtk.screening.rankers import _example_loss, task_loss_terms
 
         with ablate(tiny_model, "L0H1"):
-            lp = task_loss_terms(tiny_model, prepared, lambda b: decoder_hidden(tiny_model, b.input_ids, b.attention_mask), 4)
-        assert float(gate_loss(tiny_model, prepared, zero)) == pytest.approx(float(_example_loss(prepared, lp)), abs=1e-5)
+            lp = task_loss_terms(tiny_model, prepared,
+                                 lambda b: decoder_hidden(tiny_model, b.input_ids, b.attention_mask), 4)
+        assert float(gate_loss(tiny_model, prepared, zero)) == pytest.approx(float(_example_loss(prepared, lp)),
+                                                                             abs=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +138,8 @@ def knockout_ranker(inputs, *, masks=200, rate=0.05, seed=0, **_):
 
     sets = [HeadSet.of([h]) for h in inputs.heads]
     outcomes = inputs.evaluate(sets)
-    return RankerResult("knockout", {h: float(outcomes[s].mean()) for h, s in zip(inputs.heads, sets)}, len(sets),
-                        0.0, {"ablation": inputs.ablation, "n_discovery": len(inputs.discovery().examples)})
+    return RankerResult("knockout", {h: float(outcomes[s].mean()) for h, s in zip(inputs.heads, sets, strict=True)},
+                        len(sets), 0.0, {"ablation": inputs.ablation, "n_discovery": len(inputs.discovery().examples)})
 
 
 def test_a_ranker_is_one_function_plus_one_registry_line(planted_run):

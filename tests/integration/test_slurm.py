@@ -48,7 +48,8 @@ def slurm(tmp_path_factory):
 _CELTK = """\
 #!{python}
 import os, sys, time
-if os.environ.get("HOLD_SHARD") == os.environ.get("SLURM_ARRAY_TASK_ID") and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+if (os.environ.get("HOLD_SHARD") == os.environ.get("SLURM_ARRAY_TASK_ID")
+        and os.environ.get("SLURM_RESTART_COUNT", "0") == "0"):
     import celtk.runstore
     _write = celtk.runstore.write_json
 

@@ -50,7 +50,8 @@ def test_hook_equals_weight_zeroing_on_real_model(smollm2):
     tokens = smollm2.tokenizer("Question: What is 98 plus 45?\nAnswer: 143", return_tensors="pt").input_ids
     with torch.no_grad(), ablate(smollm2, heads):
         hooked = smollm2.bridge(tokens)
-    plain = AutoModelForCausalLM.from_config(smollm2.hf_model.config, dtype=torch.float32, attn_implementation="eager").eval()
+    plain = AutoModelForCausalLM.from_config(smollm2.hf_model.config, dtype=torch.float32,
+                                             attn_implementation="eager").eval()
     plain.load_state_dict(zero_output_columns(smollm2, smollm2.hf_state_dict(), heads))
     with torch.no_grad():
         assert (plain(tokens).logits - hooked).abs().max().item() <= 1e-5
@@ -73,7 +74,8 @@ def test_teacher_forced_equals_greedy_generation(smollm2):
         enc = tok(texts, return_tensors="pt", padding=True)
         tok.padding_side = "right"
         with torch.no_grad():
-            gen = smollm2.hf_model.generate(**enc, do_sample=False, max_new_tokens=length, pad_token_id=tok.pad_token_id)
+            gen = smollm2.hf_model.generate(**enc, do_sample=False, max_new_tokens=length,
+                                            pad_token_id=tok.pad_token_id)
         for row, i in enumerate(idx):
             generated = gen[row, enc.input_ids.shape[1]:].tolist()
             agree.append(((generated == list(prepared.requests[i].continuation)), result.examples[i].correct))
@@ -87,7 +89,8 @@ def test_cached_screener_equals_plain_on_sample_heads(smollm2):
     splits = make_splits(task, 24, 0, fewshot=3, seed=1)
     prepared = prepare(smollm2, task, splits.discovery, splits.shots)
     rng = np.random.default_rng(0)
-    sample = [HeadSet((Head(int(l), int(h)),)) for l, h in zip(rng.integers(0, 30, 8), rng.integers(0, 9, 8))]
+    sample = [HeadSet((Head(int(l), int(h)),))
+              for l, h in zip(rng.integers(0, 30, 8), rng.integers(0, 9, 8), strict=True)]
     sample.append(HeadSet.parse("L4H2,L20H7"))
     screener = CachedScreener(smollm2, prepared, batch_size=12)
     assert screener.prefix_len > 20
@@ -95,4 +98,5 @@ def test_cached_screener_equals_plain_on_sample_heads(smollm2):
     _, plain = screen_plain(smollm2, prepared, sample, batch_size=12)
     for s in sample:
         assert np.array_equal(cached[s].correct, plain[s].correct), s
-        np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples], atol=1e-4)
+        np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples],
+                                   atol=1e-4)

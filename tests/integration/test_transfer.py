@@ -34,7 +34,7 @@ def _last_logits(model, ids, heads=None):
         rows = [j for j, i in enumerate(ids) if len(i) == length]
         with torch.no_grad(), (ablate(model, heads) if heads else nullcontext()):
             logits = model.bridge(torch.tensor([ids[j] for j in rows]))[:, -1]
-        for j, row in zip(rows, logits):
+        for j, row in zip(rows, logits, strict=True):
             out[j] = row
     return torch.stack(out)
 
@@ -43,7 +43,7 @@ def _task(tokenizer, path, prompts, ids, tokens, keep, n=40):
     """A JSONL task of the first ``n`` prompts with ``keep[j]`` whose target, the token ``tokens[j]``,
     tokenises back onto the prompt (so teacher forcing scores exactly that token)."""
     lines = []
-    for prompt, i, token, ok in zip(prompts, ids, tokens, keep):
+    for prompt, i, token, ok in zip(prompts, ids, tokens, keep, strict=True):
         target = tokenizer.decode([token])
         if ok and tokenizer(prompt + target).input_ids == i + [token]:
             lines.append({"prompt": prompt, "target": target})
@@ -78,9 +78,9 @@ def selected(planted, smol_tokenizer, tmp_path_factory):
     margin_i, margin_a = intact[:, 0] - intact[:, 1], ablated[:, 0] - ablated[:, 1]
     # jsonl multiple-choice lines are scored after a " " delimiter (lm-eval's), so the choices are written without it
     lines = [{"prompt": p, "choices": [c[1:] for c in CHOICES], "label": int(mi < 0)}
-             for p, i, mi, ma in zip(prompts, ids, margin_i.tolist(), margin_a.tolist())
+             for p, i, mi, ma in zip(prompts, ids, margin_i.tolist(), margin_a.tolist(), strict=True)
              if mi * ma > 0 and min(abs(mi), abs(ma)) > 1e-2
-             and all(model.tokenizer(p + c).input_ids == i + [t] for c, t in zip(CHOICES, choice))]
+             and all(model.tokenizer(p + c).input_ids == i + [t] for c, t in zip(CHOICES, choice, strict=True))]
     assert len(lines) >= 40, f"only {len(lines)} prompts qualify for the unaffected task"
     (data / "same.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines[:40]))
     same = f"jsonl:{data / 'same.jsonl'}"
@@ -101,7 +101,8 @@ def test_transfer_to_hurt_task_not_to_unaffected_one(selected):
         assert r.mcnemar_p == mcnemar_exact(int((~a & b).sum()), int((a & ~b).sum()))
     assert [r.holm_p for r in doc.variants] == list(holm([r.mcnemar_p for r in doc.variants]))
     p1, p2 = sorted([rows["original"].mcnemar_p, rows["hurt"].mcnemar_p])  # Holm by hand: 3·p(1), max(., 2·p(2)), 1
-    assert sorted([rows["original"].holm_p, rows["hurt"].holm_p]) == pytest.approx([min(1, 3 * p1), min(1, max(3 * p1, 2 * p2))])
+    assert sorted([rows["original"].holm_p, rows["hurt"].holm_p]) == pytest.approx([min(1, 3 * p1),
+                                                                                    min(1, max(3 * p1, 2 * p2))])
     assert rows["same"].holm_p == 1.0
     # each scored variant is a look, logged before it is scored; the original row is the test's own comparison,
     # read from test.json, not a second look at the frozen selection

@@ -63,7 +63,8 @@ def test_row_specs_replace_only_the_marked_heads_of_each_row():
 
 def test_reference_z_gathers_left_aligned_with_the_last_position_past_the_end():
     shared = [torch.arange(2 * 1 * 1, dtype=torch.float).view(2, 1, 1)]  # positions 0, 1 shared by both references
-    own = [torch.tensor([[10.0, 11.0, 12.0], [20.0, 21.0, 0.0]]).view(2, 3, 1, 1)]  # then 3 and 2 positions of their own
+    own = [torch.tensor([[10.0, 11.0, 12.0],
+                         [20.0, 21.0, 0.0]]).view(2, 3, 1, 1)]  # then 3 and 2 positions of their own
     ref = ReferenceZ((7, 8), shared, own, torch.tensor([5, 4]))
     got = ref.gather(0, torch.tensor([0, 1]), start=1, pos=6)[..., 0, 0]
     assert got.tolist() == [[1, 10, 11, 12, 12, 12], [1, 20, 21, 21, 21, 21]]

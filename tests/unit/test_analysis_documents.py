@@ -13,7 +13,8 @@ from celtk.runstore import dumps
 
 RANKING = ["L9H9", "L0H0", "L10H7", "L1H1"] + [f"L{l}H{h}" for l in range(12) for h in range(12)
                                                 if f"L{l}H{h}" not in ("L9H9", "L0H0", "L10H7", "L1H1")]
-ROWS = [{"head": "L0H0", "gain_count": -9, "damage": 9, "fixes": 0}, {"head": "L0H1", "gain_count": 4, "damage": 1, "fixes": 5},
+ROWS = [{"head": "L0H0", "gain_count": -9, "damage": 9, "fixes": 0},
+        {"head": "L0H1", "gain_count": 4, "damage": 1, "fixes": 5},
         {"head": "L2H0", "gain_count": 7, "damage": 0, "fixes": 7}]
 
 
@@ -28,8 +29,9 @@ def test_compare_document_round_trips_with_its_screen_top_key():
     doc = CompareDocument.from_json(fields)
     assert doc.top == 4 and doc.screen_top.overlap == 2 and doc.selection.shared[0].role == "name mover"
     movers = doc.by_role["name mover"]
-    assert dict(zip(movers.heads, movers.ranks))["L9H9"] == 1  # ranked first
-    assert doc.critical_vs_enhancing.critical_layers == {0: 1} and doc.critical_vs_enhancing.enhancing_layers == {0: 1, 2: 1}
+    assert dict(zip(movers.heads, movers.ranks, strict=True))["L9H9"] == 1  # ranked first
+    assert (doc.critical_vs_enhancing.critical_layers == {0: 1}
+            and doc.critical_vs_enhancing.enhancing_layers == {0: 1, 2: 1})
     # the same keys, in the same order, as the dicts the file was written from
     assert dumps(doc.to_json()) == dumps(fields)
     text = dumps(doc.to_json())
@@ -51,7 +53,8 @@ def test_compare_document_refuses_a_file_without_one_screen_top():
 
 def test_head_attributes_document_round_trips(tmp_path):
     doc = HeadAttributesDocument(
-        model="m", n_layers=2, n_heads=2, probe=AttributeProbe(sequence="random tokens repeated once", length=4, batch=1, seed=0),
+        model="m", n_layers=2, n_heads=2,
+        probe=AttributeProbe(sequence="random tokens repeated once", length=4, batch=1, seed=0),
         scores={"previous_token": [[0.5, 0.25], [0.0, 1.0]], "induction": [[0.0, 0.125], [0.75, 0.0]]},
         selected={"L1H0": {"previous_token": 0.0, "induction": 0.75}})
     assert doc.score("induction", Head(1, 0)) == 0.75 and doc.score("previous_token", Head(0, 1)) == 0.25

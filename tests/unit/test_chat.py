@@ -15,7 +15,8 @@ from celtk.tasks import Example, get_task, make_splits
 
 FIX = Path(__file__).parent.parent / "fixtures"
 
-CHATML = ("{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endfor %}"
+CHATML = ("{%- for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+          "{%- endfor %}"
           "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
 # the date logic of Llama-3.2-Instruct's template (date_string, else strftime_now), then ChatML
 LLAMA_STYLE = (

@@ -50,7 +50,8 @@ def test_missing_circuit_suggests_packaged():
 def test_hypergeometric_tail_matches_counting():
     population, marked, drawn = 20, 5, 4
     for k in range(5):
-        exact = sum(comb(marked, j) * comb(population - marked, drawn - j) for j in range(k, drawn + 1)) / comb(population, drawn)
+        exact = sum(comb(marked, j) * comb(population - marked, drawn - j)
+                    for j in range(k, drawn + 1)) / comb(population, drawn)
         assert hypergeom_tail(k, population, drawn, marked) == pytest.approx(exact)
 
 
@@ -59,7 +60,8 @@ def test_compare_counts_overlap_and_ranks():
     ranking = ["L9H9", "L0H0", "L10H7", "L1H1"] + [f"L{l}H{h}" for l in range(12) for h in range(12)
                                                     if f"L{l}H{h}" not in ("L9H9", "L0H0", "L10H7", "L1H1")]
     report = compare_with_circuit(ioi, 12, 12, ["L9H9", "L3H3"], ranking, top=4)
-    assert report["selection"]["overlap"] == 1 and report["selection"]["shared"] == [{"head": "L9H9", "role": "name mover"}]
+    assert (report["selection"]["overlap"] == 1
+            and report["selection"]["shared"] == [{"head": "L9H9", "role": "name mover"}])
     assert report["selection"]["expected_by_chance"] == pytest.approx(2 * 26 / 144)
     assert report["screen_top4"]["overlap"] == 2
     assert report["circuit_head_ranks"]["L9H9"] == 1 and report["circuit_head_ranks"]["L10H7"] == 3
@@ -87,8 +89,10 @@ def test_scores_from_exact_patterns():
 
 
 def test_critical_and_enhancing():
-    rows = [{"head": "L0H0", "gain_count": -9, "damage": 9, "fixes": 0}, {"head": "L0H1", "gain_count": 4, "damage": 1, "fixes": 5},
-            {"head": "L1H0", "gain_count": -2, "damage": 3, "fixes": 1}, {"head": "L1H1", "gain_count": 0, "damage": 0, "fixes": 0},
+    rows = [{"head": "L0H0", "gain_count": -9, "damage": 9, "fixes": 0},
+            {"head": "L0H1", "gain_count": 4, "damage": 1, "fixes": 5},
+            {"head": "L1H0", "gain_count": -2, "damage": 3, "fixes": 1},
+            {"head": "L1H1", "gain_count": 0, "damage": 0, "fixes": 0},
             {"head": "L2H0", "gain_count": 7, "damage": 0, "fixes": 7}]
     out = critical_and_enhancing(rows, n=2)
     assert [r["head"] for r in out["critical"]] == ["L0H0", "L1H0"]

@@ -4,7 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-_SPEC = importlib.util.spec_from_file_location("compare_runs", Path(__file__).parents[2] / "benchmarks" / "compare_runs.py")
+_SPEC = importlib.util.spec_from_file_location("compare_runs",
+                                               Path(__file__).parents[2] / "benchmarks" / "compare_runs.py")
 assert _SPEC and _SPEC.loader
 compare_runs = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(compare_runs)

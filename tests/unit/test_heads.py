@@ -87,7 +87,8 @@ def test_every_public_function_that_takes_heads_takes_a_head_set_or_a_string():
     functions |= {f"celtk.run.{n}": getattr(celtk.run, n) for n in celtk.run.__all__}
     functions |= {f"celtk.probe.{n}": f for n, f in vars(celtk.probe).items()
                   if inspect.isfunction(f) and f.__module__ == "celtk.probe" and not n.startswith("_")}
-    functions |= {f"celtk.Run.{n}": f for n, f in vars(celtk.Run).items() if inspect.isfunction(f) and not n.startswith("_")}
+    functions |= {f"celtk.Run.{n}": f for n, f in vars(celtk.Run).items()
+                  if inspect.isfunction(f) and not n.startswith("_")}
     found = {}
     for name, f in functions.items():
         if callable(f) and not inspect.isclass(f) and not inspect.ismodule(f):

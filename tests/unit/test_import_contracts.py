@@ -241,7 +241,8 @@ def test_the_checker_finds_each_kind_of_broken_contract(tmp_path):
     root = _write(tmp_path, {
         "pkg/__init__.py": "from pkg.cli import main\n",
         "pkg/cli/__init__.py": "from pkg.high import run\nfrom pkg.theory import fit\n",
-        "pkg/high.py": "from pkg.low import _helper\nfrom pkg.base import thing\n\ndef run():\n    from pkg.side import x\n",
+        "pkg/high.py": "from pkg.low import _helper\nfrom pkg.base import thing\n\ndef run():\n"
+                       "    from pkg.side import x\n",
         "pkg/side.py": "import pkg.high\n",
         "pkg/low/__init__.py": "from pkg.low._impl import _helper\n\ndef up():\n    from .. import high\n",
         "pkg/low/_impl.py": "from ..cli import main\n_helper = 1\n",
@@ -279,7 +280,8 @@ def test_torch_free_packages_import_without_torch(package):
     import sys
 
     code = (f"import sys, importlib, pkgutil; import {package} as p\n"
-            "for m in pkgutil.walk_packages(getattr(p, '__path__', []), p.__name__ + '.'): importlib.import_module(m.name)\n"
+            "for m in pkgutil.walk_packages(getattr(p, '__path__', []), p.__name__ + '.'): "
+            "importlib.import_module(m.name)\n"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=CELTK.parent, env={"PYTHONPATH": str(CELTK.parent), "OMP_NUM_THREADS": "1"})

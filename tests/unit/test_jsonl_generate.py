@@ -34,7 +34,8 @@ def test_generate_grading_spelling_and_defaults(tmp_path):
 
 @pytest.mark.parametrize("stop", [("\n",), ("###", "\n\n"), ("a&b=c?",), ()])
 def test_stop_strings_and_limit_round_trip(tmp_path, stop):
-    task = get_task(jsonl_spec(_file(tmp_path, [{"prompt": "p", "target": "zz"}]), "generate", stop=stop, max_new_tokens=7))
+    task = get_task(jsonl_spec(_file(tmp_path, [{"prompt": "p", "target": "zz"}]), "generate", stop=stop,
+                               max_new_tokens=7))
     assert task.stop_strings() == list(stop) and task.max_new_tokens() == 7
 
 

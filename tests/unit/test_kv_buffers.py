@@ -71,7 +71,8 @@ def test_keep_freed_memory_takes_effect_on_glibc_and_can_be_opted_out() -> None:
 
 def test_roomy_layer_refuses_cache_operations_it_does_not_keep_in_step() -> None:
     layer = RoomyLayer(torch.zeros(2, 1, 5, 2), torch.zeros(2, 1, 5, 2), 3)
-    for call in (lambda: layer.reorder_cache(torch.tensor([1, 0])), lambda: layer.batch_repeat_interleave(2), layer.reset):
+    for call in (lambda: layer.reorder_cache(torch.tensor([1, 0])), lambda: layer.batch_repeat_interleave(2),
+                 layer.reset):
         with pytest.raises(NotImplementedError, match="DynamicLayer"):
             call()
     layer.crop(-5)  # past its length: empty, as DynamicLayer's crop leaves it

@@ -141,7 +141,8 @@ def test_documents_round_trip_and_carry_their_schema(tmp_path):
     assert ScreenDocument.load(tmp_path) == doc and doc.n_layers == 1 and doc.weight_hash == "abc"
     greedy = DiagnosticsDocument(strategy="greedy", rounds=[["L0H1"]])
     assert greedy.to_json() == {"schema_version": SCHEMA_VERSION, "strategy": "greedy", "rounds": [["L0H1"]]}
-    flagged = Interaction(heads=["L0H0", "L0H1"], gain_count=5, additive_gain_count=1, gap=4, noise=1.2, kind="super-additive")
+    flagged = Interaction(heads=["L0H0", "L0H1"], gain_count=5, additive_gain_count=1, gap=4, noise=1.2,
+                          kind="super-additive")
     assert Interaction.from_json(flagged.to_json()) == flagged
     assert "kind" not in Interaction(heads=[], gain_count=0, additive_gain_count=0, gap=0, noise=0.0).to_json()
 
@@ -170,7 +171,8 @@ def test_gain_means_a_fraction_and_gain_count_a_count_in_every_document():
         if isinstance(value, type) and dataclasses.is_dataclass(value):
             for f in dataclasses.fields(value):
                 if f.name.endswith("gain") or f.name.endswith("gain_count"):
-                    seen.setdefault(f.name, set()).add(str(f.type).removesuffix(" | None"))  # None: undefined, same unit
+                    # None: undefined, same unit
+                    seen.setdefault(f.name, set()).add(str(f.type).removesuffix(" | None"))
     assert seen["gain"] == {"float"} and seen["gain_count"] == {"int"} and seen["additive_gain_count"] == {"int"}
     assert seen["discovery_gain"] == seen["heldout_gain"] == {"float"}
 
@@ -292,7 +294,8 @@ def test_unit_tests_build_no_model_and_no_test_imports_conftest():
     from pathlib import Path
 
     tests = Path(__file__).resolve().parents[1]
-    files = sorted({*tests.glob("unit/*.py"), *tests.glob("integration/*.py"), *tests.glob("*.py")} - {tests / "conftest.py"})
+    files = sorted({*tests.glob("unit/*.py"), *tests.glob("integration/*.py"),
+                    *tests.glob("*.py")} - {tests / "conftest.py"})
     offences = [o for f in files for o in _tier_offences(f)]
     assert not offences, "\n".join(offences)
 

@@ -58,7 +58,8 @@ def test_transformer_lens_model_names_are_hub_ids(monkeypatch, tmp_path):
 
 
 def test_a_wrong_shape_is_caught_by_jaxtyping():
-    # celtk/evaluation/scoring.py starts with `from __future__ import annotations`; jaxtyping (0.3) + beartype still check it.
+    # celtk/evaluation/scoring.py starts with `from __future__ import annotations`; jaxtyping (0.3) + beartype
+    # still check it.
     import torch
     from jaxtyping import TypeCheckError
 

@@ -63,7 +63,8 @@ def test_stage_estimates_scale_as_the_algorithm_does():
     assert screen.seconds == pytest.approx(screen.flops / 120e12)
     # the held-out stage streams: its peak does not grow with the held-out set
     hs = PAPER_TASKS["hellaswag"]
-    assert plan_run(config, hs, L40S)[2].activation_bytes == plan_run(config, replace(hs, n_heldout=20), L40S)[2].activation_bytes
+    assert (plan_run(config, hs, L40S)[2].activation_bytes
+            == plan_run(config, replace(hs, n_heldout=20), L40S)[2].activation_bytes)
     with pytest.raises(ConfigError, match="Unknown dtype"):
         plan_run(config, hs, L40S, dtype="int3")
 
@@ -95,7 +96,8 @@ def test_terms_follow_the_tensors_the_code_allocates():
     full, half = (ablated_pass_bytes(TINY, rows, width, prefix, 4, db, n) for n in (4, 2))
     assert full - half == 2 * 2 * rows * TINY.n_kv_heads * prefix * TINY.d_head * db
     # one ablation's float32 logits and log-probabilities over the vocabulary
-    assert scoring_bytes(TINY, rows, width, 5, db) - scoring_bytes(TINY, rows, width, 4, db) == TINY.d_vocab * LOGIT_BYTES
+    assert (scoring_bytes(TINY, rows, width, 5, db) - scoring_bytes(TINY, rows, width, 4, db)
+            == TINY.d_vocab * LOGIT_BYTES)
     # a gated MLP holds three d_ff activations, an ungated one two
     ungated = replace(TINY, gated_mlp=False)
     assert mlp_bytes(TINY, rows, width, db) - mlp_bytes(ungated, rows, width, db) == rows * width * TINY.d_ff * db

@@ -14,7 +14,8 @@ from celtk.tasks._base import Example, Pools, Task
 
 def test_paper_preset_sets_the_papers_sizes_per_task():
     boolq = resolve_config(None, {"preset": "paper", "task": "boolq"})
-    assert (boolq.task, boolq.discovery, boolq.heldout, boolq.fewshot, boolq.preset) == ("boolq", 2000, 3270, 0, "paper")
+    assert ((boolq.task, boolq.discovery, boolq.heldout, boolq.fewshot, boolq.preset)
+            == ("boolq", 2000, 3270, 0, "paper"))
     hella = resolve_config(None, {"preset": "paper:hellaswag"})
     assert (hella.task, hella.discovery, hella.heldout) == ("hellaswag", 2000, 10042)
     mbpp = resolve_config(None, {"preset": "paper:mbpp"})

@@ -80,7 +80,8 @@ def test_the_group_options_and_their_environment_variables_reach_the_verbs(monke
     try:
         runner = CliRunner()
         assert runner.invoke(main, ["probe-settings"]).exit_code == 0
-        assert runner.invoke(main, ["--quiet", "--log-format", "json", "--progress-every", "5", "probe-settings"]).exit_code == 0
+        assert runner.invoke(main, ["--quiet", "--log-format", "json", "--progress-every", "5",
+                                    "probe-settings"]).exit_code == 0
         monkeypatch.setenv("CELTK_LOG_FORMAT", "json")
         monkeypatch.setenv("CELTK_PROGRESS_EVERY", "2.5")
         monkeypatch.setenv("CELTK_QUIET", "1")

@@ -87,8 +87,9 @@ def _as_int(text: str) -> int | None:
 TYPES = {"model": (str,), "task": (str,), "data": (str, type(None)), "discovery": (int,), "heldout": (int,),
          "seed": (int,), "fewshot": (int,), "chat": (bool,), "batch_size": (int, str), "device": (str,),
          "dtype": (str,), "p": (int,), "k": (int,), "share_prefix": (bool,)}
-config_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 600), st.floats(allow_nan=True), st.text(max_size=8),
-                          st.sampled_from(["no", "yes", "true", "auto", "0"]), st.lists(st.integers(), max_size=2))
+config_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 600), st.floats(allow_nan=True),
+                          st.text(max_size=8), st.sampled_from(["no", "yes", "true", "auto", "0"]),
+                          st.lists(st.integers(), max_size=2))
 
 
 @FAST
@@ -130,13 +131,15 @@ def _toml(value) -> str:
 
 json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False),
                                      st.text(max_size=5)),
-                           lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(st.text(max_size=3), inner, max_size=3)),
                            max_leaves=6)
 line = st.one_of(
     st.fixed_dictionaries({"prompt": st.one_of(st.text(max_size=8), json_values),
                            "target": st.one_of(st.text(max_size=4), json_values)},
                           optional={"id": json_values, "split": st.sampled_from(["fewshot", "eval", 3])}),
-    st.fixed_dictionaries({"prompt": st.text(max_size=8), "choices": st.one_of(st.lists(st.text(max_size=3), max_size=3), json_values),
+    st.fixed_dictionaries({"prompt": st.text(max_size=8),
+                           "choices": st.one_of(st.lists(st.text(max_size=3), max_size=3), json_values),
                            "label": st.one_of(st.integers(-1, 3), json_values)}),
     json_values,
 ).map(lambda row: json.dumps(row).encode())
@@ -220,7 +223,8 @@ def test_every_numeric_option_of_every_verb_has_a_range():
 
     params = _numeric_params()
     assert len(params) >= 40  # the walk found the verbs' options
-    unbounded = [(verb, opt) for verb, opt, kind in params if not isinstance(kind, _BatchSize) and getattr(kind, "min", None) is None]
+    unbounded = [(verb, opt) for verb, opt, kind in params
+                 if not isinstance(kind, _BatchSize) and getattr(kind, "min", None) is None]
     assert not unbounded, f"numeric options without a lower bound: {unbounded}"
     lets_nan_through = []
     for _, opt, kind in params:

@@ -144,10 +144,11 @@ def test_exact_mode_returns_the_exhaustive_pool_on_random_instances(seed):
     p = int(rng.integers(1, count + 1))
     intact = rng.random(n) < rng.random()
     rates = rng.random(count) ** 3  # a few heads far from the intact model, most close to it
-    outcomes = {h: flipped(rng, intact, r) for h, r in zip(heads_of(count), rates)}
+    outcomes = {h: flipped(rng, intact, r) for h, r in zip(heads_of(count), rates, strict=True)}
     for h in list(outcomes)[: count // 3]:  # exact copies of other heads: ties everywhere
         outcomes[h] = outcomes[list(outcomes)[-1]].copy()
-    cuts = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(0, 8))), replace=False)) if n > 1 else []
+    cuts = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(0, 8))),
+                              replace=False)) if n > 1 else []
     schedule = np.diff([0, *cuts, n]).tolist()
     order = rng.permutation(n) if seed % 2 else None
     result = check_exact(outcomes, intact, p, schedule=schedule, order=order)

@@ -100,7 +100,8 @@ TESTS = "assert add(1, 2) == 3\nassert add(0, 0) == 0\n"
     ("os._exit(0)", "import os\nos._exit(0)\n"),
     ("atexit hook", "import atexit, os\natexit.register(lambda: os._exit(0))\n"),
     ("atexit sys.exit", "import atexit, sys\natexit.register(sys.exit, 0)\n"),
-    ("thread os._exit", "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os._exit(0))).start()\n"),
+    ("thread os._exit",
+     "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os._exit(0))).start()\n"),
     ("marker on every fd", "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'PASS\\n0' * 8)\n"
                            "    except OSError:\n        pass\n"),
     ("exit status of a forked child", "import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\n"),
@@ -234,7 +235,8 @@ def test_venv_copy_under_tmp_hides_tmp_and_the_cache_and_leaves_nothing(tmp_path
     code = ("import json, os, glob\nfrom celtk.tasks._sandbox import run_untrusted, SandboxLimits\n"
             "before = set(glob.glob('/tmp/celtk-sandbox-*'))\n"
             f"r = run_untrusted({program!r}, SandboxLimits(cpu_seconds=2, wall_seconds=8.0), allow=True)\n"
-            "print(json.dumps([r.passed, r.isolation, sorted(set(glob.glob('/tmp/celtk-sandbox-*')) - before), r.stderr_tail]))")
+            "print(json.dumps([r.passed, r.isolation, sorted(set(glob.glob('/tmp/celtk-sandbox-*')) - before), "
+            "r.stderr_tail]))")
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "CELTK_CACHE": str(cache),
            "PYTHONPATH": os.pathsep.join([str(repo), *(p for p in sys.path if "site-packages" in p)])}
@@ -256,7 +258,8 @@ def test_other_processes_are_out_of_reach():
                    "libc = ctypes.CDLL(None, use_errno=True)\n"
                    "assert libc.ptrace(16, victim, None, None) == -1 and ctypes.get_errno() == errno.ESRCH\n"
                    "for pid in filter(str.isdigit, os.listdir('/proc') if os.path.isdir('/proc') else []):\n"
-                   "    try:\n        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n    except OSError:\n        continue\n"
+                   "    try:\n        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n    except OSError:\n"
+                   "        continue\n"
                    f"    assert {token.encode()!r} not in line, 'host process visible'\n")
         result = native(program)
         assert result.passed, result.stderr_tail
@@ -384,18 +387,21 @@ _WRITE_ANY = ("def _emit(found):\n    import os\n    for fd in range(3, 64):\n  
               "                    [_look(x) for x in cell.cell_contents]\n        f = f.f_back\n")
 STEALS = {
     "the runner's frame": "import sys\n_scan_frame(sys._getframe())\n",
-    "a traceback's frames": "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    _scan_frame(e.__traceback__.tb_frame)\n",
+    "a traceback's frames": "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n"
+                            "    _scan_frame(e.__traceback__.tb_frame)\n",
     "a signal handler's frame": "import os, signal\nsignal.signal(signal.SIGUSR1, lambda s, f: _scan_frame(f))\n"
                                 "os.kill(os.getpid(), signal.SIGUSR1)\n",
     "the garbage collector's objects": "import gc\nfor o in gc.get_objects():\n    _look(o)\n"
                                        "    if callable(o):\n        for c in getattr(o, '__closure__', None) or ():\n"
-                                       "            _look(c.cell_contents)\n            if isinstance(c.cell_contents, list):\n"
+                                       "            _look(c.cell_contents)\n"
+                                       "            if isinstance(c.cell_contents, list):\n"
                                        "                [_look(x) for x in c.cell_contents]\n",
     "every thread's frames": "import sys\nfor f in sys._current_frames().values():\n    _scan_frame(f)\n",
     "a trace function": "import sys\nsys.settrace(lambda f, e, a: _scan_frame(f))\nlen([])\n",
     "process memory": "import re\nm = open('/proc/self/mem', 'rb')\nfor line in open('/proc/self/maps'):\n"
                       "    lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n    try:\n"
-                      "        m.seek(lo)\n        for t in re.findall(rb'(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])', m.read(hi - lo)):\n"
+                      "        m.seek(lo)\n        for t in re.findall(rb'(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])', "
+                      "m.read(hi - lo)):\n"
                       "            _look(t)\n    except (OSError, ValueError, OverflowError):\n        pass\n",
 }
 
@@ -426,7 +432,8 @@ def test_the_guard_refuses_native_code_and_unguarded_processes(name, program, re
 def test_a_program_cannot_add_an_audit_hook_of_its_own():
     """Python drops a hook whose addition an earlier hook refuses: the program's hook never sees an event
     (it would see the guard's own frame lookup, and the frames that carries)."""
-    program = "import sys\ngot = []\nsys.addaudithook(lambda e, a: got.append(e))\nopen('x', 'w').close()\nassert got == [], got"
+    program = ("import sys\ngot = []\nsys.addaudithook(lambda e, a: got.append(e))\nopen('x', 'w').close()\n"
+               "assert got == [], got")
     assert run(program).passed
 
 
@@ -434,8 +441,10 @@ def test_the_guard_leaves_ordinary_programs_alone():
     """What model-written solutions use still works under the guard: imports compiled from source,
     namedtuples and enums (which ask for the caller's frame and take its refusal), logging, dataclasses,
     threads, forks, temporary files, exceptions caught and inspected for their message."""
-    program = ("import collections, dataclasses, enum, heapq, itertools, json, logging, math, re, tempfile, threading, typing\n"
-               "P = collections.namedtuple('P', 'a b')\nassert P(1, 2).b == 2\nE = enum.Enum('E', 'A B')\nassert E.B.value == 2\n"
+    program = ("import collections, dataclasses, enum, heapq, itertools, json, logging, math, re, tempfile, threading, "
+               "typing\n"
+               "P = collections.namedtuple('P', 'a b')\nassert P(1, 2).b == 2\nE = enum.Enum('E', 'A B')\n"
+               "assert E.B.value == 2\n"
                "class N(typing.NamedTuple):\n    x: int\nassert N(3).x == 3\n"
                "@dataclasses.dataclass\nclass D:\n    y: int\nassert D(4).y == 4\nlogging.getLogger('x').warning('w')\n"
                "out = []\nt = threading.Thread(target=lambda: out.append(1))\nt.start()\nt.join()\nassert out == [1]\n"

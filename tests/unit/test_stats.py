@@ -103,7 +103,8 @@ def test_undefined_statistics_are_none_with_a_reason():
         assert getattr(empty, name) is None and "n = 0" in empty.undefined[name]
     perfect = compare_paired(np.ones(10, dtype=bool), np.array([1] * 8 + [0] * 2, dtype=bool), n_boot=200)
     assert perfect.relative_error_reduction is None and "100 %" in perfect.undefined["relative_error_reduction"]
-    assert perfect.gain == pytest.approx(-0.2) and perfect.damage == 2 and set(perfect.undefined) == {"relative_error_reduction"}
+    assert (perfect.gain == pytest.approx(-0.2) and perfect.damage == 2
+            and set(perfect.undefined) == {"relative_error_reduction"})
     assert relative_error_reduction(1.0, 0.0) is None
     for cmp in (empty, perfect):
         json.dumps(asdict(cmp), allow_nan=False)  # nothing undefined is written as NaN

@@ -75,7 +75,8 @@ def test_greedy_stops_when_no_head_helps_and_beam_width_one_is_greedy():
     assert greedy.best.heads == HeadSet((HEADS[4],))
     assert greedy.n_evaluations == 9 + 8  # round 2 found nothing better: stop
     beam1 = get_strategy("beam")(singles, intact, evaluate, k=3, width=1)
-    assert (beam1.best.heads, beam1.n_evaluations, beam1.rounds) == (greedy.best.heads, greedy.n_evaluations, greedy.rounds)
+    assert ((beam1.best.heads, beam1.n_evaluations, beam1.rounds)
+            == (greedy.best.heads, greedy.n_evaluations, greedy.rounds))
 
 
 def test_planted_pair_missed_by_algorithm1_found_by_greedy_and_beam():

@@ -69,7 +69,8 @@ def test_official_raw_files_are_normalised_and_shots_come_from_them():
     official = {normalize_context(x["context"]): x["completion"] for x in lines}
     for e in pools.discovery + pools.fewshot:
         assert official[e.context] == e.target and e.context.startswith("Question: What is ")
-    assert pools.fewshot and {e.content_hash for e in pools.fewshot}.isdisjoint({e.content_hash for e in pools.discovery})
+    assert (pools.fewshot
+            and {e.content_hash for e in pools.fewshot}.isdisjoint({e.content_hash for e in pools.discovery}))
     splits = make_splits(task, 4, 4, fewshot=2)
     assert all(s.context in official for s in splits.shots)  # shots are official rows, not generated ones
 
@@ -147,7 +148,8 @@ def _write(tmp_path, lines):
 
 
 def test_jsonl_generative_and_choice(tmp_path):
-    task = get_task(_write(tmp_path, ['{"prompt": "2+2=", "target": "4"}', '{"id": "b", "prompt": "3+3=", "target": "6"}']))
+    task = get_task(_write(tmp_path,
+                           ['{"prompt": "2+2=", "target": "4"}', '{"id": "b", "prompt": "3+3=", "target": "6"}']))
     pools = task.load_pools()
     assert task.kind == "target" and [e.id for e in pools.discovery] == ["1", "b"]
     task = get_task(_write(tmp_path, ['{"prompt": "Sky?", "choices": ["red", "blue"], "label": 1}']))
@@ -176,7 +178,8 @@ def test_jsonl_empty_missing_and_duplicates(tmp_path):
     with pytest.raises(TaskError, match="does not exist"):
         get_task(f"jsonl:{tmp_path / 'nope.jsonl'}")
     with pytest.raises(DataFormatError, match="repeats an earlier line"):
-        get_task(_write(tmp_path, ['{"id": 1, "prompt": "a", "target": "1"}', '{"id": 1, "prompt": "b", "target": "2"}']))
+        get_task(_write(tmp_path,
+                        ['{"id": 1, "prompt": "a", "target": "1"}', '{"id": 1, "prompt": "b", "target": "2"}']))
 
 
 def test_splits_disjoint_reproducible_and_prefix_stable():
@@ -208,7 +211,8 @@ class _Overlapping(Task):
 
     def load_pools(self):
         shared = Example("d1", "Q: same", " 1")
-        return Pools(discovery=[shared, Example("d2", "Q: two", " 2")], heldout=[Example("h1", "Q: same", " 1")], fewshot=[], source="test")
+        return Pools(discovery=[shared, Example("d2", "Q: two", " 2")], heldout=[Example("h1", "Q: same", " 1")],
+                     fewshot=[], source="test")
 
 
 def test_overlap_by_content_is_removed_from_discovery_and_checked():
@@ -243,7 +247,8 @@ def test_one_arithmetic_file_stands_for_its_own_subtask_only():
 
 
 def _official_rows(n: int) -> list[str]:
-    return [json.dumps({"context": f"\n\nQ: What is {i} plus {i + 7}?\n\nA:", "completion": f" {2 * i + 7}"}) for i in range(n)]
+    return [json.dumps({"context": f"\n\nQ: What is {i} plus {i + 7}?\n\nA:", "completion": f" {2 * i + 7}"})
+            for i in range(n)]
 
 
 def test_splits_name_the_rows_no_split_holds_and_why(tmp_path):
@@ -260,13 +265,15 @@ def test_splits_name_the_rows_no_split_holds_and_why(tmp_path):
     assert len(scored) == 60 and len(held) == 20 and scored | set(held) == every and not scored & set(held)
     assert set(held.values()) == {"few-shot pool"}
     shot_text = {e.context for e in task.load_pools().fewshot}  # the held-back rows are the shots' source
-    assert {e.context for e in task.load_pools().reserved} == shot_text and {e.id for e in task.load_pools().reserved} == set(held)
+    assert ({e.context for e in task.load_pools().reserved} == shot_text
+            and {e.id for e in task.load_pools().reserved} == set(held))
     assert held == dict(three.held_back)
 
     # a jsonl file: a row repeating another, and one equal to a few-shot line
-    spec = _write(tmp_path, ['{"id": "a", "prompt": "1+1=", "target": "2"}', '{"id": "b", "prompt": "2+2=", "target": "4"}',
-                             '{"id": "c", "prompt": "1+1=", "target": "2"}', '{"id": "d", "prompt": "5+5=", "target": "10"}',
-                             '{"id": "s", "prompt": "5+5=", "target": "10", "split": "fewshot"}'])
+    spec = _write(tmp_path,
+                  ['{"id": "a", "prompt": "1+1=", "target": "2"}', '{"id": "b", "prompt": "2+2=", "target": "4"}',
+                   '{"id": "c", "prompt": "1+1=", "target": "2"}', '{"id": "d", "prompt": "5+5=", "target": "10"}',
+                   '{"id": "s", "prompt": "5+5=", "target": "10", "split": "fewshot"}'])
     splits = make_splits(get_task(spec), None, None)
     assert sorted(e.id for e in splits.discovery + splits.heldout) == ["a", "b"]
     assert dict(splits.held_back) == {"c": "same content as a", "d": "few-shot pool"}
