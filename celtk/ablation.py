@@ -37,7 +37,8 @@ def hook_z_name(layer: int) -> str:
 
 
 def _zero_heads_hook(heads: list[int]) -> Any:
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+             ) -> Float[Tensor, "batch pos head_index d_head"]:
         mask = torch.zeros(z.shape[2], dtype=torch.bool, device=z.device)
         mask[heads] = True
         return z.masked_fill(mask[None, None, :, None], 0.0)
@@ -51,14 +52,17 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> Any:
     if isinstance(mask, RowSpec):
         spec = mask
 
-        def replace(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
+        def replace(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+                    ) -> Float[Tensor, "batch pos head_index d_head"]:
             if z.shape[0] != spec.mask.shape[0]:
-                raise ValueError(f"row mask of shape {tuple(spec.mask.shape)} does not fit hook_z of shape {tuple(z.shape)}")
+                raise ValueError(f"row mask of shape {tuple(spec.mask.shape)} does not fit hook_z of shape "
+                                 f"{tuple(z.shape)}")
             return spec.apply(z)
 
         return replace
 
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+             ) -> Float[Tensor, "batch pos head_index d_head"]:
         if z.shape[0] != mask.shape[0] or z.shape[2] != mask.shape[1]:
             raise ValueError(f"row mask of shape {tuple(mask.shape)} does not fit hook_z of shape {tuple(z.shape)}")
         return z.masked_fill(rearrange(mask, "batch head_index -> batch 1 head_index 1").to(z.device), 0.0)
@@ -72,7 +76,8 @@ def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int, r
     mask = torch.zeros(1, n_heads, dtype=torch.bool)
     mask[0, heads] = True
 
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+             ) -> Float[Tensor, "batch pos head_index d_head"]:
         if references is not None and len(references) != z.shape[0]:
             raise ValueError(f"{len(references)} row references for hook_z of shape {tuple(z.shape)}")
         spec = ablation.spec(layer, mask, references, 0, z.shape[1])
@@ -217,9 +222,9 @@ def _with_output_bias(model: Model, state: dict[str, Tensor], layers: list[int])
     if wanted <= set(state):
         return config, state, False
     refusal = ConfigError(
-        f"Exporting a mean ablation adds W_O·μ to the bias of the attention output projection, and {model.architecture}'s "
-        "has none and no setting that gives it one (attention_bias). Export zero or scale:α, or keep the model "
-        "hooked (celtk.ablate).")
+        "Exporting a mean ablation adds W_O·μ to the bias of the attention output projection, and "
+        f"{model.architecture}'s has none and no setting that gives it one (attention_bias). Export zero or "
+        "scale:α, or keep the model hooked (celtk.ablate).")
     if getattr(config, "attention_bias", None) is not False:
         raise refusal
     config = copy.deepcopy(config)

@@ -65,7 +65,8 @@ class AblationKind:
                               + suggest(name, KINDS))
         if name != "scale":
             if arg:
-                raise ConfigError(f"Ablation kind {name!r} takes no argument (got {text!r}); only scale does, as scale:α.")
+                raise ConfigError(f"Ablation kind {name!r} takes no argument (got {text!r}); only scale does, "
+                                  "as scale:α.")
             return cls(name)
         try:
             alpha = float(arg)
@@ -174,7 +175,8 @@ class Ablation:
                               "celtk.evaluation.scoring.ablation_for(model, 'mean', task, reference_examples, shots).")
         if self.kind.name == "resample" and self.reference is None:
             raise ConfigError("Resample ablation needs the reference examples' z; build it with "
-                              "celtk.evaluation.scoring.ablation_for(model, 'resample', task, reference_examples, shots).")
+                              "celtk.evaluation.scoring.ablation_for(model, 'resample', task, reference_examples, "
+                              "shots).")
 
     @property
     def is_zero(self) -> bool:
@@ -208,8 +210,8 @@ class Ablation:
             out.append(int(allowed[rng.integers(len(allowed))]))
         return torch.tensor(out, dtype=torch.long)
 
-    def spec(self, layer: int, mask: Bool[Tensor, "mask_rows head_index"], references: Int[Tensor, " rows"] | None = None,
-             start: int = 0, pos: int = 0) -> RowSpec:
+    def spec(self, layer: int, mask: Bool[Tensor, "mask_rows head_index"],
+             references: Int[Tensor, " rows"] | None = None, start: int = 0, pos: int = 0) -> RowSpec:
         """Layer ``layer``'s replacement for heads ``mask`` marks (one mask row: the same heads in every row);
         resample needs each row's reference and the absolute positions the layer sees (``start … start + pos − 1``)."""
         if self.kind.name == "scale":
@@ -248,7 +250,8 @@ def reference_values(model: Any, sequences: Sequence[Sequence[int]], keep: bool
     from celtk.ablation import hook_z_hooks
 
     if not sequences or any(len(s) == 0 for s in sequences):
-        raise ConfigError("Mean and resample ablation need at least one reference example, each with at least one token.")
+        raise ConfigError("Mean and resample ablation need at least one reference example, each with at least "
+                          "one token.")
     common = common_prefix(sequences)
     width = max(len(s) for s in sequences)
     n_layers = model.n_layers

@@ -66,11 +66,12 @@ class Effect:
 
 def _correct_logprob(result, examples: Sequence[Example]) -> list[float]:
     out = []
-    for r, ex in zip(result.examples, examples):
+    for r, ex in zip(result.examples, examples, strict=True):
         if not isinstance(r.logprob, list):
             out.append(float(r.logprob))
         elif ex.label is None:
-            raise TaskError(f"Example {ex.id} has choices but no label; a multiple-choice example needs its answer's index.")
+            raise TaskError(f"Example {ex.id} has choices but no label; a multiple-choice example needs its "
+                            "answer's index.")
         else:
             out.append(float(r.logprob[ex.label]))
     return out
@@ -89,7 +90,8 @@ def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequenc
     intact = evaluate(model, task, examples, shots, config=config)
     ablated = evaluate(model, task, examples, shots, heads=heads, config=config, ablation=ablation)
     rows = [ExampleEffect(i.id, i.correct, a.correct, li, la) for i, a, li, la in
-            zip(intact.examples, ablated.examples, _correct_logprob(intact, examples), _correct_logprob(ablated, examples))]
+            zip(intact.examples, ablated.examples, _correct_logprob(intact, examples),
+                _correct_logprob(ablated, examples), strict=True)]
     return Effect(heads, rows, compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=seed))
 
 
@@ -136,7 +138,8 @@ def _ids(model: Model, prompt: str | list[int]) -> Int[Tensor, "1 pos"]:
 
 
 def head_outputs(model: Model, prompt: str | list[int], position: int = -1
-                 ) -> tuple[Float[Tensor, "layer head_index d_model"], Float[Tensor, " d_model"], Float[Tensor, "layer d_model"]]:
+                 ) -> tuple[Float[Tensor, "layer head_index d_model"], Float[Tensor, " d_model"],
+                            Float[Tensor, "layer d_model"]]:
     """Each head's write into the residual stream at ``position``, plus the final residual there
     (the input of the final norm) and each layer's attention output (for checks).
     ``prompt`` is text or token ids."""
@@ -149,7 +152,8 @@ def head_outputs(model: Model, prompt: str | list[int], position: int = -1
         for layer in range(model.n_layers):
             z = cache[f"blocks.{layer}.attn.hook_z"][0, position]  # [head_index, d_head]
             w_o = model.bridge.blocks[layer].attn.W_O  # [head_index, d_head, d_model], any layout of o
-            outs.append(einsum(z, w_o.to(z.dtype), "head_index d_head, head_index d_head d_model -> head_index d_model"))
+            outs.append(einsum(z, w_o.to(z.dtype),
+                               "head_index d_head, head_index d_head d_model -> head_index d_model"))
             attn.append(cache[f"blocks.{layer}.attn.o.hook_out"][0, position])
         return torch.stack(outs), cache["ln_final.hook_in"][0, position], torch.stack(attn)
 

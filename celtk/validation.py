@@ -11,8 +11,8 @@ function, the argument, the value and what was expected, before any work:
     celtk.errors.ArgumentError: mcnemar_exact: b must be at least 0, got -1.
 
 A bool is not a number here and a string is never a bool; wherever a path is expected a
-``str`` or any ``os.PathLike`` (``pathlib.Path``) is accepted; a ``list`` argument takes a tuple as well. A name the validator cannot resolve is left unchecked (a test
-checks that every public annotation resolves).
+``str`` or any ``os.PathLike`` (``pathlib.Path``) is accepted; a ``list`` argument takes a tuple as well. A name
+the validator cannot resolve is left unchecked (a test checks that every public annotation resolves).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _split(text: str, sep: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parse_annotation(text: str) -> tuple[_Alt, ...]:
     """``"list[str] | None"`` → alternatives ``list`` (of ``str``) and ``None``."""
     text = text.strip()
@@ -136,8 +136,9 @@ _ANY = object()  # a name the validator accepts anything for
 
 # celtk's own types, for annotations whose module imports them only for type checking
 _KNOWN = {"Model": "celtk.models", "Task": "celtk.tasks", "Example": "celtk.tasks", "Splits": "celtk.tasks",
-          "HeadSet": "celtk.heads", "Head": "celtk.heads", "HeadScore": "celtk.search.scores", "RunConfig": "celtk.run.config",
-          "EvalConfig": "celtk.evaluation.results", "Prepared": "celtk.evaluation.prompts", "CachedScreener": "celtk.screening.cached"}
+          "HeadSet": "celtk.heads", "Head": "celtk.heads", "HeadScore": "celtk.search.scores",
+          "RunConfig": "celtk.run.config", "EvalConfig": "celtk.evaluation.results",
+          "Prepared": "celtk.evaluation.prompts", "CachedScreener": "celtk.screening.cached"}
 
 
 def _resolve(head: str, namespace: Mapping[str, Any]) -> Any:
@@ -226,7 +227,7 @@ def _compile_items(alt: _Alt, namespace: Mapping[str, Any]) -> Check:
         return lambda v: True
     if alt.head == "tuple" and not (len(alt.args) == 2 and alt.args[1][0].head == "..."):
         each = [_compile(a, namespace) for a in alt.args]
-        return lambda v: len(v) == len(each) and all(c(x) for c, x in zip(each, v))
+        return lambda v: len(v) == len(each) and all(c(x) for c, x in zip(each, v, strict=True))
     one = _compile(alt.args[0], namespace)
     return lambda v: all(one(x) for x in v)
 
@@ -236,7 +237,7 @@ def _compile(alts: tuple[_Alt, ...], namespace: Mapping[str, Any]) -> Check:
     return checks[0] if len(checks) == 1 else lambda v: any(c(v) for c in checks)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(annotation: str, module: str) -> Check:
     """The predicate of ``annotation`` as written in ``module`` (cached)."""
     import sys
@@ -304,7 +305,8 @@ def validated(func: Callable[P, R], types: bool = True) -> Callable[P, R]:
             bound = signature.bind(*args, **kwargs)
         except TypeError as error:
             shown = signature.replace(return_annotation=inspect.Signature.empty, parameters=[
-                p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values() if p.name != "self"])
+                p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()
+                if p.name != "self"])
             raise ArgumentError(f"{_where(func)}: {error}; the signature is {_where(func)}{shown}.") from None
         if types:
             check_arguments(func, bound)
@@ -348,8 +350,10 @@ def unresolved_names(obj: Any) -> list[str]:
 
     if inspect.isclass(obj) and is_dataclass(obj):
         namespace = vars(sys.modules[obj.__module__])
-        return [n for f in fields(obj) if isinstance(f.type, str) for n in _unresolved(parse_annotation(f.type), namespace)]
+        return [n for f in fields(obj) if isinstance(f.type, str)
+                for n in _unresolved(parse_annotation(f.type), namespace)]
     target = inspect.unwrap(obj.__init__ if inspect.isclass(obj) else obj)
     namespace = getattr(target, "__globals__", {})
     return [n for p in inspect.signature(target).parameters.values() if isinstance(p.annotation, str)
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for n in _unresolved(parse_annotation(p.annotation), namespace)]
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            for n in _unresolved(parse_annotation(p.annotation), namespace)]

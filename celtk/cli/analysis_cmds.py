@@ -11,7 +11,8 @@ from celtk.cli._common import console, quiet_libraries
 
 @click.command("attributes")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--length", type=click.IntRange(min=1, max=4096), default=40, show_default=True, help="Random tokens per copy (sequence = 2 copies; at most 4,096).")
+@click.option("--length", type=click.IntRange(min=1, max=4096), default=40, show_default=True,
+              help="Random tokens per copy (sequence = 2 copies; at most 4,096).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def attributes_cmd(out, length, seed) -> None:
     """Previous-token, duplicate-token and induction scores of every head (OUT/head_attributes.json)."""
@@ -36,7 +37,8 @@ def attributes_cmd(out, length, seed) -> None:
 @click.command("compare")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 @click.option("--circuit", required=True, help="Circuit JSON file, or a packaged circuit (see `celtk circuits`).")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Screen top-N compared, and critical/enhancing list length.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Screen top-N compared, and critical/enhancing list length.")
 def compare_cmd(out, circuit, top) -> None:
     """Overlap of the run's heads with a circuit, beside chance (OUT/compare-CIRCUIT.json)."""
     from rich.table import Table
@@ -73,12 +75,14 @@ def circuits_cmd() -> None:
 
     for name in packaged_circuits():
         c = load_circuit(name)
-        console().print(f"[bold]{name}[/]: {c.name}, {len(c.roles)} heads on {c.model} ({c.n_layers} × {c.n_heads}). {c.source}")
+        console().print(f"[bold]{name}[/]: {c.name}, {len(c.roles)} heads on {c.model} "
+                        f"({c.n_layers} × {c.n_heads}). {c.source}")
 
 
 @click.command("report")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--to", "target", type=click.Path(file_okay=False), default=None, help="Report directory (default OUT/report).")
+@click.option("--to", "target", type=click.Path(file_okay=False), default=None,
+              help="Report directory (default OUT/report).")
 def report_cmd(out, target) -> None:
     """Write a self-contained HTML page and PNG figures from a run directory."""
     from celtk.report import write_report

@@ -15,14 +15,17 @@ from celtk.cli._common import console, progress_bar
 @click.option("--data", default=None, help="Local copy of a hub task's data (file or directory in the hub schema).")
 @click.option("--ablate", "heads", default="", help="Heads to ablate, e.g. L5H3,L10H0.")
 @click.option("--split", type=click.Choice(["discovery", "heldout", "all"]), default="discovery", show_default=True)
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Number of examples (default: all of the split).")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Number of examples (default: all of the split).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--fewshot", type=click.IntRange(min=0), default=0, show_default=True, help="Shots per prompt (lm-eval's num_fewshot).")
-@click.option("--chat/--no-chat", default=False, show_default=True, help="Wrap prompts in the tokenizer's chat template.")
+@click.option("--fewshot", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Shots per prompt (lm-eval's num_fewshot).")
+@click.option("--chat/--no-chat", default=False, show_default=True,
+              help="Wrap prompts in the tokenizer's chat template.")
 @click.option("--chat-date", default="2024-07-26", show_default=True, help="ISO date chat templates see as 'today'.")
 @click.option("--run", "run", default=None, type=click.Path(file_okay=False, exists=True),
-              help="With --split heldout: a run directory; its task, data, seed, shots and held-out set are used and the "
-                   "look is logged in its heldout_log.jsonl.")
+              help="With --split heldout: a run directory; its task, data, seed, shots and held-out set are used and "
+                   "the look is logged in its heldout_log.jsonl.")
 @click.option("--exploratory", is_flag=True, help="With --split heldout and no --run: score the task's held-out pool "
               "outside any run (recorded in eval.json).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
@@ -34,22 +37,23 @@ from celtk.cli._common import console, progress_bar
 @click.option("--reference", type=click.IntRange(min=1), default=100, show_default=True,
               help="With --ablation mean/resample: discovery examples the values are measured on.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Output directory.")
-def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_date, run, exploratory, batch_size, device,
-             dtype, allow_code_execution, ablation, reference, out) -> None:
-    """Evaluate MODEL on TASK; write OUT/eval.json with per-example results. A run's held-out set: --split heldout --run DIR."""
+def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_date, run, exploratory, batch_size,
+             device, dtype, allow_code_execution, ablation, reference, out) -> None:
+    """Evaluate MODEL on TASK; write OUT/eval.json with per-example results. A run's held-out set:
+    --split heldout --run DIR."""
     from celtk.run.eval import run_eval
 
     with progress_bar() as progress:
         doc = run_eval(Path(out), model=model, task=task, data=data, heads=heads, split=split, limit=limit, seed=seed,
-                       fewshot=fewshot, chat=chat, chat_date=chat_date, batch_size=batch_size, device=device, dtype=dtype,
-                       allow_code=allow_code_execution, run=Path(run) if run else None, exploratory=exploratory,
-                       ablation=ablation, reference=reference, progress=progress)
+                       fewshot=fewshot, chat=chat, chat_date=chat_date, batch_size=batch_size, device=device,
+                       dtype=dtype, allow_code=allow_code_execution, run=Path(run) if run else None,
+                       exploratory=exploratory, ablation=ablation, reference=reference, progress=progress)
     ablated = f" ablated {','.join(doc['heads'])}" if doc["heads"] else ""
     console().print(f"[bold]{doc['task']}[/] on [bold]{doc['model']}[/]{ablated}: accuracy "
                     f"[bold]{doc['accuracy']:.2%}[/] on {doc['n']} {split} examples → {out}/eval.json")
     if doc["config"].get("run"):
-        console().print(f"Logged as look {doc['config']['look']} of {doc['config']['run']}'s held-out set (exploratory: "
-                        "the run's test stays its result).")
+        console().print(f"Logged as look {doc['config']['look']} of {doc['config']['run']}'s held-out set "
+                        "(exploratory: the run's test stays its result).")
     elif doc["config"].get("exploratory"):
         console().print("[yellow]Held-out pool scored outside any run (--exploratory): no run's log records it.[/]")
     if split == "all" and doc["held_back"]:
@@ -69,7 +73,8 @@ def _held_back_note(rows: list[dict]) -> str:
                      "so discovery and held-out sets stay the same for every shot count")
     if repeats:
         parts.append(f"{repeats} repeating another row's content (each scored once)")
-    return f"Held back {len(rows)} row(s) of the task's data, in no split: {'; '.join(parts)}. Ids and reasons: eval.json 'held_back'."
+    return (f"Held back {len(rows)} row(s) of the task's data, in no split: {'; '.join(parts)}. "
+            "Ids and reasons: eval.json 'held_back'.")
 
 
 COMMANDS = [eval_cmd]

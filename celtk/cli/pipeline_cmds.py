@@ -15,25 +15,30 @@ def _run_options(fn):
     options = [
         click.option("--preset", default=None, help="Settings bundle under the config file and flags: 'paper' "
                      "(the paper's sizes and splits for the task) or 'paper:TASK'; see the README."),
-        click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False), help="JSON or TOML settings (flags override)."),
+        click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
+                     help="JSON or TOML settings (flags override)."),
         click.option("--model", default=None, help="Alias, hub id, HF directory or .gguf (default smollm2-135m)."),
         click.option("--task", default=None, help="Task (default arithmetic:2da); see `celtk tasks`."),
         click.option("--data", default=None, help="Local copy of a hub task's data."),
-        click.option("--synthetic/--no-synthetic", default=None, help="With --preset paper[:arithmetic]: run the paper's "
-                     "sizes on generated data instead of the official rows (recorded and shown)."),
+        click.option("--synthetic/--no-synthetic", default=None, help="With --preset paper[:arithmetic]: run the "
+                     "paper's sizes on generated data instead of the official rows (recorded and shown)."),
         click.option("--discovery", type=click.IntRange(min=1), default=None, help="Discovery examples (default 200)."),
         click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default 500)."),
         click.option("--seed", type=click.IntRange(min=0), default=None, help="Split and shot seed (default 0)."),
         click.option("--fewshot", type=click.IntRange(min=0), default=None, help="Shots per prompt (default 3)."),
         click.option("--chat/--no-chat", default=None, help="Chat template (default off)."),
         click.option("--chat-date", default=None, help="ISO date chat templates see as 'today' (default 2024-07-26)."),
-        click.option("--batch-size", type=_BATCH, default=None, help="Examples per batch, or 'auto' to fit the device's free memory (default 32)."),
+        click.option("--batch-size", type=_BATCH, default=None,
+                     help="Examples per batch, or 'auto' to fit the device's free memory (default 32)."),
         click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default cpu)."),
         click.option("--dtype", default=None, help="float32 (default), bfloat16, float16."),
         click.option("--grading", type=click.Choice(["teacher", "generate"]), default=None,
-                     help="jsonl:PATH tasks: grade teacher-forced targets (default) or the greedy generation (exact match)."),
-        click.option("--stop", multiple=True, help="With --grading generate: a stop string (repeatable; default a newline)."),
-        click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="With --grading generate: token limit (default 32)."),
+                     help="jsonl:PATH tasks: grade teacher-forced targets (default) or the greedy generation "
+                          "(exact match)."),
+        click.option("--stop", multiple=True,
+                     help="With --grading generate: a stop string (repeatable; default a newline)."),
+        click.option("--max-new-tokens", type=click.IntRange(min=1), default=None,
+                     help="With --grading generate: token limit (default 32)."),
         click.option("--allow-code-execution/--no-allow-code-execution", "allow_code", default=None,
                      help="Let mbpp/humaneval run model-written code in the sandbox."),
         click.option("--ablation", default=None, help="What replaces an ablated head's z: zero (default, the paper's), "
@@ -163,7 +168,8 @@ def _print_test_table(doc, title: str) -> None:
         table.add_column(col, justify="right")
     lo, hi = doc.gain_ci
     table.add_row(f"{doc.intact_accuracy:.2%}", f"{doc.ablated_accuracy:.2%}", f"{100 * doc.gain:+.2f}",
-                  f"[{100 * lo:+.2f}, {100 * hi:+.2f}]", "undefined" if doc.relative_error_reduction is None else f"{100 * doc.relative_error_reduction:.1f}%",
+                  f"[{100 * lo:+.2f}, {100 * hi:+.2f}]",
+                  "undefined" if doc.relative_error_reduction is None else f"{100 * doc.relative_error_reduction:.1f}%",
                   f"{doc.mcnemar_p:.3g}", f"{doc.fixes}/{doc.damage}")
     console().print(table)
     if doc.shrinkage is not None:
@@ -176,17 +182,20 @@ def _progress_units(config) -> dict:
     evaluations), head sets, passes, and the examples each holds."""
     racing = config.screen == "racing"
     return {"units": {"screen": "evaluations"} if racing else {},
-            "per_unit": {"screen": 1 if racing else config.discovery, "select": config.discovery, "test": config.heldout}}
+            "per_unit": {"screen": 1 if racing else config.discovery, "select": config.discovery,
+                         "test": config.heldout}}
 
 
 @click.command("screen")
 @_run_options
 @_screen_options
-@click.option("--p", "p", type=click.IntRange(min=1), default=None, help="With --screen racing: the pool to race for (default 10).")
+@click.option("--p", "p", type=click.IntRange(min=1), default=None,
+              help="With --screen racing: the pool to race for (default 10).")
 @click.option("--shard", default=None, help="Screen slice i of N (i/N) into OUT/shard-i-of-N; join with `celtk merge`.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def screen_cmd(config_file, out, shard, **flags) -> None:
-    """Stage 1: ablate every head alone on the discovery set (resumable); --screen racing: only until it cannot enter the top p."""
+    """Stage 1: ablate every head alone on the discovery set (resumable); --screen racing: only until it
+    cannot enter the top p."""
     from celtk.run.screen import parse_shard, run_screen
 
     config = resolve_config(config_file, _flags(**flags))
@@ -206,10 +215,12 @@ def merge_cmd(out) -> None:
 
 @click.command("select")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True, help="Candidate pool size (algorithm1).")
+@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Candidate pool size (algorithm1).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True, help="Largest subset size.")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True,
-              help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads (no pool, --p unused).")
+              help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads "
+                   "(no pool, --p unused).")
 @click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
 @click.option("--heldout", type=click.IntRange(min=1), default=None,
               help="Held-out examples frozen with the selection, which every test scores (default: as configured).")
@@ -259,7 +270,8 @@ def run_cmd(config_file, out, **flags) -> None:
     _print_screen(result.screen)
     _print_selection(result.selection)
     _print_test(result.test)
-    console().print(f"Done in {result.seconds:.0f} s. Results in {out}/ (screen.json, selection.json, diagnostics.json, test.json).")
+    console().print(f"Done in {result.seconds:.0f} s. Results in {out}/ (screen.json, selection.json, "
+                    "diagnostics.json, test.json).")
 
 
 COMMANDS = [screen_cmd, merge_cmd, select_cmd, test_cmd, run_cmd]

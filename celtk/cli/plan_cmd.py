@@ -38,7 +38,8 @@ def _config_of(config_path: str | None, model: str | None):
     try:
         return AutoConfig.from_pretrained(model)
     except OSError as error:
-        raise ConfigError(f"Cannot read the config of {model!r} ({error}); pass --config PATH to a config.json.") from None
+        raise ConfigError(f"Cannot read the config of {model!r} ({error}); pass --config PATH to a "
+                          "config.json.") from None
 
 
 def _size(n: float, unit: str) -> str:
@@ -49,29 +50,42 @@ def _size(n: float, unit: str) -> str:
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+    return (f"{seconds / 3600:.2f} h" if seconds >= 3600
+            else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s")
 
 
 @click.command("plan")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="An HF config.json (no weights needed).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="An HF config.json (no weights needed).")
 @click.option("--model", default=None, help="Alias, HF directory or hub id; only its config is read.")
-@click.option("--task", default="arithmetic", show_default=True, help="arithmetic, boolq, hellaswag or mbpp (paper sizes and token estimates).")
-@click.option("--discovery", type=click.IntRange(min=1), default=None, help="Discovery examples (default: the paper's).")
+@click.option("--task", default="arithmetic", show_default=True,
+              help="arithmetic, boolq, hellaswag or mbpp (paper sizes and token estimates).")
+@click.option("--discovery", type=click.IntRange(min=1), default=None,
+              help="Discovery examples (default: the paper's).")
 @click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default: the paper's).")
-@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None, help="Longest prompt in tokens (default: the task's estimate).")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
+              help="Longest prompt in tokens (default: the task's estimate).")
 @click.option("--mean-prompt-tokens", type=click.IntRange(min=1), default=None, help="Mean prompt in tokens.")
-@click.option("--chat-tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens the chat template adds to each prompt.")
-@click.option("--fewshot-tokens", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of shots shared by every prompt.")
+@click.option("--chat-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokens the chat template adds to each prompt.")
+@click.option("--fewshot-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Tokens of shots shared by every prompt.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--p", "pool", type=click.IntRange(min=1), default=10, show_default=True, help="Algorithm 1's pool of top heads.")
-@click.option("--k", type=click.IntRange(min=1), default=3, show_default=True, help="Largest head set Algorithm 1 scores.")
-@click.option("--rows-per-pass", type=click.IntRange(min=1), default=None, help="Rows (examples × ablations) per forward; default = batch size.")
+@click.option("--p", "pool", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Algorithm 1's pool of top heads.")
+@click.option("--k", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Largest head set Algorithm 1 scores.")
+@click.option("--rows-per-pass", type=click.IntRange(min=1), default=None,
+              help="Rows (examples × ablations) per forward; default = batch size.")
 @click.option("--dtype", default="bfloat16", show_default=True)
 @click.option("--device", "device_name", type=click.Choice(sorted(DEVICES)), default="l40s", show_default=True)
-@click.option("--device-flops", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Sustained FLOP/s (overrides --device).")
-@click.option("--device-memory", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Usable device memory in bytes (overrides --device).")
-def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_prompt_tokens, chat_tokens, fewshot_tokens,
-             batch_size, pool, k, rows_per_pass, dtype, device_name, device_flops, device_memory) -> None:
+@click.option("--device-flops", type=FiniteFloatRange(min=0, min_open=True), default=None,
+              help="Sustained FLOP/s (overrides --device).")
+@click.option("--device-memory", type=FiniteFloatRange(min=0, min_open=True), default=None,
+              help="Usable device memory in bytes (overrides --device).")
+def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_prompt_tokens, chat_tokens,
+             fewshot_tokens, batch_size, pool, k, rows_per_pass, dtype, device_name, device_flops,
+             device_memory) -> None:
     """Estimate FLOPs, peak memory and time of screen, select and test, before any work."""
     from dataclasses import replace
 
@@ -81,13 +95,15 @@ def plan_cmd(config_path, model, task, discovery, heldout, prompt_tokens, mean_p
     from celtk.planning.plan import PAPER_TASKS, Device, plan_run
 
     if task not in PAPER_TASKS:
-        raise ConfigError(f"celtk plan knows the sizes of {task!r} only if it is a paper task.{suggest(task, PAPER_TASKS)}")
+        raise ConfigError(f"celtk plan knows the sizes of {task!r} only if it is a paper task."
+                          f"{suggest(task, PAPER_TASKS)}")
     size = PAPER_TASKS[task]
     longest = (prompt_tokens or size.prompt_tokens) + chat_tokens + fewshot_tokens
     mean = (mean_prompt_tokens or prompt_tokens or size.mean_prompt) + chat_tokens + fewshot_tokens
     size = replace(size, n_discovery=discovery if discovery is not None else size.n_discovery,
                    n_heldout=heldout if heldout is not None else size.n_heldout, prompt_tokens=longest,
-                   mean_prompt_tokens=mean, shared_prefix=fewshot_tokens + chat_tokens if size.kind != "generate" else 0)
+                   mean_prompt_tokens=mean,
+                   shared_prefix=fewshot_tokens + chat_tokens if size.kind != "generate" else 0)
     flops, memory = DEVICES[device_name]
     device = Device(device_name, device_flops or flops, device_memory or memory)
     stages = plan_run(_config_of(config_path, model), size, device, batch_size=batch_size, rows_per_pass=rows_per_pass,

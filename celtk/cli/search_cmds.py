@@ -14,13 +14,18 @@ from celtk.search.registry import STRATEGIES
 @click.command("altscreen")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 @click.option("--method", type=click.Choice(RANKERS.names()), required=True,
-              help="gradient: per-head gate gradient (one backward pass). lasso: random multi-head knockouts + L1 regression.")
-@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True, help="Pool size compared with the exhaustive screen's.")
-@click.option("--masks", type=click.IntRange(min=1, max=1_000_000), default=200, show_default=True, help="Random knockout masks (lasso; each is one forward pass, at most 1,000,000 like the subset search).")
-@click.option("--rate", type=FiniteFloatRange(0, 1, min_open=True), default=0.05, show_default=True, help="Chance each head is knocked out in a mask (lasso).")
+              help="gradient: per-head gate gradient (one backward pass). lasso: random multi-head knockouts + L1 "
+                   "regression.")
+@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Pool size compared with the exhaustive screen's.")
+@click.option("--masks", type=click.IntRange(min=1, max=1_000_000), default=200, show_default=True,
+              help="Random knockout masks (lasso; each is one forward pass, at most 1,000,000 like the subset search).")
+@click.option("--rate", type=FiniteFloatRange(0, 1, min_open=True), default=0.05, show_default=True,
+              help="Chance each head is knocked out in a mask (lasso).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Mask seed (lasso).")
 def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
-    """Rank heads with a cheaper screener and compare its pool with the exhaustive screen (OUT/altscreen-METHOD.json)."""
+    """Rank heads with a cheaper screener and compare its pool with the exhaustive screen
+    (OUT/altscreen-METHOD.json)."""
     from rich.table import Table
 
     from celtk.run.altscreen import run_altscreen
@@ -36,14 +41,17 @@ def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
     table.add_row(f"{c['overlap']}/{p}", f"{c['chance_overlap']:.2f}", f"{c['jaccard']:.2f}", rho,
                   str(c["n_evaluations"]), str(doc.exhaustive_evaluations), f"{doc.seconds:.0f}")
     console().print(table)
-    console().print(f"exhaustive pool: {', '.join(c['exhaustive_pool'])}\n{method} pool:    {', '.join(c['screener_pool'])}")
+    console().print(f"exhaustive pool: {', '.join(c['exhaustive_pool'])}\n"
+                    f"{method} pool:    {', '.join(c['screener_pool'])}")
 
 
 @click.command("stability")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--resamples", type=click.IntRange(min=1, max=10_000), default=20, show_default=True, help="Resamples of the discovery set (each reruns the search; at most 10,000).")
+@click.option("--resamples", type=click.IntRange(min=1, max=10_000), default=20, show_default=True,
+              help="Resamples of the discovery set (each reruns the search; at most 10,000).")
 @click.option("--method", type=click.Choice(["bootstrap", "subsample"]), default="bootstrap", show_default=True)
-@click.option("--fraction", type=FiniteFloatRange(0, 1, min_open=True), default=0.5, show_default=True, help="Subsample size as a fraction (subsample).")
+@click.option("--fraction", type=FiniteFloatRange(0, 1, min_open=True), default=0.5, show_default=True,
+              help="Subsample size as a fraction (subsample).")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True)
 @click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True)
@@ -75,7 +83,8 @@ def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed)
         table.add_column(col, justify="right")
     for row in doc.selections[:15]:
         lo, hi = row.heldout_gain_ci
-        table.add_row(",".join(row.heads) + (" *" if row.is_reference else "") + (" (exploratory)" if row.exploratory else ""),
+        table.add_row(",".join(row.heads) + (" *" if row.is_reference else "")
+                      + (" (exploratory)" if row.exploratory else ""),
                       f"{row.frequency:.0%}",
                       f"{100 * row.discovery_gain:+.1f}", f"{100 * row.heldout_gain:+.1f}",
                       f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{row.heldout_mcnemar_p:.2g}")

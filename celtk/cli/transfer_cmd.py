@@ -65,10 +65,13 @@ def _print_transfer(doc) -> None:
 @click.option("--other-model", "other_models", multiple=True, help="Another model of the same shape (repeatable).")
 @click.option("--plain-text", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Plain text for the language-modelling loss, intact against ablated.")
-@click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples per variant (default: as configured).")
-@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True, help="Bootstrap resamples (at most 1,000,000).")
+@click.option("--heldout", type=click.IntRange(min=1), default=None,
+              help="Held-out examples per variant (default: as configured).")
+@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
+              help="Bootstrap resamples (at most 1,000,000).")
 def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_models, plain_text, heldout, n_boot) -> None:
-    """The frozen selection against the intact model under a grid of variants, on held-out examples; writes OUT/transfer.json."""
+    """The frozen selection against the intact model under a grid of variants, on held-out examples; writes
+    OUT/transfer.json."""
     from celtk.run.documents import SelectionDocument
     from celtk.run.transfer import run_transfer, variant_grid
 
@@ -83,11 +86,14 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
 
 @click.command("calibrate")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--null", "null", type=click.Choice(["permutation", "random-heads"]), default="permutation", show_default=True,
+@click.option("--null", "null", type=click.Choice(["permutation", "random-heads"]), default="permutation",
+              show_default=True,
               help="permutation: relabel each scored candidate's discordant examples (stored outcomes, no model). "
                    "random-heads: best of random head sets of the selection's size (forward passes).")
-@click.option("--repeats", type=click.IntRange(min=1, max=100_000), default=200, show_default=True, help="Null draws (at most 100,000).")
-@click.option("--candidates", "n_candidates", type=click.IntRange(min=1, max=100_000), default=20, show_default=True, help="Random sets per draw (random-heads; at most 100,000).")
+@click.option("--repeats", type=click.IntRange(min=1, max=100_000), default=200, show_default=True,
+              help="Null draws (at most 100,000).")
+@click.option("--candidates", "n_candidates", type=click.IntRange(min=1, max=100_000), default=20, show_default=True,
+              help="Random sets per draw (random-heads; at most 100,000).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
     """The best discovery gain a search finds under no effect, beside the run's; writes OUT/calibration-NULL.json."""
@@ -99,7 +105,8 @@ def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
     if null == "permutation" and not given:  # the default 20 is the random-heads null's; permutation refuses any
         n_candidates = None
     with progress_bar() as progress:
-        doc = run_calibration(Path(out), null=null, repeats=repeats, seed=seed, n_candidates=n_candidates, progress=progress)
+        doc = run_calibration(Path(out), null=null, repeats=repeats, seed=seed, n_candidates=n_candidates,
+                              progress=progress)
     disc, held = np.array(doc.null_discovery_gains), np.array(doc.null_heldout_gains)
     console().print(f"Null '{doc.null}' ({doc.validity}), {doc.repeats} draws over {doc.n_candidates} candidates:")
     console().print(f"  best discovery gain: median {100 * np.median(disc):+.1f} pts, 95th percentile "
@@ -126,13 +133,14 @@ def _print_kinds(doc) -> None:
     from rich.table import Table
 
     table = Table(title=f"{','.join(doc.heads)} under each ablation kind, on {doc.n} held-out examples (intact "
-                        f"{doc.intact_accuracy:.1%}; the run was tested under {doc.run_ablation}: {100 * doc.test_gain:+.1f} pts)")
+                        f"{doc.intact_accuracy:.1%}; the run was tested under {doc.run_ablation}: "
+                        f"{100 * doc.test_gain:+.1f} pts)")
     for col in ("kind", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p", "fixes/damage", "Δ log-prob"):
         table.add_column(col, justify="right")
     for r in doc.kinds:
         ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
-        table.add_row(r.kind, "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain), ci,
-                      "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}", f"{r.fixes}/{r.damage}",
+        table.add_row(r.kind, "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain),
+                      ci, "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}", f"{r.fixes}/{r.damage}",
                       "" if r.mean_delta_logprob is None else f"{r.mean_delta_logprob:+.3f}")
     console().print(table)
     for kind, why in doc.omitted.items():
@@ -145,9 +153,11 @@ def _print_kinds(doc) -> None:
               help="Ablation kinds to score beside the scale sweep (zero, mean, resample, scale:α).")
 @click.option("--alphas", callback=_floats, default="1,0.75,0.5,0.25,0,-0.5", show_default=True,
               help="The scale sweep: z × α for each α (1 is intact, 0 is zeroing).")
-@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True, help="Bootstrap resamples (at most 1,000,000).")
+@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
+              help="Bootstrap resamples (at most 1,000,000).")
 def ablations_cmd(out, kinds, alphas, n_boot) -> None:
-    """Does the tested selection's gain survive mean, resample and scaled ablation? Held-out looks; writes OUT/ablation-kinds.json."""
+    """Does the tested selection's gain survive mean, resample and scaled ablation? Held-out looks; writes
+    OUT/ablation-kinds.json."""
     from celtk.run.ablations import run_ablation_kinds
 
     with progress_bar() as progress:

@@ -47,10 +47,10 @@ class StopRule:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}.")
         if model.n_ctx is not None and max_new_tokens >= model.n_ctx:
-            raise ConfigError(f"max_new_tokens = {max_new_tokens:,} cannot fit in the context of {model.name}, which reads "
-                              f"at most {model.n_ctx:,} positions ({model.n_ctx_source} in its config) for prompt and "
-                              f"generation together; use --max-new-tokens below {model.n_ctx:,} (the prompt's length "
-                              "comes off it too).")
+            raise ConfigError(f"max_new_tokens = {max_new_tokens:,} cannot fit in the context of {model.name}, which "
+                              f"reads at most {model.n_ctx:,} positions ({model.n_ctx_source} in its config) for "
+                              f"prompt and generation together; use --max-new-tokens below {model.n_ctx:,} (the "
+                              "prompt's length comes off it too).")
         eos = getattr(model.hf_model.generation_config, "eos_token_id", None)  # what HF generate stops on
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         return cls(tuple(s for s in stop if s), frozenset(eos), max_new_tokens)
@@ -80,7 +80,8 @@ def decode_step(model: Model, tokens: Int[Tensor, " rows"], attention_mask: Int[
     ``attention_mask`` covers every cached column plus the new one; ``positions`` are the new
     tokens' position ids (the row's count of real tokens before it, as HF's left-padded generation).
     """
-    hidden = model.arch.decoder(input_ids=tokens[:, None].to(model.device), attention_mask=attention_mask.to(model.device),
+    hidden = model.arch.decoder(input_ids=tokens[:, None].to(model.device),
+                                attention_mask=attention_mask.to(model.device),
                                 position_ids=positions[:, None].to(model.device), past_key_values=cache,
                                 use_cache=True).last_hidden_state
     return unembed(model, hidden[:, -1]).argmax(dim=-1).cpu()
@@ -106,7 +107,7 @@ def generate_tokens(model: Model, ids: Sequence[Sequence[int]], rule: StopRule, 
             made: list[list[int]] = [[] for _ in rows]
             positions = torch.tensor([len(r) for r in rows])
             while True:
-                for row, tok in zip(made, nxt.tolist()):
+                for row, tok in zip(made, nxt.tolist(), strict=True):
                     if not rule.done(model.tokenizer, row):
                         row.append(tok)
                 if all(rule.done(model.tokenizer, row) for row in made):
@@ -140,7 +141,7 @@ def evaluate_generation(model: Model, task: Task, examples: Sequence[Example], s
     rule = StopRule.for_task(model, task)
     made = generate_tokens(model, prompt_ids(model, prompts, examples, rule.max_new_tokens), rule, config.batch_size)
     out = []
-    for i, (example, tokens) in enumerate(zip(examples, made), start=1):
+    for i, (example, tokens) in enumerate(zip(examples, made, strict=True), start=1):
         out.append(generation_result(task, example, rule.text(model.tokenizer, tokens), len(tokens), config.allow_code))
         if progress:
             progress(i, len(examples))

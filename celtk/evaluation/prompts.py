@@ -109,7 +109,8 @@ def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Ex
         raise ConfigError(f"--chat needs a chat template, but the tokenizer of {model.name} has none; "
                           "drop chat=True (--chat) or use an instruction-tuned model.") from None
     kwargs = {"enable_thinking": False} if "smollm3" in model.architecture.lower() else {}
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True,
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                         add_generation_prompt=True,
                                          chat_template=dated_template(template, chat_date), **kwargs)
 
 
@@ -123,10 +124,10 @@ def check_context(model: Model, example_id: str, prompt: int, continuation: int,
     n_ctx = model.n_ctx
     needed = prompt + continuation - 1
     if n_ctx is not None and needed > n_ctx:
-        raise TaskError(f"Example {example_id}: its prompt ({prompt:,} tokens) and {kind} ({continuation:,} tokens) need "
-                        f"{needed:,} positions, but {model.name} reads at most {n_ctx:,} ({model.n_ctx_source} in its "
-                        f"config). Shorten that example's prompt, use fewer shots (--fewshot), or use a model with a "
-                        "longer context.")
+        raise TaskError(f"Example {example_id}: its prompt ({prompt:,} tokens) and {kind} ({continuation:,} tokens) "
+                        f"need {needed:,} positions, but {model.name} reads at most {n_ctx:,} ({model.n_ctx_source} "
+                        f"in its config). Shorten that example's prompt, use fewer shots (--fewshot), or use a model "
+                        "with a longer context.")
 
 
 def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
@@ -147,7 +148,8 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
         for cont in continuations:
             ctx, cont_ids = encode_pair(model.tokenizer, prompt, cont)
             if not cont_ids:
-                raise TaskError(f"Example {example.id}: its target {cont!r} encodes to no tokens; every target needs at least one token.")
+                raise TaskError(f"Example {example.id}: its target {cont!r} encodes to no tokens; every target needs "
+                                "at least one token.")
             check_context(model, example.id, len(ctx), len(cont_ids), "target" if task.kind == "target" else "choice")
             requests.append(Request(i, tuple(ctx), tuple(cont_ids)))
     return Prepared(list(examples), requests, prompts, task.kind, bool(getattr(task, "normalize_by_length", False)))
@@ -162,7 +164,7 @@ def prepared_hash(prepared: Prepared) -> str:
     for r in prepared.requests:
         digest.update(f"{r.example}:{','.join(map(str, r.context))}|{','.join(map(str, r.continuation))}\n".encode())
     if prepared.kind == "generate":  # graded by generation: no scored requests, so the prompts themselves
-        for example, prompt in zip(prepared.examples, prepared.prompts):
+        for example, prompt in zip(prepared.examples, prepared.prompts, strict=True):
             digest.update(f"{example.id}:{prompt}\n".encode())
     return digest.hexdigest()[:16]
 

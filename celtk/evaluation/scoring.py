@@ -54,7 +54,7 @@ def make_batches(requests: Sequence[Request], batch_size: int, pad_id: int) -> l
         input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(ids), width), dtype=torch.long)
         rows, positions, targets, owner = [], [], [], []
-        for row, (rid, seq) in enumerate(zip(ids, seqs)):
+        for row, (rid, seq) in enumerate(zip(ids, seqs, strict=True)):
             input_ids[row, :len(seq)] = torch.tensor(seq)
             mask[row, :len(seq)] = 1
             n_ctx, cont = len(requests[rid].context), requests[rid].continuation
@@ -82,7 +82,8 @@ def unembed(model: Model, hidden: Float[Tensor, "scored d_model"]) -> Float[Tens
 
 
 def score_hidden(model: Model, hidden: Float[Tensor, "rows pos d_model"], batch: Batch,
-                 rows: Int[Tensor, " scored"] | None = None) -> tuple[Float64[Tensor, " request"], Bool[Tensor, " request"]]:
+                 rows: Int[Tensor, " scored"] | None = None
+                 ) -> tuple[Float64[Tensor, " request"], Bool[Tensor, " request"]]:
     """Per-request summed target log-probability and all-greedy flag for one batch.
 
     Args:
@@ -102,7 +103,8 @@ def score_hidden(model: Model, hidden: Float[Tensor, "rows pos d_model"], batch:
 
 def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch],
                    progress: Callable[[int, int], None] | None = None,
-                   around: Callable[[Batch], AbstractContextManager[Any]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   around: Callable[[Batch], AbstractContextManager[Any]] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Run every batch through the model as it stands (hooks included), each inside ``around(batch)``
     when given (:func:`ablated`): per-request summed target log-probability and all-greedy flag."""
     lp = np.zeros(len(prepared.requests))
@@ -135,7 +137,7 @@ def aggregate(prepared: Prepared, lp: np.ndarray, greedy: np.ndarray) -> EvalRes
             continue
         lls = [float(lp[r]) for r in rids]
         acc = int(np.argmax(lls)) == ex.label
-        norm = [ll / len(c) for ll, c in zip(lls, ex.choices or ())]
+        norm = [ll / len(c) for ll, c in zip(lls, ex.choices or (), strict=True)]
         acc_norm = int(np.argmax(norm)) == ex.label
         out.append(ExampleResult(ex.id, bool(acc_norm if prepared.normalize else acc), lls,
                                  {"acc": bool(acc), "acc_norm": bool(acc_norm)}))

@@ -14,7 +14,7 @@ from celtk.models._load import load_model, resolve_device, resolve_dtype, transf
 from celtk.models._model import Model
 
 __all__ = [
-    "ALIASES", "CACHE_KEYWORDS", "DEFAULT_MODEL", "TESTED_ARCHITECTURES", "Alias", "Architecture", "Model", "alias_available",
-    "cache_root", "dequantized_dir", "load_model", "read_architecture", "resolve_device", "resolve_dtype",
-    "supported_architectures", "transformer_lens_name", "wrap_hf_model",
+    "ALIASES", "CACHE_KEYWORDS", "DEFAULT_MODEL", "TESTED_ARCHITECTURES", "Alias", "Architecture", "Model",
+    "alias_available", "cache_root", "dequantized_dir", "load_model", "read_architecture", "resolve_device",
+    "resolve_dtype", "supported_architectures", "transformer_lens_name", "wrap_hf_model",
 ]

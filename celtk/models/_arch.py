@@ -98,7 +98,8 @@ class Architecture:
         if len(args) > len(self.layer_parameters):
             raise ArchitectureError(f"A {self.name} decoder layer was called with {len(args)} positional arguments; "
                                     f"its forward names only {len(self.layer_parameters)}.")
-        named = {**dict(zip(self.layer_parameters, args)), **kwargs}
+        # fewer positional args than parameters is normal (the rest come by keyword); more was refused above
+        named = {**dict(zip(self.layer_parameters, args, strict=False)), **kwargs}
         return named.pop(self.layer_parameters[0]), named
 
     def zero_head_outputs(self, weight: Float[Tensor, "dim0 dim1"], heads: list[int], d_head: int
@@ -121,7 +122,8 @@ def _layer_signature(block: Any, name: str) -> tuple[str, tuple[str, ...]]:
     for keyword in CACHE_KEYWORDS:
         if keyword in accepted:
             return keyword, positional
-    raise unsupported(name, f"its decoder layer {type(layer).__name__} takes no KV cache argument ({', '.join(CACHE_KEYWORDS)})")
+    raise unsupported(name, f"its decoder layer {type(layer).__name__} takes no KV cache argument "
+                            f"({', '.join(CACHE_KEYWORDS)})")
 
 
 def read_architecture(bridge: Any) -> Architecture:
@@ -138,12 +140,14 @@ def read_architecture(bridge: Any) -> Architecture:
     name = (getattr(config, "architectures", None) or [type(hf_model).__name__])[0]
     mapping = adapter.component_mapping or {}
     missing = [key for key in ("blocks", "ln_final", "unembed") if key not in mapping]
-    if missing or "attn" not in (mapping["blocks"].submodules or {}) or "o" not in mapping["blocks"].submodules["attn"].submodules:
+    if (missing or "attn" not in (mapping["blocks"].submodules or {})
+            or "o" not in mapping["blocks"].submodules["attn"].submodules):
         raise unsupported(name, f"its TransformerLens adapter maps no {'/'.join(missing) or 'blocks.attn.o'}")
     blocks_path, norm_path = mapping["blocks"].name, mapping["ln_final"].name
     decoder_path = blocks_path.rpartition(".")[0]
     if not decoder_path or not norm_path.startswith(decoder_path + "."):
-        raise unsupported(name, f"its final norm {norm_path} is not inside the decoder stack {decoder_path or '(root)'}")
+        raise unsupported(name, f"its final norm {norm_path} is not inside the decoder stack "
+                                f"{decoder_path or '(root)'}")
     for field in _UNHANDLED_LOGIT_SCALES:
         if getattr(config, field, None) not in (None, 1, 1.0):
             raise unsupported(name, f"its config sets {field}, a logit rescaling celtk does not reproduce")

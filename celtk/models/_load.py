@@ -41,14 +41,16 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ConfigError(f"Device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.") from None
+        raise ConfigError(f"Device {device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N', 'mps' or "
+                          "'auto'.") from None
     if dev.type not in ("cpu", "cuda", "mps") or (dev.type == "cpu" and dev.index not in (None, 0)):
         raise ConfigError(f"Device {device!r} is a torch device celtk cannot run on (it runs models on cpu, cuda "
                           "and mps, where their weights hold numbers); use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.")
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0 or (dev.index is not None and dev.index >= count):
-            raise ConfigError(f"Device {device!r} is not available: this machine has {count} CUDA device(s). Use device='cpu' (--device cpu).")
+            raise ConfigError(f"Device {device!r} is not available: this machine has {count} CUDA device(s). "
+                              "Use device='cpu' (--device cpu).")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"Device {device!r} is not available on this machine. Use device='cpu' (--device cpu).")
     return dev
@@ -107,22 +109,24 @@ def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
         return str(dequantized_dir(path)), "gguf", {"gguf": path.name}
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelSourceError(f"Directory {source!r} has no config.json; give an HF model directory (config.json + weights).")
+            raise ModelSourceError(f"Directory {source!r} has no config.json; give an HF model directory "
+                                   "(config.json + weights).")
         return str(path), "local", {}
     if path.exists() or source.startswith((".", "/", "~")):
         raise ModelSourceError(f"Model path {source!r} is neither an HF model directory nor a .gguf file.")
     if "/" not in source:
         official = transformer_lens_name(source)
         if official is None:
-            raise ModelSourceError(f"Unknown model {source!r}: give a packaged alias, a hub id (owner/name), a TransformerLens "
-                                   f"model name (gpt2, pythia-70m), an HF model directory or a .gguf file.{suggest(source, ALIASES)}")
+            raise ModelSourceError(f"Unknown model {source!r}: give a packaged alias, a hub id (owner/name), a "
+                                   f"TransformerLens model name (gpt2, pythia-70m), an HF model directory or a .gguf "
+                                   f"file.{suggest(source, ALIASES)}")
         source = official
     check_hub_id(source)
     if not _in_hub_cache(source) and not _hub_reachable():
         raise HubUnreachableError(
-            f"The Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and {source!r} is not in the local HF cache. "
-            f"Download it elsewhere (e.g. `huggingface-cli download {source} --local-dir DIR`), copy DIR here and load it with load_model('DIR') (--model DIR), "
-            "or use a packaged alias such as 'smollm2-135m'."
+            f"The Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) and {source!r} is not in the local HF "
+            f"cache. Download it elsewhere (e.g. `huggingface-cli download {source} --local-dir DIR`), copy DIR here "
+            "and load it with load_model('DIR') (--model DIR), or use a packaged alias such as 'smollm2-135m'."
         )
     return source, "hub", {}
 
@@ -212,4 +216,5 @@ def wrap_hf_model(
         raise unsupported(config.architectures[0], "TransformerLens has no adapter for it") from None
     bridge.eval()
     # Score with the caller's tokenizer: the bridge configures a copy of its own (BOS, padding side).
-    return Model.from_bridge(bridge, name=name, tokenizer=tokenizer, source=source, local_dir=local_dir, metadata=metadata)
+    return Model.from_bridge(bridge, name=name, tokenizer=tokenizer, source=source, local_dir=local_dir,
+                             metadata=metadata)

@@ -72,10 +72,12 @@ class Model:
             (12, 12)
         """
         if not hasattr(bridge, "adapter") or not hasattr(bridge, "original_model"):
-            raise ArchitectureError(f"Model.from_bridge needs a TransformerLens TransformerBridge, got {type(bridge).__name__}.")
+            raise ArchitectureError(f"Model.from_bridge needs a TransformerLens TransformerBridge, got "
+                                    f"{type(bridge).__name__}.")
         if getattr(bridge, "_weights_processed", False):
-            raise ArchitectureError("The bridge's weights are processed (fold_ln / center_writing_weights): celtk ablates "
-                                    "and exports the original HF weights. Pass a bridge before process_weights().")
+            raise ArchitectureError("The bridge's weights are processed (fold_ln / center_writing_weights): celtk "
+                                    "ablates and exports the original HF weights. Pass a bridge before "
+                                    "process_weights().")
         arch = read_architecture(bridge)
         tokenizer = tokenizer if tokenizer is not None else bridge.tokenizer
         if tokenizer is None:
@@ -87,7 +89,8 @@ class Model:
             bridge=bridge, tokenizer=tokenizer, name=name or getattr(config, "_name_or_path", "") or arch.name,
             source=source, architecture=arch.name, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
             n_kv_heads=getattr(cfg, "n_key_value_heads", None) or cfg.n_heads, d_head=cfg.d_head,
-            d_model=cfg.d_model, d_vocab=config.vocab_size, arch=arch, local_dir=local_dir, metadata=dict(metadata or {}),
+            d_model=cfg.d_model, d_vocab=config.vocab_size, arch=arch, local_dir=local_dir,
+            metadata=dict(metadata or {}),
         )
 
     @property

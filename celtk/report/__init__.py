@@ -57,7 +57,8 @@ def screen_grids(screen: ScreenDocument) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def _dropped_caption(screen: ScreenDocument) -> str:
     """What the hatched cells are, on a racing screen with dropped heads; empty otherwise."""
-    counts = [r.n_scored for r in screen.heads if r.n_scored is not None]  # dropped heads (not r.complete), narrowed for the type checker
+    # dropped heads (not r.complete), narrowed for the type checker
+    counts = [r.n_scored for r in screen.heads if r.n_scored is not None]
     if not counts:
         return ""
     scored = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
@@ -80,7 +81,8 @@ def _heatmap(path: Path, grid: np.ndarray, title: str, cmap: str, label: str, ma
         ax.add_patch(matplotlib.patches.Rectangle((head_index - 0.5, layer - 0.5), 1, 1, fill=False, hatch="///",
                                                   lw=0, ec="0.55"))
     for head in mark:
-        ax.add_patch(matplotlib.patches.Rectangle((head.head - 0.5, head.layer - 0.5), 1, 1, fill=False, lw=2, ec="black"))
+        ax.add_patch(matplotlib.patches.Rectangle((head.head - 0.5, head.layer - 0.5), 1, 1, fill=False, lw=2,
+                                                  ec="black"))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_xticks(range(grid.shape[1]))
@@ -156,7 +158,8 @@ def write_report(out: Path, target: Path | None = None) -> Path:
 
 def _write_report(out: Path, target: Path | None) -> Path:
     if not (out / ScreenDocument.FILE).exists():
-        raise RunStoreError(f"{out} has no screen.json; the report needs at least a finished screen (celtk.run.run_screen).")
+        raise RunStoreError(f"{out} has no screen.json; the report needs at least a finished screen "
+                            "(celtk.run.run_screen).")
     target = Path(target) if target else out / "report"
     target.mkdir(parents=True, exist_ok=True)
     screen = ScreenDocument.load(out)
@@ -166,9 +169,10 @@ def _write_report(out: Path, target: Path | None) -> Path:
     attributes = _load(out, HeadAttributesDocument)
     selected = [Head.parse(h) for h in selection.heads] if selection else []
     parts = [f"<h1>celtk report: {html.escape(out.name)}</h1>",
-             f"<p>Model <code>{html.escape(screen.model_name)}</code> ({screen.n_layers} layers × {screen.n_heads} heads, "
-             f"weights {screen.weight_hash}), task <code>{html.escape(screen.task_name)}</code>, "
-             f"{screen.n} discovery examples, intact accuracy {screen.intact_accuracy:.1%}.</p>"]
+             f"<p>Model <code>{html.escape(screen.model_name)}</code> ({screen.n_layers} layers × "
+             f"{screen.n_heads} heads, weights {screen.weight_hash}), task "
+             f"<code>{html.escape(screen.task_name)}</code>, {screen.n} discovery examples, intact accuracy "
+             f"{screen.intact_accuracy:.1%}.</p>"]
     if screen.config.get("synthetic"):
         parts.append(f"<p><strong>Synthetic data:</strong> the {html.escape(str(screen.config.get('preset') or ''))} "
                      "settings run on celtk's generated data, not the official rows.</p>")
@@ -181,11 +185,13 @@ def _write_report(out: Path, target: Path | None) -> Path:
                      f"{selection.intact_discovery_accuracy:.1%} → {selection.discovery_accuracy:.1%} "
                      f"(selection-biased: {html.escape(selection.discovery_gain_note)}).</p>"
                      + ("<p><strong>Selected again after the held-out set was looked at (forced: "
-                        + html.escape(", ".join(f"{r.what} (look {r.seq})" for r in selection.prior_looks or []) or "the test")
+                        + html.escape(", ".join(f"{r.what} (look {r.seq})" for r in selection.prior_looks or [])
+                                      or "the test")
                         + "): the held-out set is no longer untouched for this selection.</strong></p>"
                         if selection.forced_after_test else "")
-                     + (f"<p>Frozen with its held-out set: {selection.heldout.n} examples (seed {selection.heldout.seed}, "
-                        f"hash <code>{selection.heldout.hash}</code>).</p>" if selection.heldout else "")
+                     + (f"<p>Frozen with its held-out set: {selection.heldout.n} examples "
+                        f"(seed {selection.heldout.seed}, hash <code>{selection.heldout.hash}</code>).</p>"
+                        if selection.heldout else "")
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
                               [[",".join(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
                                for r in selection.ranking[:10]]))
@@ -194,7 +200,8 @@ def _write_report(out: Path, target: Path | None) -> Path:
         parts.append("<h2>Attribute scores of the selected heads</h2>" + _table(
             ["head", *names], [[str(h), *(f"{attributes.score(n, h):.3f}" for n in names)] for h in selected]))
     elif selected:
-        parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include them.</p>")
+        parts.append("<p>Attribute scores: run <code>celtk attributes DIR</code> and rebuild the report to include "
+                     "them.</p>")
     looks = RunDirectory(out).looks()
     if looks:
         parts.append(_looks_section(looks, test.look if test else None))
@@ -231,18 +238,21 @@ def _test_section(test: TestDocument) -> str:
         ["heads", "n", "intact", "ablated", "gain (pts)", f"{test.ci_level:.0%} CI (pts)", "rel. error reduction",
          "McNemar p", "fixes / damage"],
         [[",".join(test.heads), test.n, f"{test.intact_accuracy:.1%}", f"{test.ablated_accuracy:.1%}",
-          f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", "undefined" if test.relative_error_reduction is None else f"{100 * test.relative_error_reduction:.1f}%",
+          f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]",
+          "undefined" if test.relative_error_reduction is None else f"{100 * test.relative_error_reduction:.1f}%",
           f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]]) + (
-        "" if test.shrinkage is None or test.discovery_gain is None else f"<p>Shrinkage: discovery gain {100 * test.discovery_gain:+.1f} pts "
+        "" if test.shrinkage is None or test.discovery_gain is None
+        else f"<p>Shrinkage: discovery gain {100 * test.discovery_gain:+.1f} pts "
         f"(selection-biased) − held-out gain {100 * test.gain:+.1f} pts = {100 * test.shrinkage:.1f} pts.</p>")
 
 
-def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocument | None, selected: list[Head]) -> list[str]:
+def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocument | None,
+             selected: list[Head]) -> list[str]:
     gain, damage, dropped = screen_grids(screen)
-    _heatmap(target / "gain.png", gain, "Single-head gain (accuracy points; boxes: selected)", "RdBu", "gain (points)", selected,
-             True, dropped)
-    _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong", selected,
-             False, dropped)
+    _heatmap(target / "gain.png", gain, "Single-head gain (accuracy points; boxes: selected)", "RdBu", "gain (points)",
+             selected, True, dropped)
+    _heatmap(target / "damage.png", damage, "Single-head damage (examples broken)", "Reds", "examples right → wrong",
+             selected, False, dropped)
     note = _dropped_caption(screen)
     figures = [_figure(target / "gain.png", f"Gain of removing each head alone on the discovery set{note}"),
                _figure(target / "damage.png", f"Damage of removing each head alone{note}")]

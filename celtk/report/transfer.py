@@ -45,7 +45,8 @@ def transfer_section(out: Path, target: Path, table, figure) -> str:
         _forest(target / "transfer.png", doc)
         parts.append(f"<p>Held-out examples only. The discovery gain ({100 * doc.discovery_gain:+.1f} pts) is "
                      "selection-biased; these rows are not.</p>")
-        parts.append(table(["variant", "task", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI", "McNemar p", "Holm p"],
+        parts.append(table(["variant", "task", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI", "McNemar p",
+                            "Holm p"],
                            [[r.variant, r.task, r.fewshot, r.n, _pct(r.intact_accuracy), _pct(r.ablated_accuracy),
                              _pts(r.gain), "undefined" if r.gain_ci is None else
                              f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]", _p(r.mcnemar_p), _p(r.holm_p)]
@@ -59,11 +60,13 @@ def transfer_section(out: Path, target: Path, table, figure) -> str:
     for path in sorted(out.glob("calibration-*.json")):
         cal = CalibrationDocument.load(out, path.name)
         disc = np.array(cal.null_discovery_gains)
-        parts.append(f"<p>Null <code>{cal.null}</code> ({html.escape(cal.validity)}), {cal.repeats} draws: best discovery "
-                     f"gain median {100 * np.median(disc):+.1f} pts (95th percentile {100 * np.quantile(disc, 0.95):+.1f}), "
-                     f"its held-out gain mean {100 * np.mean(cal.null_heldout_gains):+.1f} pts; observed discovery gain "
+        parts.append(f"<p>Null <code>{cal.null}</code> ({html.escape(cal.validity)}), {cal.repeats} draws: best "
+                     f"discovery gain median {100 * np.median(disc):+.1f} pts (95th percentile "
+                     f"{100 * np.quantile(disc, 0.95):+.1f}), its held-out gain mean "
+                     f"{100 * np.mean(cal.null_heldout_gains):+.1f} pts; observed discovery gain "
                      f"{100 * cal.observed_discovery_gain:+.1f} pts, "
-                     + (f"p = {cal.p_value:.3g}." if cal.p_value is not None else html.escape(cal.p_value_note or "no p-value."))
+                     + (f"p = {cal.p_value:.3g}." if cal.p_value is not None
+                        else html.escape(cal.p_value_note or "no p-value."))
                      + "</p>")
     return "<h2>Does the selection hold?</h2>" + "".join(parts) if parts else ""
 

@@ -36,8 +36,8 @@ class HeadScore:
     def compare(cls, heads: HeadSet, correct: np.ndarray, intact: np.ndarray) -> HeadScore:
         """Score ``correct`` (bool, shape ``[n]``) against the intact model's ``intact`` (shape ``[n]``)."""
         if correct.shape != intact.shape:
-            raise ConfigError(f"Correctness vectors differ in length: {correct.shape} vs intact {intact.shape}; score a "
-                              "head set on the same examples as the intact model.")
+            raise ConfigError(f"Correctness vectors differ in length: {correct.shape} vs intact {intact.shape}; "
+                              "score a head set on the same examples as the intact model.")
         return cls(heads, int(correct.sum()), int(correct.sum()) - int(intact.sum()),
                    int((intact & ~correct).sum()), int((~intact & correct).sum()), correct)
 

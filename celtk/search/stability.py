@@ -52,7 +52,8 @@ def jaccard(a: HeadSet, b: HeadSet) -> float:
     return len(set(a.heads) & set(b.heads)) / len(union) if union else 1.0
 
 
-def stability(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]],
+def stability(single: Sequence[HeadScore], intact: np.ndarray,
+              evaluate: Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]],
               *, n_resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
               strategy: str = "algorithm1", **options: Any) -> StabilityResult:
     """Run ``strategy`` on ``n_resamples`` resamples of the discovery examples (and once on all)."""

@@ -99,7 +99,8 @@ def beam(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *,
     return SearchResult(name, best, rank(scored.values()), n_evaluations, k, {"width": width}, rounds)
 
 
-def greedy(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3, **_: object) -> SearchResult:
+def greedy(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3,
+           **_: object) -> SearchResult:
     """Greedy forward selection over all heads: start from the best single head, add the head
     that most improves the current set (re-scored from the current ablated model), up to ``k``;
     stop early when no head improves it."""

@@ -96,13 +96,15 @@ def draw_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
     if k > len(pool):
         from celtk.errors import TaskError
 
-        raise TaskError(f"fewshot={k} (--fewshot {k}) needs {k} shots but the few-shot pool has only {len(pool)} examples.")
+        raise TaskError(f"fewshot={k} (--fewshot {k}) needs {k} shots but the few-shot pool has only {len(pool)} "
+                        "examples.")
     return random.Random(seed).sample(pool, k)
 
 
 def build_context(task: Task, example: Example, shots: list[Example]) -> str:
     """The full prompt: shots (each context + delimiter + answer) then the example's context."""
-    parts = [s.shot_text if s.shot_text is not None else s.context + task.target_delimiter + (s.target or "") for s in shots]
+    parts = [s.shot_text if s.shot_text is not None else s.context + task.target_delimiter + (s.target or "")
+             for s in shots]
     return task.fewshot_delimiter.join([*parts, example.context])
 
 

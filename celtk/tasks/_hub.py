@@ -19,8 +19,10 @@ def _local_files(data_path: str, split: str) -> list[str]:
     if path.is_file():
         return [str(path)]
     if not path.is_dir():
-        raise TaskError(f"Task data path {data_path!r} does not exist; give a file or a directory of files named by split.")
-    files = sorted(str(p) for p in path.iterdir() if p.name.startswith(split) and p.suffix in {".jsonl", ".json", ".parquet"})
+        raise TaskError(f"Task data path {data_path!r} does not exist; give a file or a directory of files named by "
+                        "split.")
+    files = sorted(str(p) for p in path.iterdir()
+                   if p.name.startswith(split) and p.suffix in {".jsonl", ".json", ".parquet"})
     if not files:
         raise TaskError(f"No file for split {split!r} in {data_path}: expected e.g. {split}.jsonl or {split}.parquet.")
     return files
@@ -31,15 +33,17 @@ def _unreadable(what: str, error: Exception) -> CeltkError:
     import datasets
 
     message = re.sub(r"\s+", " ", f"{type(error).__name__}: {error}").strip()  # one line, as the CLI shows it
-    if isinstance(error, (ConnectionError, TimeoutError)) or "connect" in message.lower() or "offline" in message.lower():
+    if (isinstance(error, (ConnectionError, TimeoutError)) or "connect" in message.lower()
+            or "offline" in message.lower()):
         return HubUnreachableError(f"Could not fetch {what} from the hub ({message}). Download it where the hub is "
                                    "reachable and pass its directory as data_path= (--data PATH).")
     if "script" in message.lower():
-        return TaskError(f"The installed datasets {datasets.__version__} cannot read {what}: it needs the dataset's loading "
-                         f"script, which this datasets version refuses ({message}). Download the dataset's data files "
-                         "(jsonl or parquet) and pass them as data_path= (--data PATH).")
+        return TaskError(f"The installed datasets {datasets.__version__} cannot read {what}: it needs the dataset's "
+                         f"loading script, which this datasets version refuses ({message}). Download the dataset's "
+                         "data files (jsonl or parquet) and pass them as data_path= (--data PATH).")
     if isinstance(error, FileNotFoundError):
-        return TaskError(f"{what} was not found ({message}). Check the name, or pass a local copy as data_path= (--data PATH).")
+        return TaskError(f"{what} was not found ({message}). Check the name, or pass a local copy as data_path= "
+                         "(--data PATH).")
     return DataFormatError(f"The installed datasets {datasets.__version__} could not read {what} ({message}); "
                            "expected jsonl or parquet rows in the dataset's schema.")
 

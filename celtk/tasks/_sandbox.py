@@ -253,7 +253,7 @@ def _interpreter() -> tuple[str, str]:
     return os.path.realpath(getattr(sys, "_base_executable", sys.executable)), os.path.realpath(sys.base_prefix)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tools() -> dict[str, str]:
     """The namespace tools by absolute path, from :data:`TOOL_DIRS` only: an executable of the same name
     earlier on ``PATH`` (a wrapper, a shim) is never run. Missing tools are absent from the result."""
@@ -273,8 +273,8 @@ def sandbox_paths() -> list[tuple[str, str, str]]:
 
     The interpreter's executable and standard library (and its shared library's directory), the
     system's library directories (for the dynamic loader), ``/etc/ld.so.cache``, the ``setpriv``
-    that drops privileges and the ``umount`` that detaches the host's root, and a few devices. Nothing else: not the project, the home directory,
-    the caches, other tasks' data or ``/proc``."""
+    that drops privileges and the ``umount`` that detaches the host's root, and a few devices. Nothing
+    else: not the project, the home directory, the caches, other tasks' data or ``/proc``."""
     python, prefix = _interpreter()
     base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix,
                                      "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix})
@@ -435,7 +435,7 @@ def _execute(mode: str, program: str, limits: SandboxLimits, guard: bool = True)
                          timed_out=timed_out, stderr_tail=stderr[-500:], isolation=mode, memory_exceeded=exceeded)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe() -> tuple[str, str]:
     """(mode, why the namespace modes failed, if they did), found by running a program once."""
     missing = [tool for tool in TOOLS if tool not in tools()]

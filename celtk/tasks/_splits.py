@@ -65,7 +65,8 @@ def check_disjoint(discovery: list[Example], heldout: list[Example]) -> None:
 FEWSHOT_POOL = "few-shot pool"  # the reason a reserved or shot-equal row is held back
 
 
-def _held_back(rows: list[Example], kept: list[Example], shot_hashes: set[str], heldout_hashes: set[str]) -> list[tuple[str, str]]:
+def _held_back(rows: list[Example], kept: list[Example], shot_hashes: set[str], heldout_hashes: set[str]
+               ) -> list[tuple[str, str]]:
     """Why each of ``rows`` that :func:`_dedupe` dropped (those not in ``kept``) was dropped."""
     kept_ids = {e.id for e in kept}
     first = {e.content_hash: e.id for e in reversed(kept)}
@@ -88,7 +89,8 @@ def _take(pool: list[Example], n: int | None, what: str, total_hint: str) -> lis
     if n < 0:
         raise SplitError(f"{what} size must be non-negative, got {n}.")
     if n > len(pool):
-        raise SplitError(f"Asked for {n} {what} examples but only {len(pool)} are available ({total_hint}). Use at most {len(pool)}.")
+        raise SplitError(f"Asked for {n} {what} examples but only {len(pool)} are available ({total_hint}). "
+                         f"Use at most {len(pool)}.")
     return pool[:n]
 
 
@@ -117,10 +119,12 @@ def make_splits(task: Task, n_discovery: int | None, n_heldout: int | None, *, s
         held_back += _held_back(pools.discovery, pool, banned, set())
         rng.shuffle(pool)
         if (n_discovery or 0) + (n_heldout or 0) > len(pool):
-            raise SplitError(f"Discovery ({n_discovery}) + held-out ({n_heldout}) exceed the {len(pool)} distinct examples of "
-                             f"{task.full_name}; the two sets must be disjoint, so ask for at most {len(pool)} together.")
+            raise SplitError(f"Discovery ({n_discovery}) + held-out ({n_heldout}) exceed the {len(pool)} distinct "
+                             f"examples of {task.full_name}; the two sets must be disjoint, so ask for at most "
+                             f"{len(pool)} together.")
         discovery = _take(pool, n_discovery, "discovery", f"{task.full_name}")
-        heldout = _take(pool[::-1], n_heldout if n_heldout is not None else len(pool) - len(discovery), "held-out", task.full_name)
+        heldout = _take(pool[::-1], n_heldout if n_heldout is not None else len(pool) - len(discovery), "held-out",
+                        task.full_name)
     else:
         held_pool = _dedupe(pools.heldout, banned)
         held_back += _held_back(pools.heldout, held_pool, banned, set())

@@ -78,7 +78,8 @@ def generate(sub: str, n: int, seed: int) -> list[Example]:
 
 _OPERAND = r"\d+"
 _QUESTIONS = {  # what a subtask's (normalised) question looks like, so one subtask's file cannot pass as another's
-    **{sub: re.compile(rf"Question: What is (\d+) {_WORDS[sub[2]][0]} (\d+)\?\nAnswer:") for sub in SUBTASKS if sub != "1dc"},
+    **{sub: re.compile(rf"Question: What is (\d+) {_WORDS[sub[2]][0]} (\d+)\?\nAnswer:")
+       for sub in SUBTASKS if sub != "1dc"},
     "1dc": re.compile(r"Question: What is \(\d [-+*] \d\) [-+*] \d\?\nAnswer:"),
 }
 
@@ -99,7 +100,8 @@ def official_examples(sub: str, rows: list[dict], where: str) -> list[Example]:
     examples = []
     for i, row in enumerate(rows):
         if not isinstance(row.get("context"), str) or not isinstance(row.get("completion"), str):
-            raise DataFormatError(f"{where}: row {i} lacks string 'context'/'completion' (the GPT-3 arithmetic schema): {row}")
+            raise DataFormatError(f"{where}: row {i} lacks string 'context'/'completion' (the GPT-3 arithmetic "
+                                  f"schema): {row}")
         context = normalize_context(row["context"])
         check_subtask(sub, context, f"{where} row {i}")
         examples.append(Example(id=f"{sub}-{i}", context=context, target=row["completion"], meta={"subtask": sub}))
@@ -120,7 +122,8 @@ def split_official(examples: list[Example], n_shots: int = SHOT_POOL) -> tuple[l
 class Arithmetic(Task):
     name = "arithmetic"
     kind = "target"
-    description = "GPT-3 arithmetic (10 subtasks; ':2da' picks one); offline generator, or the official files (--data hub|PATH)"
+    description = ("GPT-3 arithmetic (10 subtasks; ':2da' picks one); offline generator, or the official files "
+                   "(--data hub|PATH)")
     target_delimiter = ""
 
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
@@ -146,8 +149,8 @@ class Arithmetic(Task):
             evaluation += part
             shots += pool
             reserved += [e for e in rows if e.id not in kept]
-        return Pools(discovery=evaluation, heldout=None, fewshot=shots, source="hub" if self.data_path == "hub" else "file",
-                     reserved=reserved)
+        return Pools(discovery=evaluation, heldout=None, fewshot=shots,
+                     source="hub" if self.data_path == "hub" else "file", reserved=reserved)
 
     def _official_rows(self, sub: str) -> list[Example]:
         source = HUB_DATA.format(file=OFFICIAL_FILES[sub]) if self.data_path == "hub" else self._local_file(sub)
@@ -165,12 +168,14 @@ class Arithmetic(Task):
                                 "holds the ten GPT-3 files (the hub's EleutherAI/arithmetic layout).")
             return str(path)
         name = OFFICIAL_FILES[sub]
-        candidates = [path / "data" / f"{name}.jsonl", path / f"{name}.jsonl", path / f"arithmetic_{sub}" / "validation.jsonl"]
+        candidates = [path / "data" / f"{name}.jsonl", path / f"{name}.jsonl",
+                      path / f"arithmetic_{sub}" / "validation.jsonl"]
         for candidate in candidates:
             if candidate.is_file():
                 return str(candidate)
         raise TaskError(f"No arithmetic data for {sub} under {self.data_path}: expected one of "
-                        f"{', '.join(str(c) for c in candidates)} (the GPT-3 files, as on the hub's EleutherAI/arithmetic).")
+                        f"{', '.join(str(c) for c in candidates)} (the GPT-3 files, as on the hub's "
+                        "EleutherAI/arithmetic).")
 
     def config(self) -> dict:
         return {**super().config(), "subtasks": list(self.subtasks)}

@@ -19,7 +19,8 @@ def _example(split: str, i: int, row: dict) -> Example:
         context = f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:"
         label = int(row["label"])
     except (KeyError, TypeError, ValueError) as error:
-        raise TaskError(f"boolq {split} row {i} does not fit the hub schema (passage, question, label 0/1): {error}") from None
+        raise TaskError(f"boolq {split} row {i} does not fit the hub schema (passage, question, label 0/1): "
+                        f"{error}") from None
     if label not in (0, 1):
         raise TaskError(f"boolq {split} row {i} has label {label}; labels are 0 (no) or 1 (yes).")
     answer = ("no", "yes")[label]
@@ -35,9 +36,12 @@ class BoolQ(Task):
     target_delimiter = " "
 
     def load_pools(self) -> Pools:
-        train = [_example("train", i, r) for i, r in enumerate(load_rows("aps/super_glue", "boolq", "train", self.data_path))]
-        valid = [_example("validation", i, r) for i, r in enumerate(load_rows("aps/super_glue", "boolq", "validation", self.data_path))]
-        return Pools(discovery=train, heldout=valid, fewshot=_split_fewshot(train), source="file" if self.data_path else "hub")
+        train = [_example("train", i, r)
+                 for i, r in enumerate(load_rows("aps/super_glue", "boolq", "train", self.data_path))]
+        valid = [_example("validation", i, r)
+                 for i, r in enumerate(load_rows("aps/super_glue", "boolq", "validation", self.data_path))]
+        return Pools(discovery=train, heldout=valid, fewshot=_split_fewshot(train),
+                     source="file" if self.data_path else "hub")
 
 
 def _split_fewshot(train: list[Example], n: int = 64) -> list[Example]:

@@ -30,9 +30,11 @@ def _example(split: str, i: int, row: dict) -> Example:
         choices = tuple(preprocess(e) for e in row["endings"])
         label = int(row["label"]) if str(row["label"]).strip() != "" else None
     except (KeyError, TypeError, ValueError) as error:
-        raise TaskError(f"hellaswag {split} row {i} does not fit the hub schema (activity_label, ctx_a, ctx_b, endings, label): {error}") from None
+        raise TaskError(f"hellaswag {split} row {i} does not fit the hub schema (activity_label, ctx_a, ctx_b, "
+                        f"endings, label): {error}") from None
     if label is not None and not 0 <= label < len(choices):
-        raise TaskError(f"hellaswag {split} row {i} has label {label}; it must index one of its {len(choices)} endings.")
+        raise TaskError(f"hellaswag {split} row {i} has label {label}; it must index one of its {len(choices)} "
+                        "endings.")
     shot = f"{query} {choices[label]}" if label is not None else None
     return Example(id=f"{split}-{row.get('ind', i)}", context=query, choices=choices, label=label, shot_text=shot)
 
@@ -46,6 +48,9 @@ class HellaSwag(Task):
     normalize_by_length = True
 
     def load_pools(self) -> Pools:
-        train = [_example("train", i, r) for i, r in enumerate(load_rows("Rowan/hellaswag", None, "train", self.data_path))]
-        valid = [_example("validation", i, r) for i, r in enumerate(load_rows("Rowan/hellaswag", None, "validation", self.data_path))]
-        return Pools(discovery=train, heldout=valid, fewshot=_split_fewshot(train), source="file" if self.data_path else "hub")
+        train = [_example("train", i, r)
+                 for i, r in enumerate(load_rows("Rowan/hellaswag", None, "train", self.data_path))]
+        valid = [_example("validation", i, r)
+                 for i, r in enumerate(load_rows("Rowan/hellaswag", None, "validation", self.data_path))]
+        return Pools(discovery=train, heldout=valid, fewshot=_split_fewshot(train),
+                     source="file" if self.data_path else "hub")

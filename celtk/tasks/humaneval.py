@@ -42,7 +42,8 @@ def read_problems(path: str) -> list[dict]:
         with opener(path, "rt", encoding="utf-8") as handle:
             rows = [json.loads(line) for line in handle if line.strip()]
     except (OSError, ValueError, EOFError) as error:
-        raise TaskError(f"Could not read HumanEval problems from {path}: {error}. Give a HumanEval.jsonl[.gz] file.") from None
+        raise TaskError(f"Could not read HumanEval problems from {path}: {error}. Give a HumanEval.jsonl[.gz] "
+                        "file.") from None
     for i, row in enumerate(rows, start=1):
         if not isinstance(row, dict) or any(not isinstance(row.get(f), str) for f in FIELDS):
             raise TaskError(f"{path}:{i}: a HumanEval problem needs string fields {', '.join(FIELDS)}.")

@@ -31,7 +31,8 @@ _OPTION_KEYS = ("grading", "stop", "max_new_tokens")
 
 def jsonl_spec(path: str, grading: str = "teacher", stop: tuple[str, ...] | None = None,
                max_new_tokens: int | None = None) -> str:
-    """The task name for ``get_task``, e.g. ``jsonl_spec("a.jsonl", "generate")`` → ``jsonl:a.jsonl?grading=generate``."""
+    """The task name for ``get_task``, e.g. ``jsonl_spec("a.jsonl", "generate")`` →
+    ``jsonl:a.jsonl?grading=generate``."""
     query: list[tuple[str, str | int]] = []
     if grading != "teacher":
         query.append(("grading", grading))
@@ -91,14 +92,16 @@ def _parse_line(path: str, lineno: int, raw: str) -> tuple[str, Example, str]:
         ex = Example(id=ident, context=row["prompt"], target=row["target"])
         kind = "target"
     else:
-        raise DataFormatError(f"{where}: a line needs either 'target' (generative) or 'choices' and 'label' (multiple choice).")
+        raise DataFormatError(f"{where}: a line needs either 'target' (generative) or 'choices' and 'label' "
+                              "(multiple choice).")
     return kind, ex, str(row.get("split", "eval"))
 
 
 @register
 class JsonlTask(Task):
     name = "jsonl"
-    description = "your own task: jsonl:PATH with prompt+target or prompt+choices+label lines (?grading=generate: graded on the generation)"
+    description = ("your own task: jsonl:PATH with prompt+target or prompt+choices+label lines (?grading=generate: "
+                   "graded on the generation)")
 
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
         super().__init__(option, data_path)
@@ -159,14 +162,16 @@ class JsonlTask(Task):
                     continue
                 kind, ex, split = _parse_line(self.path, lineno, raw)
                 if ex.id in ids:
-                    raise DataFormatError(f"{self.path}:{lineno}: id {ex.id!r} repeats an earlier line; ids must be unique.")
+                    raise DataFormatError(f"{self.path}:{lineno}: id {ex.id!r} repeats an earlier line; ids must be "
+                                          "unique.")
                 if self.grading == "generate":
                     self._check_generate(lineno, kind, ex)
                 ids.add(ex.id)
                 kinds.add(kind)
                 (fewshot if split == "fewshot" else evaluation).append(ex)
         if len(kinds) > 1:
-            raise DataFormatError(f"{self.path}: mixes generative ('target') and multiple-choice ('choices') lines; use one kind per file.")
+            raise DataFormatError(f"{self.path}: mixes generative ('target') and multiple-choice ('choices') lines; "
+                                  "use one kind per file.")
         if not evaluation:
             raise TaskError(f"jsonl task file {self.path!r} has no examples.")
         self._pools = Pools(discovery=evaluation, heldout=None, fewshot=fewshot, source="file")

@@ -27,7 +27,8 @@ def _example(split: str, i: int, row: dict) -> Example:
                    f"Your code should pass these tests:\n\n{tests[0]}\n{tests[1]}\n{tests[2]}\n[BEGIN]\n")
         code = row["code"]
     except (KeyError, IndexError, TypeError) as error:
-        raise TaskError(f"mbpp {split} row {i} does not fit the hub schema (text, code, test_list with 3 tests): {error}") from None
+        raise TaskError(f"mbpp {split} row {i} does not fit the hub schema (text, code, test_list with 3 tests): "
+                        f"{error}") from None
     return Example(id=f"{split}-{row.get('task_id', i)}", context=context, shot_text=f"{context}{code}\n[DONE]",
                    meta={"tests": tests, "setup": row.get("test_setup_code", "") or ""})
 
@@ -42,12 +43,15 @@ class MBPP(Task):
 
     def load_pools(self) -> Pools:
         def rows(split: str) -> list[Example]:
-            return [_example(split, i, r) for i, r in enumerate(load_rows("google-research-datasets/mbpp", "full", split, self.data_path))]
+            return [_example(split, i, r)
+                    for i, r in enumerate(load_rows("google-research-datasets/mbpp", "full", split, self.data_path))]
 
         prompt = rows("prompt")
         first = {f"prompt-{i}": i for i in LM_EVAL_SHOT_IDS}
-        shots = sorted((e for e in prompt if e.id in first), key=lambda e: first[e.id]) + [e for e in prompt if e.id not in first]
-        return Pools(discovery=rows("train"), heldout=rows("test"), fewshot=shots, source="file" if self.data_path else "hub")
+        shots = (sorted((e for e in prompt if e.id in first), key=lambda e: first[e.id])
+                 + [e for e in prompt if e.id not in first])
+        return Pools(discovery=rows("train"), heldout=rows("test"), fewshot=shots,
+                     source="file" if self.data_path else "hub")
 
     def stop_strings(self) -> list[str]:
         return ["[DONE]"]
