@@ -62,7 +62,8 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         omitted = {}
         if session.task.kind == "generate" and any(k.name == "resample" for k in wanted):
             wanted = [k for k in wanted if k.name != "resample"]
-            omitted["resample"] = "not offered for generation-graded tasks (a generation reads positions no reference has)"
+            omitted["resample"] = ("not offered for generation-graded tasks "
+                                   "(a generation reads positions no reference has)")
         heads = HeadSet.parse(",".join(sel.heads))
         if progress:
             progress("ablation kinds", 0, len(wanted))
@@ -72,8 +73,9 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         intact, results = score_kinds(session, "heldout", heads, ablations)
         if progress:
             progress("ablation kinds", len(wanted), len(wanted))
-        _check_reproduces_test(out, test, intact, dict(zip(map(str, wanted), results)), session.config.ablation)
-        rows = [_row(kind, intact, result, session, n_boot) for kind, result in zip(wanted, results)]
+        _check_reproduces_test(out, test, intact, dict(zip(map(str, wanted), results, strict=True)),
+                               session.config.ablation)
+        rows = [_row(kind, intact, result, session, n_boot) for kind, result in zip(wanted, results, strict=True)]
         document = AblationKindsDocument(
             heads=sel.heads, model=sel.model["name"], task=sel.task["task"], run_ablation=session.config.ablation,
             test_gain=test.gain, n=len(intact.examples), intact_accuracy=intact.accuracy,
@@ -88,7 +90,8 @@ def _kinds(kinds: Sequence[str], alphas: Sequence[float]) -> list[AblationKind]:
     parsed = [AblationKind.parse(k) for k in kinds] + [AblationKind.parse(f"scale:{float(a)!r}") for a in alphas]
     unique = list(dict.fromkeys(parsed))
     if not unique:
-        raise ConfigError("Name at least one ablation kind or scale α to score (e.g. zero,mean,resample and α = 1 … 0).")
+        raise ConfigError("Name at least one ablation kind or scale α to score "
+                          "(e.g. zero,mean,resample and α = 1 … 0).")
     return unique
 
 
@@ -99,14 +102,14 @@ def _check_reproduces_test(out: Path, test: TestDocument, intact, results: dict,
         raise RunStoreError(f"{out}: the intact model now scores the held-out set differently from test.json, so the "
                             "baseline changed (model, data, device or numerics); ask on the test's setup.")
     if run_kind in results and bits(results[run_kind].correct) != bits(e.ablated_correct for e in test.examples):
-        raise RunStoreError(f"{out}: the selection under the run's own ablation ({run_kind}) now scores the held-out set "
-                            "differently from test.json; ask on the test's setup.")
+        raise RunStoreError(f"{out}: the selection under the run's own ablation ({run_kind}) now scores the held-out "
+                            "set differently from test.json; ask on the test's setup.")
 
 
 def _correct_logprobs(result, session: Session) -> np.ndarray | None:
     """Per example, the summed target log-probability (the correct choice's); ``None`` for generation."""
     values = []
-    for r, example in zip(result.examples, session.splits.heldout):
+    for r, example in zip(result.examples, session.splits.heldout, strict=True):
         if r.logprob is None:
             return None
         values.append(r.logprob[example.label or 0] if isinstance(r.logprob, list) else r.logprob)
@@ -118,8 +121,8 @@ def _row(kind: AblationKind, intact, result, session: Session, n_boot: int) -> K
     before, after = _correct_logprobs(intact, session), _correct_logprobs(result, session)
     delta = None if before is None or after is None or not len(before) else float(np.mean(after - before))
     return KindRow(kind=str(kind), alpha=kind.alpha, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
-                   gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage, mcnemar_p=s.mcnemar_p,
-                   mean_delta_logprob=delta, ablated_correct=bits(result.correct),
+                   gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage,
+                   mcnemar_p=s.mcnemar_p, mean_delta_logprob=delta, ablated_correct=bits(result.correct),
                    undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"})
 
 

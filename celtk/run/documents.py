@@ -54,7 +54,8 @@ class Record:
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
-                if not (f.metadata.get("omit_none") and getattr(self, f.name) is None) and f.metadata.get("stored", True)}
+                if not (f.metadata.get("omit_none") and getattr(self, f.name) is None)
+                and f.metadata.get("stored", True)}
 
     @classmethod
     def from_json(cls: type[R], data: dict[str, Any], where: str = "") -> R:
@@ -71,7 +72,8 @@ class Record:
         try:
             return cls(**values)
         except TypeError as error:
-            raise RunStoreError(f"{where or cls.__name__} is incomplete ({error}); rerun the stage that writes it.") from None
+            raise RunStoreError(f"{where or cls.__name__} is incomplete ({error}); "
+                                "rerun the stage that writes it.") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,10 +130,11 @@ def check_digest(path: Path) -> None:
     if recorded is None:
         return
     if not path.exists():
-        raise RunStoreError(f"{path} was deleted after celtk wrote it ({DIGESTS} records it); rerun the stage that writes it.")
+        raise RunStoreError(f"{path} was deleted after celtk wrote it ({DIGESTS} records it); "
+                            "rerun the stage that writes it.")
     if file_digest(path) != recorded:
-        raise RunStoreError(f"{path} was changed after celtk wrote it (its SHA-256 differs from the one in {DIGESTS}); a "
-                            "result edited by hand is not read. Restore the file, or rerun the stage that writes it "
+        raise RunStoreError(f"{path} was changed after celtk wrote it (its SHA-256 differs from the one in {DIGESTS}); "
+                            "a result edited by hand is not read. Restore the file, or rerun the stage that writes it "
                             "in a new run directory.")
 
 
@@ -306,7 +309,8 @@ class SelectionDocument(Document):
     p: int | None = optional()  # Algorithm 1 only, from here on
     n_evaluated_subsets: int | None = optional()
     pool: list[str] | None = optional()
-    flagged_interactions: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
+    flagged_interactions: list[Interaction] | None = field(default=None,
+                                                           metadata={"omit_none": True, "rows": Interaction})
     forced_after_test: bool | None = optional()  # reselected with force=True after a look at the held-out set
     discovery_gain_note: str = DISCOVERY_GAIN_NOTE
     heldout: HeldoutContract | None = optional_record(HeldoutContract)  # None: frozen before celtk kept the contract
@@ -392,7 +396,8 @@ class KindRow(Record):
     fixes: int
     damage: int
     mcnemar_p: float | None
-    mean_delta_logprob: float | None  # mean (ablated − intact) target log-probability (the correct choice's); None: generation
+    # mean (ablated − intact) target log-probability (the correct choice's); None: generation
+    mean_delta_logprob: float | None
     ablated_correct: str  # per-example bits, '0101…'
     undefined: dict[str, str] = field(default_factory=dict)
 

@@ -40,9 +40,10 @@ def check_screen_complete(out: Path, doc) -> None:
     if sorted(names) != sorted(expected):
         missing = sorted(set(expected) - set(names), key=expected.index)
         extra = sorted(set(names) - set(expected)) + sorted({h for h in names if names.count(h) > 1})
-        raise RunStoreError(f"{out}/screen.json covers {len(set(names) & set(expected))} of the model's {len(expected)} "
-                            f"heads (missing {', '.join(missing[:5]) or 'none'}; unexpected or repeated "
-                            f"{', '.join(extra[:5]) or 'none'}); a screen must cover every head once — rerun or merge it.")
+        raise RunStoreError(f"{out}/screen.json covers {len(set(names) & set(expected))} of the model's "
+                            f"{len(expected)} heads (missing {', '.join(missing[:5]) or 'none'}; unexpected or "
+                            f"repeated {', '.join(extra[:5]) or 'none'}); "
+                            "a screen must cover every head once — rerun or merge it.")
     short = next((row.head for row in doc.heads if len(row.correct) != n), None)
     if short:
         raise RunStoreError(f"{out}/screen.json: head {short} has outcomes for a different number of examples than "
@@ -68,8 +69,8 @@ def check_racing_rows(out: Path, doc) -> None:
                       key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))
     top = [r.head for r in complete[:racing.p]]
     if racing.pool != top:
-        raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of the "
-                            f"heads scored on every example ({', '.join(top) or 'none'}); rerun the screen.")
+        raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of "
+                            f"the heads scored on every example ({', '.join(top) or 'none'}); rerun the screen.")
 
 
 def check_racing_use(doc, *, whole: str | None = None, p: int | None = None) -> None:
@@ -79,8 +80,8 @@ def check_racing_use(doc, *, whole: str | None = None, p: int | None = None) -> 
     if racing is None:
         return
     if whole is not None:
-        raise ConfigError(f"This run's screen raced for the top {racing.p} heads ({racing.mode} mode), so the other heads "
-                          f"were not scored on every example, and {whole} needs every head's outcomes. Screen "
+        raise ConfigError(f"This run's screen raced for the top {racing.p} heads ({racing.mode} mode), so the other "
+                          f"heads were not scored on every example, and {whole} needs every head's outcomes. Screen "
                           "exhaustively (screen = 'exhaustive', `--screen exhaustive`) in a new directory.")
     if p is not None and p > racing.p:
         raise ConfigError(f"This run's screen raced for the top p = {racing.p} heads; select with p ≤ {racing.p}, or "

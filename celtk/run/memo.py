@@ -50,7 +50,8 @@ class SetMemo:
         """Correctness (bool ``[n]``) of each set in ``sets``, scoring only those not known yet."""
         missing = [s for s in dict.fromkeys(sets) if s not in self.known]
         if missing:
-            tag = hashlib.sha1(",".join(str(s) for s in sorted(missing, key=HeadSet.sort_key)).encode()).hexdigest()[:12]
+            tag = hashlib.sha1(",".join(str(s) for s in sorted(missing, key=HeadSet.sort_key))
+                               .encode()).hexdigest()[:12]
             done = 0
 
             def on_layer(layer: int, results) -> None:
@@ -93,11 +94,12 @@ def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarr
         try:
             rows = [(HeadSet.parse(row["heads"]), np.array(unbits(row["correct"]))) for row in doc["subsets"]]
         except (KeyError, TypeError, ValueError, AttributeError):  # HeadError is a ValueError
-            raise RunStoreError(f"{path} is not a part celtk wrote (it needs a 'subsets' list of head sets and outcomes); "
-                                "delete it and rerun: only its subsets are scored again.") from None
+            raise RunStoreError(f"{path} is not a part celtk wrote (it needs a 'subsets' list of head sets and "
+                                "outcomes); delete it and rerun: only its subsets are scored again.") from None
         for heads, correct in rows:
             if correct.shape != intact.shape:
-                raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; delete {parts}.")
+                raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; "
+                                    f"delete {parts}.")
             known[heads] = correct
     return known
 

@@ -112,10 +112,11 @@ class ChunkScorer:
         expected = self.intact[indices]
         if not np.array_equal(correct, expected):
             differ = int((correct != expected).sum())
-            raise RunStoreError(f"The intact model scores {differ} of chunk {chunk}'s {len(indices)} examples differently "
-                                "when they are batched as a chunk than in the screen's intact pass: the batch shape "
-                                "changed a verdict (device or dtype numerics), so heads would be raced against another "
-                                "baseline. Screen exhaustively (--screen exhaustive), or race in float32.")
+            raise RunStoreError(f"The intact model scores {differ} of chunk {chunk}'s {len(indices)} examples "
+                                "differently when they are batched as a chunk than in the screen's intact pass: the "
+                                "batch shape changed a verdict (device or dtype numerics), so heads would be raced "
+                                "against another baseline. "
+                                "Screen exhaustively (--screen exhaustive), or race in float32.")
 
     def _stored(self, chunk: int, indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
         known: dict[HeadSet, np.ndarray] = {}

@@ -79,9 +79,9 @@ class Session:
 
         sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
-            sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
-        screener = SCREENERS.get("cached")(self.model, prepared, share_prefix=self.config.share_prefix, ablation=ablation,
-                                           **sizes)
+            sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared), strict=True))
+        screener = SCREENERS.get("cached")(self.model, prepared, share_prefix=self.config.share_prefix,
+                                           ablation=ablation, **sizes)
         check_memory(self.model, prepared, screener.batch_size, screener.rows_per_pass,
                      share_prefix=self.config.share_prefix, what="The cached screener")
         return screener
@@ -99,13 +99,13 @@ class Session:
         self._ablation = cache
         if str(kind) not in cache:
             if kind.needs_reference and not self.splits.discovery:
-                raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session has "
-                                  "none; use zero or scale:α here.")
+                raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session "
+                                  "has none; use zero or scale:α here.")
             if self.task.kind == "generate":  # before the reference pass, not after it
                 refuse_resample_generation(kind)
             c = self.config
-            cache[str(kind)] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots, c.chat,
-                                            c.chat_date, seed=c.seed)
+            cache[str(kind)] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots,
+                                            c.chat, c.chat_date, seed=c.seed)
         return cache[str(kind)]
 
     def replay(self) -> str:
@@ -219,10 +219,10 @@ def open_run(out: Path, model: Model | None = None, **overrides: Any) -> Screene
 
 def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout) -> None:
     """Refuse a held-out set that shares an example (by content) with the discovery set."""
-    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids)), heldout)
+    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids, strict=True)), heldout)
     if count:
-        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made on: "
-                         f"{shown}. Held-out examples must take no part in selection.")
+        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made "
+                         f"on: {shown}. Held-out examples must take no part in selection.")
 
 
 def verify_intact(run: ScreenedRun) -> None:
@@ -235,7 +235,8 @@ def verify_intact(run: ScreenedRun) -> None:
     for name, result in (("intact model", intact), ("null ablation", scored[HeadSet()])):
         now = bits(result.correct)
         if now != stored:
-            differ = sum(a != b for a, b in zip(now, stored))
-            raise RunStoreError(f"{run.out}: the {name} now scores {differ} of {len(stored)} discovery examples differently "
-                                "from the intact result stored in screen.json, so the baseline changed (model, data, "
-                                "device or numerics). Rerun the screen in a new run directory on this setup.")
+            differ = sum(a != b for a, b in zip(now, stored, strict=True))
+            raise RunStoreError(f"{run.out}: the {name} now scores {differ} of {len(stored)} discovery examples "
+                                "differently from the intact result stored in screen.json, so the baseline changed "
+                                "(model, data, device or numerics). "
+                                "Rerun the screen in a new run directory on this setup.")
