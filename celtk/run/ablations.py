@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from celtk.ablation_kinds import AblationKind
+from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -26,6 +27,9 @@ from celtk.run.session import Session, check_no_overlap, session_for
 from celtk.run.test import check_frozen, score_kinds
 from celtk.runstore import bits, check_fingerprint
 from celtk.stats import compare_paired
+
+if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
 KINDS = ("zero", "mean", "resample")
@@ -95,7 +99,8 @@ def _kinds(kinds: Sequence[str], alphas: Sequence[float]) -> list[AblationKind]:
     return unique
 
 
-def _check_reproduces_test(out: Path, test: TestDocument, intact, results: dict, run_kind: str) -> None:
+def _check_reproduces_test(out: Path, test: TestDocument, intact: EvalResult, results: dict[str, EvalResult],
+                           run_kind: str) -> None:
     """The intact outcomes, and the run's own kind where it was scored, must be test.json's example by example."""
     stored_intact = bits(e.intact_correct for e in test.examples)
     if bits(intact.correct) != stored_intact:
@@ -106,7 +111,7 @@ def _check_reproduces_test(out: Path, test: TestDocument, intact, results: dict,
                             "set differently from test.json; ask on the test's setup.")
 
 
-def _correct_logprobs(result, session: Session) -> np.ndarray | None:
+def _correct_logprobs(result: EvalResult, session: Session) -> np.ndarray | None:
     """Per example, the summed target log-probability (the correct choice's); ``None`` for generation."""
     values = []
     for r, example in zip(result.examples, session.splits.heldout, strict=True):
@@ -116,7 +121,7 @@ def _correct_logprobs(result, session: Session) -> np.ndarray | None:
     return np.array(values, dtype=float)
 
 
-def _row(kind: AblationKind, intact, result, session: Session, n_boot: int) -> KindRow:
+def _row(kind: AblationKind, intact: EvalResult, result: EvalResult, session: Session, n_boot: int) -> KindRow:
     s = compare_paired(intact.correct, result.correct, n_boot=n_boot, seed=session.config.seed)
     before, after = _correct_logprobs(intact, session), _correct_logprobs(result, session)
     delta = None if before is None or after is None or not len(before) else float(np.mean(after - before))
@@ -126,7 +131,7 @@ def _row(kind: AblationKind, intact, result, session: Session, n_boot: int) -> K
                    undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"})
 
 
-def _reference(session: Session, ablations) -> dict:
+def _reference(session: Session, ablations: Sequence[Ablation]) -> dict:
     """What mean and resample were measured on: the run's discovery set, prompted as the held-out examples."""
     out: dict = {"set": "discovery", "n": len(session.splits.discovery)}
     for ablation in ablations:

@@ -23,6 +23,7 @@ UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was
 DISCOVERY_GAIN_NOTE = ("selection-biased: the best of the searched candidates, measured on the examples that chose it; "
                        "the held-out gain (test.json) is the honest estimate")
 R = TypeVar("R", bound="Record")
+D = TypeVar("D", bound="Document")
 
 
 def rows(kind: type, *, default: Any = MISSING) -> Any:
@@ -84,7 +85,7 @@ class Document(Record):
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str = ""):
+    def from_json(cls: type[D], data: dict[str, Any], where: str = "") -> D:
         version = data.get("schema_version", SCHEMA_VERSION)  # files from before the field existed share layout 1
         if version != SCHEMA_VERSION:
             raise RunStoreError(f"{where or cls.FILE} has schema version {version}; this celtk reads version "
@@ -102,7 +103,7 @@ class Document(Record):
         record_digest(path)
 
     @classmethod
-    def load(cls, directory: Path, name: str | None = None):
+    def load(cls: type[D], directory: Path, name: str | None = None) -> D:
         """Read the file, refusing one changed since celtk wrote it (:func:`check_digest`)."""
         path = Path(directory) / (name or cls.FILE)
         data = read_json(path)  # a damaged file is named as such first
@@ -568,7 +569,7 @@ class TransferDocument(Document):
     lm_loss: LanguageModelLoss | None = optional()
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str = ""):
+    def from_json(cls, data: dict[str, Any], where: str = "") -> TransferDocument:
         data = dict(data)
         if data.get("lm_loss") is not None:
             data["lm_loss"] = LanguageModelLoss.from_json(data["lm_loss"], where)

@@ -9,14 +9,17 @@ from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE
 from celtk.runstore import locked, write_json
-from celtk.tasks import get_task, make_splits
+from celtk.tasks import Splits, Task, get_task, make_splits
+
+if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
 
 SPLITS = ("discovery", "heldout", "all")
 
@@ -155,7 +158,8 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
     return document
 
 
-def _document(model: Model, task, heads: HeadSet, result, splits, settings: dict[str, Any]) -> dict[str, Any]:
+def _document(model: Model, task: Task, heads: HeadSet, result: EvalResult, splits: Splits,
+              settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": model.name, "task": task.full_name, "heads": heads.names(), "n": len(result.examples),
         "accuracy": result.accuracy, "examples": result.to_json(),

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from celtk.run.registry import SCREENS
 from celtk.run.session import Session
 from celtk.runstore import bits, check_fingerprint, locked, read_json, write_csv, write_json
 from celtk.search.scores import HeadScore
+
+if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
 
@@ -122,7 +125,7 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
         progress("screen", finished, total)
     intact_holder: list = []
 
-    def on_layer(layer: int, results) -> None:
+    def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
         nonlocal finished
         results = {h: r for h, r in results.items() if len(h)}  # the null control is kept apart
         if not results:
@@ -186,7 +189,7 @@ def _write_generations(directory: Path, name: str, results: dict) -> None:
         write_json(directory / "generations" / f"{name}.json", texts)
 
 
-def _check_intact(directory: Path, intact) -> None:
+def _check_intact(directory: Path, intact: EvalResult) -> None:
     """The intact outcomes are recomputed on every resume; they must equal the stored ones."""
     path = directory / "intact.json"
     current = {"correct": bits(intact.correct),
@@ -200,11 +203,12 @@ def _check_intact(directory: Path, intact) -> None:
         write_json(path, current)
 
 
-def null_control(intact, null) -> dict:
+def null_control(intact: EvalResult, null: EvalResult) -> dict:
     """The null ablation (no head) scored through the ablated path against the intact pass:
     fixes = damage = 0 and log-probabilities equal up to float error when the two paths agree."""
     score = HeadScore.compare(HeadSet(), null.correct, intact.correct)
-    def values(logprob) -> list[float]:  # a float, per-choice floats, or None (generation-graded)
+    # a float, per-choice floats, or None (generation-graded)
+    def values(logprob: float | list[float] | None) -> list[float]:
         return [] if logprob is None else list(logprob) if isinstance(logprob, list) else [logprob]
 
     diffs = [abs(x - y) for a, b in zip(intact.examples, null.examples, strict=True)
@@ -212,7 +216,8 @@ def null_control(intact, null) -> dict:
     return {"fixes": score.fixes, "damage": score.damage, "max_abs_logprob_diff": float(max(diffs, default=0.0))}
 
 
-def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> ScreenDocument:
+def _screen_document(session: Session, intact: EvalResult, rows: list[ScreenRow],
+                     shard: tuple[int, int] | None) -> ScreenDocument:
     discovery = session.splits.discovery
     return ScreenDocument(
         model=session.model.describe(), task=session.task.config(), n=len(intact.examples),

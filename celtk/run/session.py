@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,8 +17,13 @@ from celtk.run.documents import ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
 from celtk.runstore import check_fingerprint, unbits
 from celtk.search.scores import HeadScore
-from celtk.tasks import Splits, Task, get_task, make_splits, shared_examples
+from celtk.tasks import Example, Splits, Task, get_task, make_splits, shared_examples
 from celtk.validation import check_fields
+
+if TYPE_CHECKING:
+    from celtk.evaluation.prompts import Prepared
+    from celtk.screening.cached import CachedScreener  # imports torch: not at run time
+    from celtk.screening.generation import GenerationScreener
 
 
 @dataclass
@@ -45,7 +50,7 @@ class Session:
             StopRule.for_task(model, task)
         return cls(config, model, task, splits)
 
-    def prepared(self, which: str):
+    def prepared(self, which: str) -> Prepared:
         """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluation.prompts.Prepared`): an
         example longer than the model's context is refused, and so is a plain pass over it (the least
         any stage does with it) that the device's free memory cannot hold."""
@@ -58,7 +63,7 @@ class Session:
             check_memory(self.model, prepared, self.config.batch_size, cached=False, what=f"Scoring the {which} set")
         return prepared
 
-    def screener(self, which: str):
+    def screener(self, which: str) -> CachedScreener | GenerationScreener:
         """A :class:`celtk.screening.cached.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
         :class:`celtk.screening.generation.GenerationScreener` for a generation-graded task."""
         return self.screener_on(self.prepared(which))
@@ -217,7 +222,7 @@ def open_run(out: Path, model: Model | None = None, **overrides: Any) -> Screene
     return ScreenedRun(out, doc, intact, scores, session)
 
 
-def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout) -> None:
+def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout: list[Example]) -> None:
     """Refuse a held-out set that shares an example (by content) with the discovery set."""
     count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids, strict=True)), heldout)
     if count:

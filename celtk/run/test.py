@@ -92,7 +92,7 @@ def _records(rd: RunDirectory, seq: int, result: str) -> list[LookRecord]:
     return [replace(r, complete=True, result=result) if r.seq == seq else r for r in rd.look_records()]
 
 
-def _finite(logprob):
+def _finite(logprob: float | list[float] | None) -> float | list[float] | None:
     """A generation-graded example has no target log-probability (NaN); the document records ``None``."""
     return None if isinstance(logprob, float) and math.isnan(logprob) else logprob
 

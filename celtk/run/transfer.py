@@ -208,7 +208,8 @@ def data_source(session: Session) -> str:
     return session.config.data or session.splits.source
 
 
-def _rows(comparisons, n_boot: int, seed: int) -> list[TransferRow]:
+def _rows(comparisons: list[tuple[Variant, Session, np.ndarray, np.ndarray]], n_boot: int,
+          seed: int) -> list[TransferRow]:
     """One row per variant; Holm across the rows whose McNemar p is defined."""
     stats = [compare_paired(a, b, n_boot=n_boot, seed=seed) for _, _, a, b in comparisons]
     defined = [i for i, s in enumerate(stats) if s.mcnemar_p is not None]
