@@ -234,9 +234,10 @@ def run_compare(out: Path, circuit: str, *, top: int = 10) -> CompareDocument:
     doc, _, scores = load_screen(out)
     racing = doc.racing
     if racing is not None and top > racing.p:
-        raise ConfigError(f"This run's screen raced for the top p = {racing.p} heads, so only those are ranked on every "
-                          f"discovery example; compare with top ≤ {racing.p} (--top {racing.p}), or screen exhaustively "
-                          "(screen = 'exhaustive', `--screen exhaustive`) in a new directory to rank every head.")
+        raise ConfigError(f"This run's screen raced for the top p = {racing.p} heads, so only those are ranked on "
+                          f"every discovery example; compare with top ≤ {racing.p} (--top {racing.p}), or screen "
+                          "exhaustively (screen = 'exhaustive', `--screen exhaustive`) in a new directory to rank "
+                          "every head.")
     selection = _selected_heads(out)
     ranking = [str(next(iter(s.heads.heads))) for s in rank(scores)]
     if racing is not None:

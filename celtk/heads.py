@@ -34,7 +34,8 @@ class Head:
         """Parse ``"L12H3"`` (or ``"12.3"``) into ``Head(12, 3)``."""
         match = _HEAD_RE.match(text)
         if match is None:
-            raise HeadError(f"Malformed head {text!r}: write a head as 'L{{layer}}H{{head}}' (e.g. 'L12H3') or 'layer.head' (e.g. '12.3').")
+            raise HeadError(f"Malformed head {text!r}: write a head as 'L{{layer}}H{{head}}' (e.g. 'L12H3') or "
+                            "'layer.head' (e.g. '12.3').")
         groups = [g for g in match.groups() if g is not None]
         return cls(int(groups[0]), int(groups[1]))
 
@@ -127,7 +128,8 @@ def as_head_set(heads: HeadSet | str) -> HeadSet:
         return heads
     if isinstance(heads, str):
         return HeadSet.parse(heads)
-    raise HeadError(f"Heads must be a HeadSet or a string such as 'L1H2,L14H8', got {heads!r} ({type(heads).__name__}).")
+    raise HeadError(f"Heads must be a HeadSet or a string such as 'L1H2,L14H8', got {heads!r} "
+                    f"({type(heads).__name__}).")
 
 
 def all_heads(n_layers: int, n_heads: int) -> list[Head]:

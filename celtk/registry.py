@@ -38,7 +38,8 @@ class Registry:
                               f"choose another name than {', '.join(self._entries)}.")
         if isinstance(target, str):
             if ":" not in target:
-                raise ConfigError(f"Register a {self.kind} as 'module:attribute' or as the object itself, got {target!r}.")
+                raise ConfigError(f"Register a {self.kind} as 'module:attribute' or as the object itself, got "
+                                  f"{target!r}.")
             self._entries[name] = target
         else:
             self._entries[name] = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', '?')}"

@@ -27,7 +27,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     except OSError as error:
-        raise RunStoreError(f"Cannot write in {path.parent}: {error.strerror}. Choose a writable output directory.") from None
+        raise RunStoreError(f"Cannot write in {path.parent}: {error.strerror}. "
+                            "Choose a writable output directory.") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -100,14 +101,16 @@ def locked(directory: Path) -> Iterator[None]:
         directory.mkdir(parents=True, exist_ok=True)
         handle = open(directory / ".lock", "a+")
     except OSError as error:
-        raise RunStoreError(f"Cannot use output directory {directory}: {error.strerror}. Choose a writable directory.") from None
+        raise RunStoreError(f"Cannot use output directory {directory}: {error.strerror}. "
+                            "Choose a writable directory.") from None
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
-            raise RunStoreError(f"{directory} is in use by {holder}; wait for it to finish or use another --out.") from None
+            raise RunStoreError(f"{directory} is in use by {holder}; "
+                                "wait for it to finish or use another --out.") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"celtk pid {os.getpid()}")

@@ -142,7 +142,8 @@ def compare_paired(intact: np.ndarray, ablated: np.ndarray, *, n_boot: int = 10_
     rer = relative_error_reduction(a0, a1 - a0)
     undefined = {} if rer is not None else {"relative_error_reduction": "intact accuracy is 100 %: no errors to reduce"}
     return PairedComparison(len(intact), a0, a1, a1 - a0, rer, fixes, damage, mcnemar_exact(fixes, damage),
-                            paired_bootstrap_ci(intact, ablated, n_boot=n_boot, level=level, seed=seed), level, undefined)
+                            paired_bootstrap_ci(intact, ablated, n_boot=n_boot, level=level, seed=seed), level,
+                            undefined)
 
 
 def discordance_noise(fixes: int, damage: int, z: float = 1.96) -> float:

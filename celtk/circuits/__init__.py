@@ -60,8 +60,8 @@ def load_circuit(source: str | Path) -> Circuit:
     else:
         path = Path(source)
         if not path.is_file():
-            raise DataFormatError(f"Circuit file {str(source)!r} does not exist; give a JSON circuit file or a packaged "
-                                  f"circuit.{suggest(str(source), _PACKAGED)}")
+            raise DataFormatError(f"Circuit file {str(source)!r} does not exist; give a JSON circuit file or a "
+                                  f"packaged circuit.{suggest(str(source), _PACKAGED)}")
         text, where = path.read_text(), str(path)
     try:
         doc = json.loads(text)
@@ -69,8 +69,9 @@ def load_circuit(source: str | Path) -> Circuit:
         raise DataFormatError(f"{where}: not valid JSON ({error.msg} at line {error.lineno}).") from None
     missing = [k for k in ("name", "n_layers", "n_heads", "heads") if k not in doc]
     if missing:
-        raise DataFormatError(f"{where}: missing field(s) {', '.join(missing)}; a circuit file needs name, model, n_layers, "
-                              "n_heads, source and heads (a list of {\"head\": \"L9H9\", \"role\": \"...\"}).")
+        raise DataFormatError(f"{where}: missing field(s) {', '.join(missing)}; a circuit file needs name, model, "
+                              "n_layers, n_heads, source and heads "
+                              "(a list of {\"head\": \"L9H9\", \"role\": \"...\"}).")
     roles: dict[Head, str] = {}
     for i, row in enumerate(doc["heads"]):
         if not isinstance(row, dict) or "head" not in row:
@@ -180,7 +181,8 @@ def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.n_layers)]
     wanted = set(names)
     with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(torch.tensor(tokens, device=model.device), names_filter=lambda n: n in wanted)
+        _, cache = model.bridge.run_with_cache(torch.tensor(tokens, device=model.device),
+                                               names_filter=lambda n: n in wanted)
     patterns = np.stack([cache[name].float().cpu().numpy() for name in names])  # [layer, batch, head, q, k]
     return scores_from_patterns(patterns, length)
 

@@ -8,8 +8,9 @@ element of the model's dtype).
 * **One decoder layer** (TransformerLens's bridge reimplements eager attention, so the full
   ``[rows, head, width, keys]`` matrix exists): at the softmax the masked scores and their float32
   softmax are alive together (8 bytes per score in float32; in bfloat16 2 + 4 + the 2-byte cast),
-  beside queries, keys/values with their grouped-head copies, the layer input and its normed copy. The MLP holds, at its product,
-  the activated gate, the up projection and their product (two ``d_ff`` tensors without a gate).
+  beside queries, keys/values with their grouped-head copies, the layer input and its normed copy.
+  The MLP holds, at its product, the activated gate, the up projection and their product (two
+  ``d_ff`` tensors without a gate).
 * **The cached screener's resident cache** (:class:`celtk.screening.cached.CachedScreener`): for every batch,
   its current layer input and the additive attention mask ``[rows, 1, width, keys]`` in the model's
   dtype (what the decoder builds for eager attention); rotary tables are ``[1, width, d_head]``,
@@ -81,9 +82,11 @@ def intact_pass_bytes(shape: Shape, batch: int, width: int, prefix: int, scored:
     captured = min(n_batches, 2) * shape.n_layers * batch * width * shape.d_model * db
     cache = shape.n_layers * 2 * batch * shape.n_kv_heads * keys * shape.d_head * db if prefix else 0
     mask = batch * width * keys * db  # one additive mask, shared by the layers
-    return captured + cache + mask + max(layer_bytes(shape, batch, width, keys, db), scoring_bytes(shape, batch, width, scored, db))
+    return captured + cache + mask + max(layer_bytes(shape, batch, width, keys, db),
+                                         scoring_bytes(shape, batch, width, scored, db))
 
 
 def plain_pass_bytes(shape: Shape, batch: int, width: int, scored: int, db: int) -> float:
     """One plain forward of a batch (the held-out stage), then its scored logits."""
-    return batch * width * width * db + max(layer_bytes(shape, batch, width, width, db), scoring_bytes(shape, batch, width, scored, db))
+    return batch * width * width * db + max(layer_bytes(shape, batch, width, width, db),
+                                            scoring_bytes(shape, batch, width, scored, db))

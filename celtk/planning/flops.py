@@ -1,8 +1,8 @@
 """Counting the arithmetic a screen must do, for efficiency figures and GPU-hour estimates.
 
 Counts multiply-adds as 2 FLOPs in the matrix products (projections, attention scores and
-weighted sums, MLP (three matrices when gated, two otherwise), unembedding at scored positions); norms, rotary embeddings and
-softmax are left out (a few percent at these sizes).
+weighted sums, MLP (three matrices when gated, two otherwise), unembedding at scored positions);
+norms, rotary embeddings and softmax are left out (a few percent at these sizes).
 """
 
 from __future__ import annotations
@@ -57,11 +57,12 @@ def screen_flops(shape: Shape, prefix: int, suffixes: Sequence[int], scored: int
     return {"cached": cached, "plain": plain}
 
 
-def gpu_hours(shape: Shape, n_examples: int, tokens_per_example: int, shared_prefix: int, n_heads_screened: int | None = None,
-              flops_per_second: float = 200e12) -> dict:
+def gpu_hours(shape: Shape, n_examples: int, tokens_per_example: int, shared_prefix: int,
+              n_heads_screened: int | None = None, flops_per_second: float = 200e12) -> dict:
     """Expected GPU hours for a full screen, from the FLOP count at a stated sustained throughput."""
     heads = n_heads_screened or shape.n_layers * shape.n_heads
     per_layer = [l for l in range(shape.n_layers) for _ in range(shape.n_heads)][:heads]
     suffix = tokens_per_example - shared_prefix
     counts = screen_flops(shape, shared_prefix, [suffix] * n_examples, n_examples * 3, per_layer)
-    return {k: v / flops_per_second / 3600 for k, v in counts.items()} | {"flops": counts, "assumed_flops_per_second": flops_per_second}
+    return {k: v / flops_per_second / 3600 for k, v in counts.items()} | {"flops": counts,
+                                                                          "assumed_flops_per_second": flops_per_second}

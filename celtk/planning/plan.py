@@ -84,8 +84,10 @@ class TaskSize:
 PAPER_TASKS = {
     # the paper's sizes (PAPER.md); token lengths are estimates for a Llama-3-style tokenizer with
     # lm-eval's default prompts and shots (0-shot; MBPP 3-shot), not measured on the real data
-    "arithmetic": TaskSize("arithmetic", "target", 2000, 1000, prompt_tokens=18, continuation_tokens=4, mean_prompt_tokens=15),
-    "boolq": TaskSize("boolq", "choice", 2000, 3270, prompt_tokens=800, continuation_tokens=1, choices=2, mean_prompt_tokens=150),
+    "arithmetic": TaskSize("arithmetic", "target", 2000, 1000, prompt_tokens=18, continuation_tokens=4,
+                           mean_prompt_tokens=15),
+    "boolq": TaskSize("boolq", "choice", 2000, 3270, prompt_tokens=800, continuation_tokens=1, choices=2,
+                      mean_prompt_tokens=150),
     "hellaswag": TaskSize("hellaswag", "choice", 2000, 10042, prompt_tokens=120, continuation_tokens=60, choices=4,
                           mean_prompt_tokens=45),
     "mbpp": TaskSize("mbpp", "generate", 374, 500, prompt_tokens=900, continuation_tokens=0, generate_tokens=256,
@@ -155,7 +157,8 @@ def shape_from_config(config: Any) -> Shape:
 def n_parameters(shape: Shape, tied: bool) -> int:
     """Weights of a Llama-style decoder (biases and norms included only as the small terms they are)."""
     q, kv = shape.n_heads * shape.d_head, shape.n_kv_heads * shape.d_head
-    layer = shape.d_model * (q + 2 * kv) + q * shape.d_model + 3 * shape.d_model * shape.d_ff + 2 * shape.d_model + q + 2 * kv
+    layer = (shape.d_model * (q + 2 * kv) + q * shape.d_model + 3 * shape.d_model * shape.d_ff + 2 * shape.d_model
+             + q + 2 * kv)
     embed = shape.d_vocab * shape.d_model
     return shape.n_layers * layer + embed * (1 if tied else 2) + shape.d_model
 
@@ -190,7 +193,8 @@ def _generation_flops(shape: Shape, prompt: int, new: int) -> float:
 
 def _plain_flops(shape: Shape, task: TaskSize, n_examples: int) -> float:
     seq = task.mean_prompt + task.continuation_tokens
-    per_request = shape.n_layers * layer_flops(shape, seq) + 2 * task.continuation_tokens * shape.d_model * shape.d_vocab
+    per_request = (shape.n_layers * layer_flops(shape, seq)
+                   + 2 * task.continuation_tokens * shape.d_model * shape.d_vocab)
     return float(n_examples * task.choices * per_request)
 
 
@@ -269,7 +273,8 @@ def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -
     n_examples = len(prepared.examples)
     prefix = shared_prefix_length(requests) if share_prefix else 0
     prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
-    return TaskSize("prepared", prepared.kind, n_examples, n_heldout, prompt_tokens=max(len(r.context) for r in requests),
+    return TaskSize("prepared", prepared.kind, n_examples, n_heldout,
+                    prompt_tokens=max(len(r.context) for r in requests),
                     continuation_tokens=max(len(r.continuation) for r in requests),
                     choices=max(1, round(len(requests) / max(n_examples, 1))), shared_prefix=prefix,
                     mean_prompt_tokens=round(sum(len(r.context) for r in requests) / len(requests)))

@@ -4,7 +4,8 @@
 * :mod:`~celtk.run.session` — :func:`open_run` (reopen a screened run), :class:`Session`
 * :mod:`~celtk.run.memo` — :class:`SetMemo`, the resumable store of head-set outcomes
 * :mod:`~celtk.run.documents` — typed result documents (``screen.json``, ``selection.json``, …)
-* stages: :mod:`~celtk.run.screen` (+ merge; :mod:`~celtk.run.racescreen`, the racing screen), :mod:`~celtk.run.select`, :mod:`~celtk.run.test`,
+* stages: :mod:`~celtk.run.screen` (+ merge; :mod:`~celtk.run.racescreen`, the racing screen),
+  :mod:`~celtk.run.select`, :mod:`~celtk.run.test`,
   :mod:`~celtk.run.ablations` (does the tested selection survive other ablation kinds?),
   :mod:`~celtk.run.transfer`, :mod:`~celtk.run.calibrate`, :mod:`~celtk.run.altscreen`,
   :mod:`~celtk.run.stability`, :mod:`~celtk.run.eval`, :func:`~celtk.analysis.run_attributes` and

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from celtk.ablation_kinds import AblationKind
+from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -26,6 +27,9 @@ from celtk.run.session import Session, check_no_overlap, session_for
 from celtk.run.test import check_frozen, score_kinds
 from celtk.runstore import bits, check_fingerprint
 from celtk.stats import compare_paired
+
+if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
 KINDS = ("zero", "mean", "resample")
@@ -62,7 +66,8 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         omitted = {}
         if session.task.kind == "generate" and any(k.name == "resample" for k in wanted):
             wanted = [k for k in wanted if k.name != "resample"]
-            omitted["resample"] = "not offered for generation-graded tasks (a generation reads positions no reference has)"
+            omitted["resample"] = ("not offered for generation-graded tasks "
+                                   "(a generation reads positions no reference has)")
         heads = HeadSet.parse(",".join(sel.heads))
         if progress:
             progress("ablation kinds", 0, len(wanted))
@@ -72,8 +77,9 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         intact, results = score_kinds(session, "heldout", heads, ablations)
         if progress:
             progress("ablation kinds", len(wanted), len(wanted))
-        _check_reproduces_test(out, test, intact, dict(zip(map(str, wanted), results)), session.config.ablation)
-        rows = [_row(kind, intact, result, session, n_boot) for kind, result in zip(wanted, results)]
+        _check_reproduces_test(out, test, intact, dict(zip(map(str, wanted), results, strict=True)),
+                               session.config.ablation)
+        rows = [_row(kind, intact, result, session, n_boot) for kind, result in zip(wanted, results, strict=True)]
         document = AblationKindsDocument(
             heads=sel.heads, model=sel.model["name"], task=sel.task["task"], run_ablation=session.config.ablation,
             test_gain=test.gain, n=len(intact.examples), intact_accuracy=intact.accuracy,
@@ -88,42 +94,44 @@ def _kinds(kinds: Sequence[str], alphas: Sequence[float]) -> list[AblationKind]:
     parsed = [AblationKind.parse(k) for k in kinds] + [AblationKind.parse(f"scale:{float(a)!r}") for a in alphas]
     unique = list(dict.fromkeys(parsed))
     if not unique:
-        raise ConfigError("Name at least one ablation kind or scale α to score (e.g. zero,mean,resample and α = 1 … 0).")
+        raise ConfigError("Name at least one ablation kind or scale α to score "
+                          "(e.g. zero,mean,resample and α = 1 … 0).")
     return unique
 
 
-def _check_reproduces_test(out: Path, test: TestDocument, intact, results: dict, run_kind: str) -> None:
+def _check_reproduces_test(out: Path, test: TestDocument, intact: EvalResult, results: dict[str, EvalResult],
+                           run_kind: str) -> None:
     """The intact outcomes, and the run's own kind where it was scored, must be test.json's example by example."""
     stored_intact = bits(e.intact_correct for e in test.examples)
     if bits(intact.correct) != stored_intact:
         raise RunStoreError(f"{out}: the intact model now scores the held-out set differently from test.json, so the "
                             "baseline changed (model, data, device or numerics); ask on the test's setup.")
     if run_kind in results and bits(results[run_kind].correct) != bits(e.ablated_correct for e in test.examples):
-        raise RunStoreError(f"{out}: the selection under the run's own ablation ({run_kind}) now scores the held-out set "
-                            "differently from test.json; ask on the test's setup.")
+        raise RunStoreError(f"{out}: the selection under the run's own ablation ({run_kind}) now scores the held-out "
+                            "set differently from test.json; ask on the test's setup.")
 
 
-def _correct_logprobs(result, session: Session) -> np.ndarray | None:
+def _correct_logprobs(result: EvalResult, session: Session) -> np.ndarray | None:
     """Per example, the summed target log-probability (the correct choice's); ``None`` for generation."""
     values = []
-    for r, example in zip(result.examples, session.splits.heldout):
+    for r, example in zip(result.examples, session.splits.heldout, strict=True):
         if r.logprob is None:
             return None
         values.append(r.logprob[example.label or 0] if isinstance(r.logprob, list) else r.logprob)
     return np.array(values, dtype=float)
 
 
-def _row(kind: AblationKind, intact, result, session: Session, n_boot: int) -> KindRow:
+def _row(kind: AblationKind, intact: EvalResult, result: EvalResult, session: Session, n_boot: int) -> KindRow:
     s = compare_paired(intact.correct, result.correct, n_boot=n_boot, seed=session.config.seed)
     before, after = _correct_logprobs(intact, session), _correct_logprobs(result, session)
     delta = None if before is None or after is None or not len(before) else float(np.mean(after - before))
     return KindRow(kind=str(kind), alpha=kind.alpha, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
-                   gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage, mcnemar_p=s.mcnemar_p,
-                   mean_delta_logprob=delta, ablated_correct=bits(result.correct),
+                   gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage,
+                   mcnemar_p=s.mcnemar_p, mean_delta_logprob=delta, ablated_correct=bits(result.correct),
                    undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"})
 
 
-def _reference(session: Session, ablations) -> dict:
+def _reference(session: Session, ablations: Sequence[Ablation]) -> dict:
     """What mean and resample were measured on: the run's discovery set, prompted as the held-out examples."""
     out: dict = {"set": "discovery", "n": len(session.splits.discovery)}
     for ablation in ablations:

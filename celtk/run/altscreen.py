@@ -42,7 +42,8 @@ def ranker_input(run: ScreenedRun, method: str, progress: Progress | None = None
         return memo[0](sets)
 
     return RankerInput(model=run.session.model, heads=tuple(next(iter(s.heads.heads)) for s in run.scores),
-                       ablation=str(config.ablation), batch_size=config.batch_size if isinstance(config.batch_size, int) else 8,
+                       ablation=str(config.ablation),
+                       batch_size=config.batch_size if isinstance(config.batch_size, int) else 8,
                        discovery=lambda: run.session.prepared("discovery"), evaluate=evaluate)
 
 

@@ -68,9 +68,9 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
         raise ConfigError("n_candidates (--candidates) applies to the random-heads null; the permutation null "
                           "relabels every candidate the search scored.")
     if null == "random-heads" and n_candidates is not None and repeats * n_candidates > MAX_RANDOM_SETS:
-        raise ConfigError(f"repeats × candidates = {repeats:,} × {n_candidates:,} = {repeats * n_candidates:,} random head "
-                          f"sets, more than the limit of {MAX_RANDOM_SETS:,} (each is scored on the discovery set); "
-                          "lower --repeats or --candidates.")
+        raise ConfigError(f"repeats × candidates = {repeats:,} × {n_candidates:,} = {repeats * n_candidates:,} random "
+                          f"head sets, more than the limit of {MAX_RANDOM_SETS:,} (each is scored on the discovery "
+                          "set); lower --repeats or --candidates.")
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():
@@ -87,8 +87,8 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
             if repeats * len(discordant) > MAX_RELABELLED:
                 raise ConfigError(f"repeats × candidates = {repeats:,} × {len(discordant):,} scored candidates = "
                                   f"{repeats * len(discordant):,} relabelled gains, more than the limit of "
-                                  f"{MAX_RELABELLED:,} held at once; use --repeats {MAX_RELABELLED // len(discordant):,} "
-                                  "or fewer.")
+                                  f"{MAX_RELABELLED:,} held at once; "
+                                  f"use --repeats {MAX_RELABELLED // len(discordant):,} or fewer.")
             disc, held, n_cand = permutation_null(discordant, n_disc, n_held, repeats, seed)
             document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
                                            null_heldout_gains=[float(g) for g in held], p_value=p_value(disc, observed),
@@ -110,7 +110,8 @@ def screen_discordant(screen: ScreenDocument) -> dict[tuple[str, ...], int]:
     early has them on its ``n_scored`` examples only: its count is scaled to the ``n`` examples at the
     same discordance rate (as the held-out null does), not read as a count on all ``n``, which would
     shrink its null gains and make the p-value too small."""
-    return {(r.head,): r.fixes + r.damage if r.n_scored is None else int(np.rint((r.fixes + r.damage) * screen.n / r.n_scored))
+    return {(r.head,): r.fixes + r.damage if r.n_scored is None
+            else int(np.rint((r.fixes + r.damage) * screen.n / r.n_scored))
             for r in screen.heads}
 
 
@@ -132,8 +133,9 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
     if n_candidates is None:
         p, k = int(sel.p or 0), sel.k
         if repeats * n_subsets(p, k) > MAX_RANDOM_SETS:
-            raise ConfigError(f"repeats × subsets of a pool = {repeats:,} × {n_subsets(p, k):,} = {repeats * n_subsets(p, k):,} "
-                              f"head sets to score on the discovery set, more than the limit of {MAX_RANDOM_SETS:,}; "
+            raise ConfigError(f"repeats × subsets of a pool = {repeats:,} × {n_subsets(p, k):,} = "
+                              f"{repeats * n_subsets(p, k):,} head sets to score on the discovery set, more than the "
+                              f"limit of {MAX_RANDOM_SETS:,}; "
                               f"use --repeats {max(1, MAX_RANDOM_SETS // n_subsets(p, k)):,} or fewer.")
         best = random_pool_null(run.scores, run.intact, memo, random_pools(heads, p, repeats, seed), k)
         disc = np.array([b.gain / n for b in best])
@@ -157,8 +159,8 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
                 "(--candidates) for the search on random pools, whose best is comparable.")
     chosen = list(dict.fromkeys(b.heads for b in best))  # only each draw's best reaches the held-out set
     session = run.session
-    seq = rd.begin_look("calibrate-random-heads", [h.names() for h in chosen], session.splits.manifest()["heldout_hash"],
-                        len(session.splits.heldout), exploratory=True)
+    seq = rd.begin_look("calibrate-random-heads", [h.names() for h in chosen],
+                        session.splits.manifest()["heldout_hash"], len(session.splits.heldout), exploratory=True)
     if progress:
         progress("calibrate held-out", 0, 1)
     intact, results = session.screener("heldout").run(chosen)

@@ -47,7 +47,8 @@ class RunConfig:
     dtype: str = "float32"
     p: int = 10
     k: int = 3
-    screen: str = "exhaustive"  # stage 1's screen (celtk.run.registry.SCREENS): "exhaustive" or "racing" (top-p pool only)
+    # stage 1's screen (celtk.run.registry.SCREENS): "exhaustive" or "racing" (top-p pool only)
+    screen: str = "exhaustive"
     racing_mode: str = "exact"  # racing screens: "exact" (the exhaustive pool) or "confidence" (celtk.screening.racing)
     share_prefix: bool = True
     grading: str = "teacher"  # "generate": jsonl tasks graded on the greedy generation
@@ -81,7 +82,8 @@ class RunConfig:
         known = set(cls.keys())
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"Unknown key(s) {', '.join(unknown)} in {where}; valid keys: {', '.join(sorted(known))}.")
+            raise ConfigError(f"Unknown key(s) {', '.join(unknown)} in {where}; valid keys: "
+                              f"{', '.join(sorted(known))}.")
         annotations = {f.name: f.type for f in fields(cls)}
         values = {k: os.fspath(v) if k in PATH_KEYS and isinstance(v, os.PathLike) else v for k, v in values.items()}
         for key, value in values.items():
@@ -96,7 +98,8 @@ class RunConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}.")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be at least 1 (or unset for the default 32), got {self.max_new_tokens}.")
+            raise ConfigError("max_new_tokens must be at least 1 (or unset for the default 32), got "
+                              f"{self.max_new_tokens}.")
         for name in ("fewshot", "seed"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be non-negative, got {getattr(self, name)}.")
@@ -146,7 +149,8 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
     try:
         data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"Config file {path} is not valid {'TOML' if file.suffix == '.toml' else 'JSON'}: {error}") from None
+        raise ConfigError(f"Config file {path} is not valid {'TOML' if file.suffix == '.toml' else 'JSON'}: "
+                          f"{error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"Config file {path} must hold a table/object of settings.")
     return data

@@ -88,7 +88,8 @@ class RunDirectory:
         last = self._last_digest(TestDocument.FILE)
         if test.exists() and last is not None and file_digest(test) != last:
             raise RunStoreError(f"{test} differs from the test.json the held-out log recorded: it was edited after the "
-                                "test. Restore it; a run whose test result was changed cannot be tested or reported again.")
+                                "test. Restore it; "
+                                "a run whose test result was changed cannot be tested or reported again.")
         if not test.exists() and last is not None:
             raise RunStoreError(f"{test} was deleted, but the held-out log records it as written; the first test is "
                                 "the run's result and cannot be removed. Restore it, or start a new run directory.")
@@ -137,10 +138,10 @@ class RunDirectory:
         if not looks and not tested:
             return []
         if not force:
-            raise RunStoreError(f"{self.path} has already been looked at on its held-out set ({_describe(looks) or 'test.json'}); "
-                                "selecting again would choose with knowledge of held-out results. Use a new run "
-                                "directory, or pass force=True (`--force`), which is recorded in selection.json, the "
-                                "held-out log and the report.")
+            raise RunStoreError(f"{self.path} has already been looked at on its held-out set "
+                                f"({_describe(looks) or 'test.json'}); selecting again would choose with knowledge of "
+                                "held-out results. Use a new run directory, or pass force=True (`--force`), which is "
+                                "recorded in selection.json, the held-out log and the report.")
         return looks
 
     def tests(self) -> list[Look]:
@@ -162,8 +163,8 @@ class RunDirectory:
     def require_tested(self, what: str) -> TestDocument:
         """The run's test; ``what`` (a verb that reads the frozen selection's held-out outcomes) needs it first."""
         if not self.has(TestDocument):
-            raise RunStoreError(f"{what} reads the frozen selection's held-out outcomes, and the run's first look must be "
-                                f"its test: run `celtk test {self.path}` (celtk.run.run_test) first.")
+            raise RunStoreError(f"{what} reads the frozen selection's held-out outcomes, and the run's first look must "
+                                f"be its test: run `celtk test {self.path}` (celtk.run.run_test) first.")
         return self.load(TestDocument)
 
     # -- the held-out contract -------------------------------------------------------------

@@ -23,6 +23,7 @@ UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was
 DISCOVERY_GAIN_NOTE = ("selection-biased: the best of the searched candidates, measured on the examples that chose it; "
                        "the held-out gain (test.json) is the honest estimate")
 R = TypeVar("R", bound="Record")
+D = TypeVar("D", bound="Document")
 
 
 def rows(kind: type, *, default: Any = MISSING) -> Any:
@@ -54,7 +55,8 @@ class Record:
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
-                if not (f.metadata.get("omit_none") and getattr(self, f.name) is None) and f.metadata.get("stored", True)}
+                if not (f.metadata.get("omit_none") and getattr(self, f.name) is None)
+                and f.metadata.get("stored", True)}
 
     @classmethod
     def from_json(cls: type[R], data: dict[str, Any], where: str = "") -> R:
@@ -71,7 +73,8 @@ class Record:
         try:
             return cls(**values)
         except TypeError as error:
-            raise RunStoreError(f"{where or cls.__name__} is incomplete ({error}); rerun the stage that writes it.") from None
+            raise RunStoreError(f"{where or cls.__name__} is incomplete ({error}); "
+                                "rerun the stage that writes it.") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +85,7 @@ class Document(Record):
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str = ""):
+    def from_json(cls: type[D], data: dict[str, Any], where: str = "") -> D:
         version = data.get("schema_version", SCHEMA_VERSION)  # files from before the field existed share layout 1
         if version != SCHEMA_VERSION:
             raise RunStoreError(f"{where or cls.FILE} has schema version {version}; this celtk reads version "
@@ -100,7 +103,7 @@ class Document(Record):
         record_digest(path)
 
     @classmethod
-    def load(cls, directory: Path, name: str | None = None):
+    def load(cls: type[D], directory: Path, name: str | None = None) -> D:
         """Read the file, refusing one changed since celtk wrote it (:func:`check_digest`)."""
         path = Path(directory) / (name or cls.FILE)
         data = read_json(path)  # a damaged file is named as such first
@@ -128,10 +131,11 @@ def check_digest(path: Path) -> None:
     if recorded is None:
         return
     if not path.exists():
-        raise RunStoreError(f"{path} was deleted after celtk wrote it ({DIGESTS} records it); rerun the stage that writes it.")
+        raise RunStoreError(f"{path} was deleted after celtk wrote it ({DIGESTS} records it); "
+                            "rerun the stage that writes it.")
     if file_digest(path) != recorded:
-        raise RunStoreError(f"{path} was changed after celtk wrote it (its SHA-256 differs from the one in {DIGESTS}); a "
-                            "result edited by hand is not read. Restore the file, or rerun the stage that writes it "
+        raise RunStoreError(f"{path} was changed after celtk wrote it (its SHA-256 differs from the one in {DIGESTS}); "
+                            "a result edited by hand is not read. Restore the file, or rerun the stage that writes it "
                             "in a new run directory.")
 
 
@@ -306,7 +310,8 @@ class SelectionDocument(Document):
     p: int | None = optional()  # Algorithm 1 only, from here on
     n_evaluated_subsets: int | None = optional()
     pool: list[str] | None = optional()
-    flagged_interactions: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
+    flagged_interactions: list[Interaction] | None = field(default=None,
+                                                           metadata={"omit_none": True, "rows": Interaction})
     forced_after_test: bool | None = optional()  # reselected with force=True after a look at the held-out set
     discovery_gain_note: str = DISCOVERY_GAIN_NOTE
     heldout: HeldoutContract | None = optional_record(HeldoutContract)  # None: frozen before celtk kept the contract
@@ -392,7 +397,8 @@ class KindRow(Record):
     fixes: int
     damage: int
     mcnemar_p: float | None
-    mean_delta_logprob: float | None  # mean (ablated − intact) target log-probability (the correct choice's); None: generation
+    # mean (ablated − intact) target log-probability (the correct choice's); None: generation
+    mean_delta_logprob: float | None
     ablated_correct: str  # per-example bits, '0101…'
     undefined: dict[str, str] = field(default_factory=dict)
 
@@ -563,7 +569,7 @@ class TransferDocument(Document):
     lm_loss: LanguageModelLoss | None = optional()
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str = ""):
+    def from_json(cls, data: dict[str, Any], where: str = "") -> TransferDocument:
         data = dict(data)
         if data.get("lm_loss") is not None:
             data["lm_loss"] = LanguageModelLoss.from_json(data["lm_loss"], where)

@@ -9,14 +9,17 @@ from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE
 from celtk.runstore import locked, write_json
-from celtk.tasks import get_task, make_splits
+from celtk.tasks import Splits, Task, get_task, make_splits
+
+if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
 
 SPLITS = ("discovery", "heldout", "all")
 
@@ -48,8 +51,8 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     head_set = as_head_set(heads)
     kind = AblationKind.parse(ablation)
     if kind.needs_reference and split == "all":
-        raise ConfigError(f"{kind} ablation measures its values on discovery examples, which split 'all' evaluates too; "
-                          "evaluate --split heldout (or discovery) with it.")
+        raise ConfigError(f"{kind} ablation measures its values on discovery examples, which split 'all' evaluates "
+                          "too; evaluate --split heldout (or discovery) with it.")
     if reference < 1:
         raise ConfigError(f"reference must be at least 1 example, got {reference}.")
     data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
@@ -64,9 +67,11 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     try:
         date.fromisoformat(chat_date)
     except (TypeError, ValueError):
-        raise ConfigError(f"chat_date must be an ISO date (YYYY-MM-DD) such as {CHAT_DATE!r}, got {chat_date!r}.") from None
+        raise ConfigError(f"chat_date must be an ISO date (YYYY-MM-DD) such as {CHAT_DATE!r}, got "
+                          f"{chat_date!r}.") from None
     if run is not None and split != "heldout":
-        raise ConfigError(f"run (--run) evaluates a run's held-out set; use split='heldout' (--split heldout), not {split!r}.")
+        raise ConfigError("run (--run) evaluates a run's held-out set; use split='heldout' (--split heldout), not "
+                          f"{split!r}.")
     if split == "heldout" and run is None and not exploratory:
         raise ConfigError("The held-out split is a run's held-out set, whose every use a run directory logs. Name the "
                           "run (run=DIR, `--run DIR`): its task, data, seed, shots and held-out set are used and the "
@@ -80,7 +85,8 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     n_disc = limit if split == "discovery" else (0 if split == "heldout" else None)
     n_held = limit if split == "heldout" else (0 if split == "discovery" else None)
     splits = make_splits(the_task, n_disc, n_held, seed=seed, fewshot=fewshot)
-    examples = {"discovery": splits.discovery, "heldout": splits.heldout, "all": splits.discovery + splits.heldout}[split]
+    examples = {"discovery": splits.discovery, "heldout": splits.heldout,
+                "all": splits.discovery + splits.heldout}[split]
     if split == "all" and limit is not None:
         examples = examples[:limit]
     with locked(Path(out)) if out is not None else nullcontext():
@@ -109,8 +115,9 @@ def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:
     return {"ablation": ablation.describe() | ({"reference": reference} if ablation.kind.needs_reference else {})}
 
 
-def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: HeadSet, limit: int | None, batch_size: int,
-              allow_code: bool, progress: Callable[[str, int, int], None] | None, kind: Any = None) -> dict[str, Any]:
+def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: HeadSet, limit: int | None,
+              batch_size: int, allow_code: bool, progress: Callable[[str, int, int], None] | None,
+              kind: Any = None) -> dict[str, Any]:
     """``heads`` on the held-out set of the run in ``run`` (the first ``limit`` examples), logged there."""
     from celtk.evaluation import evaluate
     from celtk.evaluation.results import EvalConfig
@@ -140,8 +147,9 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
                           progress=(lambda done, total: progress("eval", done, total)) if progress else None,
                           ablation=chosen)
         document = _document(session.model, session.task, heads, result, session.splits, asdict(config) | {
-            "fewshot": c.fewshot, "seed": c.seed, "split": "heldout", "limit": limit, "data": c.data, "device": c.device,
-            "dtype": c.dtype, "run": str(run), "look": seq} | _kind_record(chosen, "the run's discovery set"))
+            "fewshot": c.fewshot, "seed": c.seed, "split": "heldout", "limit": limit, "data": c.data,
+            "device": c.device, "dtype": c.dtype, "run": str(run),
+            "look": seq} | _kind_record(chosen, "the run's discovery set"))
         if out is not None:
             write_json(Path(out) / "eval.json", document)
             rd.log.complete(seq, Path(out) / "eval.json")
@@ -150,7 +158,8 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
     return document
 
 
-def _document(model: Model, task, heads: HeadSet, result, splits, settings: dict[str, Any]) -> dict[str, Any]:
+def _document(model: Model, task: Task, heads: HeadSet, result: EvalResult, splits: Splits,
+              settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": model.name, "task": task.full_name, "heads": heads.names(), "n": len(result.examples),
         "accuracy": result.accuracy, "examples": result.to_json(),

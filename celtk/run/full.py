@@ -42,7 +42,8 @@ def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
     selection = SelectionDocument.load(out) if _selected(out, config) else None
     if selection is None:
         selection = run_select(out, p=config.p, k=config.k, model=model, progress=progress)
-    test = TestDocument.load(out) if (out / TestDocument.FILE).exists() else run_test(out, model=model, progress=progress)
+    test = (TestDocument.load(out) if (out / TestDocument.FILE).exists()
+            else run_test(out, model=model, progress=progress))
     seconds = time.time() - started
     write_json(Path(out) / "run_timing.json", {"wall_seconds": round(seconds, 1)})
     return RunResult(screen, selection, test, seconds)

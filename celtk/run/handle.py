@@ -107,9 +107,9 @@ def check_same_settings(out: Path, recorded: RunConfig, given: RunConfig) -> Non
     keys = sorted(k for k in set(stored) | set(now) if k not in UNRECORDED and stored.get(k) != now.get(k))
     if keys:
         detail = "; ".join(f"{k}: recorded {stored.get(k)!r}, given {now.get(k)!r}" for k in keys[:4])
-        raise RunStoreError(f"{out} holds a run with other settings ({detail}). Results are never mixed, and nothing was "
-                            "changed: reopen it with its own settings (Run(out) reads them), or start these settings in "
-                            "a new run directory.")
+        raise RunStoreError(f"{out} holds a run with other settings ({detail}). Results are never mixed, and nothing "
+                            "was changed: reopen it with its own settings (Run(out) reads them), or start these "
+                            "settings in a new run directory.")
 
 
 class Run:
@@ -241,7 +241,8 @@ class Run:
     def transfer(self, *, shots_seeds: Sequence[int] | None = None, zero_shot: bool = True,
                  subtasks: Sequence[str] = (), tasks: Sequence[str] = (), chat: bool = False,
                  other_models: Sequence[str] = (), plain_text: str | Path | None = None,
-                 heldout: int | None = None, n_boot: int = 10_000, progress: Progress | None = None) -> TransferDocument:
+                 heldout: int | None = None, n_boot: int = 10_000,
+                 progress: Progress | None = None) -> TransferDocument:
         """``celtk transfer``: the tested selection under other shots, zero-shot, neighbouring subtasks, other
         tasks, the chat template and other models (``other_models``: names, each loaded once)."""
         from celtk.run.documents import SelectionDocument

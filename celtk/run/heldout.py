@@ -149,7 +149,8 @@ class HeldoutLog:
                 exploratory = entry.get("exploratory", entry.get("what") != "test")
                 looks[seq] = Look(seq=seq, what=str(entry.get("what")), when=str(entry.get("when", "")),
                                   heads=entry.get("heads", []), heldout_hash=str(entry.get("heldout_hash", "")),
-                                  n=entry.get("n"), frozen=bool(entry.get("frozen", entry.get("what") in ("test", "transfer"))),
+                                  n=entry.get("n"),
+                                  frozen=bool(entry.get("frozen", entry.get("what") in ("test", "transfer"))),
                                   exploratory=bool(exploratory), forced=bool(entry.get("forced", False)), extra=extra,
                                   chained="seq" in entry,
                                   # a legacy line was written after its result: complete by construction

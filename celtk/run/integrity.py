@@ -8,7 +8,7 @@ from typing import Any
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet, all_heads
-from celtk.run.documents import UNSCORED
+from celtk.run.documents import UNSCORED, ScreenDocument, SelectionDocument, TestDocument
 from celtk.runstore import read_json
 from celtk.search.scores import head_order
 
@@ -28,21 +28,23 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "…"
 
 
-def check_screen_complete(out: Path, doc) -> None:
+def check_screen_complete(out: Path, doc: ScreenDocument) -> None:
     """A merged screen names every head of the model once, each with one outcome per discovery example."""
     n = len(doc.intact_correct)
     if not n == doc.n == len(doc.discovery_ids) == len(doc.discovery_hashes):
         raise RunStoreError(f"{out}/screen.json is inconsistent: {doc.n} examples, {n} intact outcomes, "
                             f"{len(doc.discovery_ids)} discovery ids; rerun the screen in a new directory.")
-    chosen = set(doc.layers) if getattr(doc, "layers", None) is not None else None  # a declared layer subset
+    # a declared layer subset (mypy does not narrow doc.layers through getattr)
+    chosen = set(doc.layers) if getattr(doc, "layers", None) is not None else None  # type: ignore[arg-type]
     expected = [str(HeadSet((h,))) for h in all_heads(doc.n_layers, doc.n_heads) if chosen is None or h.layer in chosen]
     names = [row.head for row in doc.heads]
     if sorted(names) != sorted(expected):
         missing = sorted(set(expected) - set(names), key=expected.index)
         extra = sorted(set(names) - set(expected)) + sorted({h for h in names if names.count(h) > 1})
-        raise RunStoreError(f"{out}/screen.json covers {len(set(names) & set(expected))} of the model's {len(expected)} "
-                            f"heads (missing {', '.join(missing[:5]) or 'none'}; unexpected or repeated "
-                            f"{', '.join(extra[:5]) or 'none'}); a screen must cover every head once — rerun or merge it.")
+        raise RunStoreError(f"{out}/screen.json covers {len(set(names) & set(expected))} of the model's "
+                            f"{len(expected)} heads (missing {', '.join(missing[:5]) or 'none'}; unexpected or "
+                            f"repeated {', '.join(extra[:5]) or 'none'}); "
+                            "a screen must cover every head once — rerun or merge it.")
     short = next((row.head for row in doc.heads if len(row.correct) != n), None)
     if short:
         raise RunStoreError(f"{out}/screen.json: head {short} has outcomes for a different number of examples than "
@@ -50,14 +52,15 @@ def check_screen_complete(out: Path, doc) -> None:
     check_racing_rows(out, doc)
 
 
-def check_racing_rows(out: Path, doc) -> None:
+def check_racing_rows(out: Path, doc: ScreenDocument) -> None:
     """Only a racing screen may hold heads scored on part of the discovery set (``n_scored``), and its
     pool must be the top p of the heads scored on every example; anything else is a partial screen."""
     n, racing = len(doc.intact_correct), getattr(doc, "racing", None)
     for row in doc.heads:
         unscored = row.correct.count(UNSCORED)
+        # not row.complete: n_scored is set (mypy does not narrow through the property)
         if row.complete and unscored or not row.complete and (
-                racing is None or not 1 <= row.n_scored < n or unscored != n - row.n_scored):
+                racing is None or not 1 <= row.n_scored < n or unscored != n - row.n_scored):  # type: ignore[operator]
             what = "the screen is not a racing screen" if racing is None else f"its n_scored is {row.n_scored}"
             raise RunStoreError(f"{out}/screen.json: head {row.head} has {n - unscored} of {n} outcomes but {what}; a "
                                 "screen scores every head on every example (a racing screen: every head it kept) — "
@@ -68,26 +71,26 @@ def check_racing_rows(out: Path, doc) -> None:
                       key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))
     top = [r.head for r in complete[:racing.p]]
     if racing.pool != top:
-        raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of the "
-                            f"heads scored on every example ({', '.join(top) or 'none'}); rerun the screen.")
+        raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of "
+                            f"the heads scored on every example ({', '.join(top) or 'none'}); rerun the screen.")
 
 
-def check_racing_use(doc, *, whole: str | None = None, p: int | None = None) -> None:
+def check_racing_use(doc: ScreenDocument, *, whole: str | None = None, p: int | None = None) -> None:
     """On a racing screen, refuse ``whole`` (a use that needs every head on every example: greedy or
     beam search, resampling, another screener's comparison) and a pool ``p`` larger than the one raced for."""
     racing = getattr(doc, "racing", None)
     if racing is None:
         return
     if whole is not None:
-        raise ConfigError(f"This run's screen raced for the top {racing.p} heads ({racing.mode} mode), so the other heads "
-                          f"were not scored on every example, and {whole} needs every head's outcomes. Screen "
+        raise ConfigError(f"This run's screen raced for the top {racing.p} heads ({racing.mode} mode), so the other "
+                          f"heads were not scored on every example, and {whole} needs every head's outcomes. Screen "
                           "exhaustively (screen = 'exhaustive', `--screen exhaustive`) in a new directory.")
     if p is not None and p > racing.p:
         raise ConfigError(f"This run's screen raced for the top p = {racing.p} heads; select with p ≤ {racing.p}, or "
                           f"screen again with p ≥ {p} (--p {p}).")
 
 
-def check_screen_fingerprint(out: Path, doc) -> None:
+def check_screen_fingerprint(out: Path, doc: ScreenDocument) -> None:
     """``screen.json`` must describe the run recorded in ``fingerprint.json`` (when there is one)."""
     path = Path(out) / "fingerprint.json"
     if not path.exists():
@@ -99,7 +102,7 @@ def check_screen_fingerprint(out: Path, doc) -> None:
         "seed": (fp.get("seed"), doc.config.get("seed"))})
 
 
-def check_selection_matches_screen(out: Path, selection, screen) -> None:
+def check_selection_matches_screen(out: Path, selection: SelectionDocument, screen: ScreenDocument) -> None:
     """``selection.json`` must have been searched on this directory's ``screen.json`` (the same bytes,
     where the selection recorded them)."""
     digest = getattr(selection, "screen_digest", None)
@@ -113,7 +116,7 @@ def check_selection_matches_screen(out: Path, selection, screen) -> None:
         "discovery ids": (screen.discovery_ids, selection.discovery_ids)})
 
 
-def check_test_matches_selection(out: Path, test, selection) -> None:
+def check_test_matches_selection(out: Path, test: TestDocument, selection: SelectionDocument) -> None:
     """``test.json`` must test this directory's ``selection.json``."""
     _agree(out, "selection.json", "test.json", {
         "heads": (selection.heads, test.heads), "task": (selection.task.get("task"), test.task),

@@ -16,7 +16,10 @@ from celtk.runstore import atomic_write_text, bits, fingerprint_key, read_json, 
 from celtk.validation import validated
 
 if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
+    from celtk.run.session import ScreenedRun  # imports this module
     from celtk.screening.cached import CachedScreener  # imports torch: not at run time
+    from celtk.screening.generation import GenerationScreener
 
 Progress = Callable[[str, int, int], None]
 
@@ -36,13 +39,14 @@ class SetMemo:
     """
 
     @validated
-    def __init__(self, directory: Path, intact: np.ndarray, screener: Callable[[], CachedScreener],
+    def __init__(self, directory: Path, intact: np.ndarray,
+                 screener: Callable[[], CachedScreener | GenerationScreener],
                  progress: Progress | None = None, stage: str = "select", key: str | None = None) -> None:
         directory = Path(directory)
         if key is not None:
             claim_parts(directory, key)
         self.directory, self._screener = directory, screener
-        self._instance: CachedScreener | None = None
+        self._instance: CachedScreener | GenerationScreener | None = None
         self.progress, self.stage = progress, stage
         self.known: dict[HeadSet, np.ndarray] = load_subset_parts(directory, intact)
 
@@ -50,10 +54,11 @@ class SetMemo:
         """Correctness (bool ``[n]``) of each set in ``sets``, scoring only those not known yet."""
         missing = [s for s in dict.fromkeys(sets) if s not in self.known]
         if missing:
-            tag = hashlib.sha1(",".join(str(s) for s in sorted(missing, key=HeadSet.sort_key)).encode()).hexdigest()[:12]
+            tag = hashlib.sha1(",".join(str(s) for s in sorted(missing, key=HeadSet.sort_key))
+                               .encode()).hexdigest()[:12]
             done = 0
 
-            def on_layer(layer: int, results) -> None:
+            def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
                 nonlocal done
                 rows = [{"heads": str(h), "correct": bits(r.correct)}
                         for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
@@ -93,16 +98,17 @@ def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarr
         try:
             rows = [(HeadSet.parse(row["heads"]), np.array(unbits(row["correct"]))) for row in doc["subsets"]]
         except (KeyError, TypeError, ValueError, AttributeError):  # HeadError is a ValueError
-            raise RunStoreError(f"{path} is not a part celtk wrote (it needs a 'subsets' list of head sets and outcomes); "
-                                "delete it and rerun: only its subsets are scored again.") from None
+            raise RunStoreError(f"{path} is not a part celtk wrote (it needs a 'subsets' list of head sets and "
+                                "outcomes); delete it and rerun: only its subsets are scored again.") from None
         for heads, correct in rows:
             if correct.shape != intact.shape:
-                raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; delete {parts}.")
+                raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; "
+                                    f"delete {parts}.")
             known[heads] = correct
     return known
 
 
-def memo_for(run, progress: Progress | None = None, stage: str = "select") -> SetMemo:
+def memo_for(run: ScreenedRun, progress: Progress | None = None, stage: str = "select") -> SetMemo:
     """The memo of a :class:`celtk.run.session.ScreenedRun` (``OUT/select_parts/sets``), shared by
     select, altscreen (LASSO) and stability so none scores a set another already scored."""
     key = fingerprint_key({"fingerprint": run.session.fingerprint(), "intact": bits(run.intact)})

@@ -61,10 +61,10 @@ def check_paper_data(preset: str | None, task: str, data: str | None, synthetic:
         raise ConfigError(f"synthetic (--synthetic) says the run is on generated data, but data = {data!r} is given; "
                           "drop one of them.")
     if synthetic and family not in GENERATED:
-        raise ConfigError(f"synthetic (--synthetic) applies to tasks celtk can generate ({', '.join(sorted(GENERATED))}); "
-                          f"{task} has no generator.")
+        raise ConfigError("synthetic (--synthetic) applies to tasks celtk can generate "
+                          f"({', '.join(sorted(GENERATED))}); {task} has no generator.")
     if preset is not None and preset.startswith("paper") and family in GENERATED and generated and not synthetic:
-        raise ConfigError(f"Preset {preset!r} is the paper's setting, which draws {family} from the official GPT-3 rows; "
-                          f"without data (--data DIR with the official files, or --data hub) it would run on celtk's "
-                          "generator instead. Give the data, or pass synthetic = true (--synthetic) to run the "
+        raise ConfigError(f"Preset {preset!r} is the paper's setting, which draws {family} from the official GPT-3 "
+                          "rows; without data (--data DIR with the official files, or --data hub) it would run on "
+                          "celtk's generator instead. Give the data, or pass synthetic = true (--synthetic) to run the "
                           "paper's sizes on generated data, which config.json, the CLI and the report then show.")

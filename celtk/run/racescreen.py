@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from celtk.run.screen import ScreenOutcome, null_control, screen_row
 from celtk.run.session import Session
 from celtk.runstore import bits, fingerprint_key, read_json, unbits, write_json
 from celtk.screening.racing import Mode, RaceResult, default_schedule, race, subset_prepared
+
+if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
 DELTA = 0.05  # the confidence mode's failure probability, recorded in screen.json
@@ -94,7 +98,7 @@ class ChunkScorer:
         if missing:
             screener = self.session.screener_on(subset_prepared(self.prepared, indices.tolist()))
 
-            def on_layer(layer: int, results) -> None:
+            def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
                 path = self.parts / f"chunk{chunk}-L{layer}.json"
                 stored = read_json(path)["heads"] if path.exists() else {}
                 stored.update({str(h): bits(r.correct) for h, r in results.items()})
@@ -112,10 +116,11 @@ class ChunkScorer:
         expected = self.intact[indices]
         if not np.array_equal(correct, expected):
             differ = int((correct != expected).sum())
-            raise RunStoreError(f"The intact model scores {differ} of chunk {chunk}'s {len(indices)} examples differently "
-                                "when they are batched as a chunk than in the screen's intact pass: the batch shape "
-                                "changed a verdict (device or dtype numerics), so heads would be raced against another "
-                                "baseline. Screen exhaustively (--screen exhaustive), or race in float32.")
+            raise RunStoreError(f"The intact model scores {differ} of chunk {chunk}'s {len(indices)} examples "
+                                "differently when they are batched as a chunk than in the screen's intact pass: the "
+                                "batch shape changed a verdict (device or dtype numerics), so heads would be raced "
+                                "against another baseline. "
+                                "Screen exhaustively (--screen exhaustive), or race in float32.")
 
     def _stored(self, chunk: int, indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
         known: dict[HeadSet, np.ndarray] = {}

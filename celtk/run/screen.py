@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from celtk.run.registry import SCREENS
 from celtk.run.session import Session
 from celtk.runstore import bits, check_fingerprint, locked, read_json, write_csv, write_json
 from celtk.search.scores import HeadScore
+
+if TYPE_CHECKING:
+    from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
 
@@ -54,7 +57,7 @@ def screen_row(heads: HeadSet, correct: np.ndarray, intact: np.ndarray, scored: 
     mask = np.ones(len(intact), dtype=bool) if scored is None else np.asarray(scored, dtype=bool)
     score = HeadScore.compare(heads, np.asarray(correct)[mask], np.asarray(intact)[mask])
     m = int(mask.sum())
-    text = "".join(("1" if c else "0") if s else UNSCORED for c, s in zip(correct, mask))
+    text = "".join(("1" if c else "0") if s else UNSCORED for c, s in zip(correct, mask, strict=True))
     return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / m, gain_count=score.gain,
                      damage=score.damage, fixes=score.fixes, correct=text, n_scored=m if m < len(intact) else None)
 
@@ -86,9 +89,9 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         started = time.time()
         session = Session.open(config, model)
         if shard is not None and shard[1] > session.model.n_total_heads:
-            raise ConfigError(f"Shard {shard[0]}/{shard[1]}: {config.model} has {session.model.n_total_heads} heads, so "
-                              f"at most {session.model.n_total_heads} shards each screen one; use N ≤ "
-                              f"{session.model.n_total_heads}.")
+            raise ConfigError(f"Shard {shard[0]}/{shard[1]}: {config.model} has {session.model.n_total_heads} heads, "
+                              f"so at most {session.model.n_total_heads} shards each screen one; "
+                              f"use N ≤ {session.model.n_total_heads}.")
         check_fingerprint(directory / "fingerprint.json", session.fingerprint())
         write_json(directory / "config.json", {**config.recorded(), "celtk_version": __version__})
         heads = all_heads(session.model.n_layers, session.model.n_heads)
@@ -122,7 +125,7 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
         progress("screen", finished, total)
     intact_holder: list = []
 
-    def on_layer(layer: int, results) -> None:
+    def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
         nonlocal finished
         results = {h: r for h, r in results.items() if len(h)}  # the null control is kept apart
         if not results:
@@ -163,15 +166,17 @@ def covered_rows(parts: Path, heads: list[Head], n_layers: int) -> list[ScreenRo
         repeated = sorted({name for name in names if names.count(name) > 1})
         missing = [name for name in wanted if Head.parse(name).layer == layer and name not in names]
         if stranger or repeated or missing:
-            what = "; ".join(text for text in (f"heads not in this screen: {', '.join(stranger[:5])}" if stranger else "",
-                                               f"repeated: {', '.join(repeated[:5])}" if repeated else "",
-                                               f"missing: {', '.join(missing[:5])}" if missing else "") if text)
+            what = "; ".join(text for text in (
+                f"heads not in this screen: {', '.join(stranger[:5])}" if stranger else "",
+                f"repeated: {', '.join(repeated[:5])}" if repeated else "",
+                f"missing: {', '.join(missing[:5])}" if missing else "") if text)
             raise RunStoreError(f"{path} does not hold layer {layer}'s heads of this screen exactly once ({what}). "
                                 "Delete it and rerun the screen: that layer is screened again.")
         rows.update({row.head: row for row in part})
     unscored = [name for name in wanted if name not in rows]
     if unscored:
-        raise RunStoreError(f"{parts} has no part for {', '.join(unscored[:5])}; rerun the screen, which scores what is missing.")
+        raise RunStoreError(f"{parts} has no part for {', '.join(unscored[:5])}; "
+                            "rerun the screen, which scores what is missing.")
     return [rows[name] for name in wanted]
 
 
@@ -184,32 +189,35 @@ def _write_generations(directory: Path, name: str, results: dict) -> None:
         write_json(directory / "generations" / f"{name}.json", texts)
 
 
-def _check_intact(directory: Path, intact) -> None:
+def _check_intact(directory: Path, intact: EvalResult) -> None:
     """The intact outcomes are recomputed on every resume; they must equal the stored ones."""
     path = directory / "intact.json"
-    current = {"correct": bits(intact.correct), "logprob": [None if e.logprob != e.logprob else e.logprob  # NaN: generated
-                                                            for e in intact.examples]}
+    current = {"correct": bits(intact.correct),
+               "logprob": [None if e.logprob != e.logprob else e.logprob  # NaN: generated
+                           for e in intact.examples]}
     if path.exists():
         if read_json(path)["correct"] != current["correct"]:
-            raise RunStoreError(f"{directory}: the intact model's outcomes differ from the stored ones, so the model or "
-                                "data changed under the same name. Use a new run directory.")
+            raise RunStoreError(f"{directory}: the intact model's outcomes differ from the stored ones, so the model "
+                                "or data changed under the same name. Use a new run directory.")
     else:
         write_json(path, current)
 
 
-def null_control(intact, null) -> dict:
+def null_control(intact: EvalResult, null: EvalResult) -> dict:
     """The null ablation (no head) scored through the ablated path against the intact pass:
     fixes = damage = 0 and log-probabilities equal up to float error when the two paths agree."""
     score = HeadScore.compare(HeadSet(), null.correct, intact.correct)
-    def values(logprob) -> list[float]:  # a float, per-choice floats, or None (generation-graded)
+    # a float, per-choice floats, or None (generation-graded)
+    def values(logprob: float | list[float] | None) -> list[float]:
         return [] if logprob is None else list(logprob) if isinstance(logprob, list) else [logprob]
 
-    diffs = [abs(x - y) for a, b in zip(intact.examples, null.examples)
-             for x, y in zip(values(a.logprob), values(b.logprob))]
+    diffs = [abs(x - y) for a, b in zip(intact.examples, null.examples, strict=True)
+             for x, y in zip(values(a.logprob), values(b.logprob), strict=True)]
     return {"fixes": score.fixes, "damage": score.damage, "max_abs_logprob_diff": float(max(diffs, default=0.0))}
 
 
-def _screen_document(session: Session, intact, rows: list[ScreenRow], shard) -> ScreenDocument:
+def _screen_document(session: Session, intact: EvalResult, rows: list[ScreenRow],
+                     shard: tuple[int, int] | None) -> ScreenDocument:
     discovery = session.splits.discovery
     return ScreenDocument(
         model=session.model.describe(), task=session.task.config(), n=len(intact.examples),
@@ -228,7 +236,8 @@ def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
 
 
 def layer_parts(parts: Path) -> dict[int, Path]:
-    """The screen's per-layer part files (``L{layer}.json``) by layer; any other file there is not celtk's and is ignored."""
+    """The screen's per-layer part files (``L{layer}.json``) by layer; any other file there is not
+    celtk's and is ignored."""
     found = (re.fullmatch(r"L(\d+)\.json", p.name) for p in parts.iterdir()) if parts.is_dir() else ()
     return {int(m.group(1)): parts / m.group(0) for m in found if m}
 
@@ -268,10 +277,10 @@ def _merge_shards(out: Path) -> ScreenDocument:
         raise RunStoreError(f"Cannot merge {out}: shard(s) {', '.join(f'{i}/{n}' for i in shown)}{more} missing.")
     docs = [ScreenDocument.load(out / f"shard-{i}-of-{n}") for i in range(n)]
     prints = [read_json(out / f"shard-{i}-of-{n}" / "fingerprint.json") for i in range(n)]
-    for i, (doc, fp) in enumerate(zip(docs, prints)):
+    for i, (doc, fp) in enumerate(zip(docs, prints, strict=True)):
         if fp != prints[0] or doc.intact_correct != docs[0].intact_correct:
-            raise RunStoreError(f"Shard {i}/{n} was screened with a different model, task, data or setting than shard 0/{n}; "
-                                "rerun it with the same command.")
+            raise RunStoreError(f"Shard {i}/{n} was screened with a different model, task, data or setting "
+                                f"than shard 0/{n}; rerun it with the same command.")
     rows, seen = [], set()
     for i, doc in enumerate(docs):
         for row in doc.heads:
@@ -281,7 +290,8 @@ def _merge_shards(out: Path) -> ScreenDocument:
             rows.append(row)
     expected = docs[0].n_layers * docs[0].n_heads
     if len(seen) != expected:
-        raise RunStoreError(f"Merged shards cover {len(seen)} of {expected} heads; some shard is incomplete — rerun it.")
+        raise RunStoreError(f"Merged shards cover {len(seen)} of {expected} heads; "
+                            "some shard is incomplete — rerun it.")
     rows.sort(key=lambda r: Head.parse(r.head))
     merged = replace(docs[0], shard=None, heads=rows)
     check_screen_complete(out, merged)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,8 +17,13 @@ from celtk.run.documents import ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
 from celtk.runstore import check_fingerprint, unbits
 from celtk.search.scores import HeadScore
-from celtk.tasks import Splits, Task, get_task, make_splits, shared_examples
+from celtk.tasks import Example, Splits, Task, get_task, make_splits, shared_examples
 from celtk.validation import check_fields
+
+if TYPE_CHECKING:
+    from celtk.evaluation.prompts import Prepared
+    from celtk.screening.cached import CachedScreener  # imports torch: not at run time
+    from celtk.screening.generation import GenerationScreener
 
 
 @dataclass
@@ -45,7 +50,7 @@ class Session:
             StopRule.for_task(model, task)
         return cls(config, model, task, splits)
 
-    def prepared(self, which: str):
+    def prepared(self, which: str) -> Prepared:
         """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluation.prompts.Prepared`): an
         example longer than the model's context is refused, and so is a plain pass over it (the least
         any stage does with it) that the device's free memory cannot hold."""
@@ -58,7 +63,7 @@ class Session:
             check_memory(self.model, prepared, self.config.batch_size, cached=False, what=f"Scoring the {which} set")
         return prepared
 
-    def screener(self, which: str):
+    def screener(self, which: str) -> CachedScreener | GenerationScreener:
         """A :class:`celtk.screening.cached.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
         :class:`celtk.screening.generation.GenerationScreener` for a generation-graded task."""
         return self.screener_on(self.prepared(which))
@@ -79,9 +84,9 @@ class Session:
 
         sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
-            sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared)))
-        screener = SCREENERS.get("cached")(self.model, prepared, share_prefix=self.config.share_prefix, ablation=ablation,
-                                           **sizes)
+            sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared), strict=True))
+        screener = SCREENERS.get("cached")(self.model, prepared, share_prefix=self.config.share_prefix,
+                                           ablation=ablation, **sizes)
         check_memory(self.model, prepared, screener.batch_size, screener.rows_per_pass,
                      share_prefix=self.config.share_prefix, what="The cached screener")
         return screener
@@ -99,13 +104,13 @@ class Session:
         self._ablation = cache
         if str(kind) not in cache:
             if kind.needs_reference and not self.splits.discovery:
-                raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session has "
-                                  "none; use zero or scale:α here.")
+                raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session "
+                                  "has none; use zero or scale:α here.")
             if self.task.kind == "generate":  # before the reference pass, not after it
                 refuse_resample_generation(kind)
             c = self.config
-            cache[str(kind)] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots, c.chat,
-                                            c.chat_date, seed=c.seed)
+            cache[str(kind)] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots,
+                                            c.chat, c.chat_date, seed=c.seed)
         return cache[str(kind)]
 
     def replay(self) -> str:
@@ -217,12 +222,12 @@ def open_run(out: Path, model: Model | None = None, **overrides: Any) -> Screene
     return ScreenedRun(out, doc, intact, scores, session)
 
 
-def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout) -> None:
+def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout: list[Example]) -> None:
     """Refuse a held-out set that shares an example (by content) with the discovery set."""
-    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids)), heldout)
+    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids, strict=True)), heldout)
     if count:
-        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made on: "
-                         f"{shown}. Held-out examples must take no part in selection.")
+        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made "
+                         f"on: {shown}. Held-out examples must take no part in selection.")
 
 
 def verify_intact(run: ScreenedRun) -> None:
@@ -235,7 +240,8 @@ def verify_intact(run: ScreenedRun) -> None:
     for name, result in (("intact model", intact), ("null ablation", scored[HeadSet()])):
         now = bits(result.correct)
         if now != stored:
-            differ = sum(a != b for a, b in zip(now, stored))
-            raise RunStoreError(f"{run.out}: the {name} now scores {differ} of {len(stored)} discovery examples differently "
-                                "from the intact result stored in screen.json, so the baseline changed (model, data, "
-                                "device or numerics). Rerun the screen in a new run directory on this setup.")
+            differ = sum(a != b for a, b in zip(now, stored, strict=True))
+            raise RunStoreError(f"{run.out}: the {name} now scores {differ} of {len(stored)} discovery examples "
+                                "differently from the intact result stored in screen.json, so the baseline changed "
+                                "(model, data, device or numerics). "
+                                "Rerun the screen in a new run directory on this setup.")

@@ -41,7 +41,8 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         first = rd.refuse_second_test(force)
         session = session_for(sel, model, **rd.heldout_overrides(heldout))
         if session.task.config() != sel.task:
-            raise RunStoreError(f"selection.json was made for task {sel.task['task']!r}, not {session.task.full_name!r}.")
+            raise RunStoreError(f"selection.json was made for task {sel.task['task']!r}, "
+                                f"not {session.task.full_name!r}.")
         check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
         if rd.has(ScreenDocument):
             check_selection_matches_screen(out, sel, rd.load(ScreenDocument))
@@ -82,7 +83,7 @@ def _document(sel: SelectionDocument, session: Session, intact: EvalResult, abla
         examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
                               intact_logprob=_finite(a.logprob), ablated_logprob=_finite(b.logprob),
                               intact_generation=a.extra.get("generation"), ablated_generation=b.extra.get("generation"))
-                  for a, b in zip(intact.examples, ablated.examples)],
+                  for a, b in zip(intact.examples, ablated.examples, strict=True)],
         discovery_gain=sel.discovery_gain, shrinkage=sel.discovery_gain - defined(cmp.gain, "gain"), look=seq)
 
 
@@ -91,7 +92,7 @@ def _records(rd: RunDirectory, seq: int, result: str) -> list[LookRecord]:
     return [replace(r, complete=True, result=result) if r.seq == seq else r for r in rd.look_records()]
 
 
-def _finite(logprob):
+def _finite(logprob: float | list[float] | None) -> float | list[float] | None:
     """A generation-graded example has no target log-probability (NaN); the document records ``None``."""
     return None if isinstance(logprob, float) and math.isnan(logprob) else logprob
 
@@ -101,16 +102,19 @@ def check_frozen(rd: RunDirectory, sel: SelectionDocument, session: Session) -> 
     manifest = session.splits.manifest()
     if manifest["discovery_hash"] != sel.discovery_hash:
         raise RunStoreError(f"The discovery set drawn now (hash {manifest['discovery_hash']}) differs from the one "
-                            f"selection.json was frozen on ({sel.discovery_hash}); the task data or split settings changed.")
+                            f"selection.json was frozen on ({sel.discovery_hash}); "
+                            "the task data or split settings changed.")
     if manifest["shot_ids"] != sel.shots:
-        raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest['shot_ids']) or 'none'}) differ from "
-                            f"those of selection.json ({', '.join(sel.shots) or 'none'}); test with the selection's settings.")
+        raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest['shot_ids']) or 'none'}) differ "
+                            f"from those of selection.json ({', '.join(sel.shots) or 'none'}); "
+                            "test with the selection's settings.")
     if rd.has(ScreenDocument):
         stored = rd.load(ScreenDocument).intact_correct
         intact, _ = session.screener("discovery").run([])  # the path that produced the stored baseline
         if bits(intact.correct) != stored:
-            raise RunStoreError(f"{rd.path}: the intact model now scores the discovery set differently from screen.json, so "
-                                "the baseline changed (model, data, device or numerics); test on the screen's setup.")
+            raise RunStoreError(f"{rd.path}: the intact model now scores the discovery set differently from "
+                                "screen.json, so the baseline changed (model, data, device or numerics); "
+                                "test on the screen's setup.")
 
 
 def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalResult, EvalResult]:
@@ -134,5 +138,6 @@ def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequenc
     size = session.config.batch_size if isinstance(session.config.batch_size, int) else auto_batch(model, prepared)[0]
     batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
-    return intact, [aggregate(prepared, *score_requests(model, prepared, batches, around=ablated(model, prepared, heads, a)))
+    return intact, [aggregate(prepared, *score_requests(model, prepared, batches,
+                                                        around=ablated(model, prepared, heads, a)))
                     for a in ablations]

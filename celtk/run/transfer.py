@@ -167,8 +167,9 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
     the run's seed. Tasks of the run's family read the run's data; others their own default."""
     c = base.config
     if c.ablation in ("mean", "resample") and (variant.task is not None or variant.model is not None):
-        raise ConfigError(f"This run ablates by {c.ablation}, whose values are measured on its discovery set with its model; "
-                          f"variant {variant.name!r} changes the {'task' if variant.task is not None else 'model'}. "
+        raise ConfigError(f"This run ablates by {c.ablation}, whose values are measured on its discovery set "
+                          f"with its model; variant {variant.name!r} changes the "
+                          f"{'task' if variant.task is not None else 'model'}. "
                           "Transfer such a run to other shots, zero-shot or the chat template only.")
     fewshot = c.fewshot if variant.fewshot is None else variant.fewshot
     shot_seed = c.seed if variant.shot_seed is None else variant.shot_seed
@@ -177,7 +178,8 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
         model = other_models.get(variant.model) or load_model(variant.model, device=c.device, dtype=c.dtype)
         if (model.n_layers, model.n_heads) != (base.model.n_layers, base.model.n_heads):
             raise ConfigError(f"Model {variant.model!r} has {model.n_layers} layers × {model.n_heads} heads, the run's "
-                              f"{base.model.n_layers} × {base.model.n_heads}; a selection transfers only to a model of the same shape.")
+                              f"{base.model.n_layers} × {base.model.n_heads}; "
+                              "a selection transfers only to a model of the same shape.")
     data, discovery = c.data, []
     if variant.task is None:  # the run's task: its discovery set stays the reference of mean/resample ablation
         task, held, source, discovery = base.task, base.splits.heldout, base.splits.source, base.splits.discovery
@@ -206,20 +208,22 @@ def data_source(session: Session) -> str:
     return session.config.data or session.splits.source
 
 
-def _rows(comparisons, n_boot: int, seed: int) -> list[TransferRow]:
+def _rows(comparisons: list[tuple[Variant, Session, np.ndarray, np.ndarray]], n_boot: int,
+          seed: int) -> list[TransferRow]:
     """One row per variant; Holm across the rows whose McNemar p is defined."""
     stats = [compare_paired(a, b, n_boot=n_boot, seed=seed) for _, _, a, b in comparisons]
     defined = [i for i, s in enumerate(stats) if s.mcnemar_p is not None]
-    adjusted = dict(zip(defined, holm([stats[i].mcnemar_p for i in defined]))) if defined else {}
+    adjusted = dict(zip(defined, holm([stats[i].mcnemar_p for i in defined]), strict=True)) if defined else {}
     rows = []
-    for i, ((variant, session, intact, ablated), s) in enumerate(zip(comparisons, stats)):
+    for i, ((variant, session, intact, ablated), s) in enumerate(zip(comparisons, stats, strict=True)):
         c = session.config
         rows.append(TransferRow(
             variant=variant.name, kind=variant.kind, task=session.task.full_name, model=session.model.name,
             fewshot=c.fewshot, shot_seed=c.seed if variant.shot_seed is None else variant.shot_seed, chat=c.chat,
             n=s.n, intact_accuracy=s.intact_accuracy, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
             gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage, mcnemar_p=s.mcnemar_p,
-            holm_p=float(adjusted[i]) if i in adjusted else None, heldout_hash=session.splits.manifest()["heldout_hash"],
+            holm_p=float(adjusted[i]) if i in adjusted else None,
+            heldout_hash=session.splits.manifest()["heldout_hash"],
             data=data_source(session), from_test=variant.kind == "original",
             intact_correct=bits(intact), ablated_correct=bits(ablated),
             undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"}))
@@ -285,7 +289,8 @@ def lm_loss(model: Model, heads: HeadSet, text: str, *, source: str = "text", wi
                           "for a resample run.")
     intact, counts = window_nll(model, text, window)
     if not len(counts):
-        raise ConfigError(f"The plain text {source} has fewer than two tokens; give a longer text for the language-modelling loss.")
+        raise ConfigError(f"The plain text {source} has fewer than two tokens; "
+                          "give a longer text for the language-modelling loss.")
     with ablate(model, heads, kind):
         ablated, _ = window_nll(model, text, window)
     rng = np.random.default_rng(seed)

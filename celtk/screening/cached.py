@@ -142,7 +142,8 @@ def _layer_output(out: Any) -> Tensor:
 
 
 def capture_forward(model: Model, **inputs: Any
-                     ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[dict[str, Any]], Float[Tensor, "batch pos d_model"]]:
+                     ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[dict[str, Any]],
+                                Float[Tensor, "batch pos d_model"]]:
     """Run the decoder once; return each layer's input and keyword arguments, and the final-normed hidden."""
     layers = decoder_layers(model)
     resid: list[Any] = [None] * len(layers)
@@ -200,7 +201,8 @@ def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Bo
 
 
 def with_masks(model: Model, masks: dict[int, Tensor | RowSpec]) -> ExitStack:
-    """Hooks zeroing (a :class:`RowSpec`: replacing), per layer, the heads each row's mask marks (entered as one context)."""
+    """Hooks zeroing (a :class:`RowSpec`: replacing), per layer, the heads each row's mask marks
+    (entered as one context)."""
     stack = ExitStack()
     for layer, mask in masks.items():
         stack.enter_context(ablate_rows(model, layer, mask))
@@ -231,7 +233,8 @@ def auto_batch(model: Model, prepared: Prepared, *, free_bytes: int | None = Non
     seq = max(len(r.context) + len(r.continuation) for r in prepared.requests) if prepared.requests else 1
     d_ff = model.arch.d_mlp
     resident = len(prepared.requests) * seq * model.d_model * width * 2
-    per_row = seq * (model.d_model * 8 + 3 * d_ff + 2 * model.n_heads * seq + 2 * model.n_heads * model.d_head * 2) * width
+    per_row = seq * (model.d_model * 8 + 3 * d_ff + 2 * model.n_heads * seq
+                     + 2 * model.n_heads * model.d_head * 2) * width
     budget = fraction * free - resident
     rows = int(max(1, min(cap, budget // max(per_row, 1))))
     return max(1, min(rows, 32)), rows
@@ -319,8 +322,9 @@ class CachedScreener:
                               f"{', '.join(FUSED_LAYERS)}); use replay='bridge' or 'auto'.")
         if fused is not None and has_hooks(self.model):
             if self.requested == "fused":
-                raise ConfigError("The model carries hooks of its own (an ablate() or a probe around this screen), which "
-                                  "the fused replay would bypass; remove them, or screen with replay='bridge' or 'auto'.")
+                raise ConfigError("The model carries hooks of its own (an ablate() or a probe around this screen), "
+                                  "which the fused replay would bypass; "
+                                  "remove them, or screen with replay='bridge' or 'auto'.")
             fused = None
         self.fused: list[FusedLayer] | None = fused
         self.replay = "bridge" if fused is None else "fused"
@@ -358,7 +362,8 @@ class CachedScreener:
         if not self.prefix_len:
             return None
         ids = torch.tensor([self.prepared.requests[0].context[: self.prefix_len]])
-        resid, kwargs, _ = capture_forward(self.model, input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        resid, kwargs, _ = capture_forward(self.model, input_ids=ids, attention_mask=torch.ones_like(ids),
+                                           use_cache=False)
         record, hidden = _RecordKV(), resid[0]
         for index in range(len(resid)):  # once more through our own loop, to record the intact keys/values
             hidden = self._layer(index, hidden, kwargs[index], 1, 1, record)
@@ -383,7 +388,8 @@ class CachedScreener:
             else:
                 cache = DynamicCache()
                 for index in sorted(prefix.keys):
-                    cache.update(prefix.keys[index].expand(rows, -1, -1, -1), prefix.values[index].expand(rows, -1, -1, -1), index)
+                    cache.update(prefix.keys[index].expand(rows, -1, -1, -1),
+                                 prefix.values[index].expand(rows, -1, -1, -1), index)
                 mask = torch.cat([torch.ones(rows, prefix.length, dtype=torch.long), batch.attention_mask], dim=1)
                 inputs = dict(input_ids=batch.input_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
             resid, kwargs, final = capture_forward(self.model, **inputs)
@@ -399,8 +405,8 @@ class CachedScreener:
             states.append(_BatchState(batch, resid[0], kwargs))
         return states, aggregate(self.prepared, lp, greedy)
 
-    def _replay_intact(self, prefix: _Prefix | None, resid: Float[Tensor, "batch pos d_model"], kwargs: list[dict[str, Any]]
-                       ) -> Float[Tensor, "batch pos d_model"]:
+    def _replay_intact(self, prefix: _Prefix | None, resid: Float[Tensor, "batch pos d_model"],
+                       kwargs: list[dict[str, Any]]) -> Float[Tensor, "batch pos d_model"]:
         cache = None if prefix is None else _PrefixKV(prefix.keys, prefix.values)
         for index in range(len(kwargs)):
             resid = self._layer(index, resid, kwargs[index], resid.shape[0], 1, cache)
@@ -445,7 +451,8 @@ class CachedScreener:
 
         def step(group: _Group, hidden: Tensor, index: int) -> Tensor:
             record = _RecordKV()
-            out = self._layer(index, hidden, prefix.layer_kwargs[index], 1, len(group.nodes), record, group.masks.get(index))
+            out = self._layer(index, hidden, prefix.layer_kwargs[index], 1, len(group.nodes), record,
+                              group.masks.get(index))
             kv.keys[group.key, index], kv.values[group.key, index] = record.keys[index], record.values[index]
             return out
 
@@ -464,7 +471,8 @@ class CachedScreener:
         def step(group: _Group, hidden: Tensor, index: int) -> Tensor:
             cache = None
             if prefix_kv is not None:  # row b·g + j attends to node j's prefix
-                cache = _PrefixKV({index: prefix_kv.keys[group.key, index]}, {index: prefix_kv.values[group.key, index]})
+                cache = _PrefixKV({index: prefix_kv.keys[group.key, index]},
+                                  {index: prefix_kv.values[group.key, index]})
             return self._layer(index, hidden, state.layer_kwargs[index], rows, len(group.nodes), cache,
                                group.masks.get(index))
 
@@ -514,8 +522,8 @@ class CachedScreener:
                         stay.append(heir)
             for start in range(0, len(kids), per):
                 chunk = kids[start:start + per]
-                self._walk(self._group([kid for _, kid in chunk], group.rows, group.specs), _rows_of(hidden, group, [j for j, _ in chunk]),
-                           layer, step, finish)
+                self._walk(self._group([kid for _, kid in chunk], group.rows, group.specs),
+                           _rows_of(hidden, group, [j for j, _ in chunk]), layer, step, finish)
             if not stay:
                 return
             if [node for _, node in stay] != group.nodes:
@@ -536,7 +544,8 @@ class _Group:
 
 @dataclass
 class _TreeKV:
-    """The shared prefix's keys/values of each group of the tree at each layer it runs, ``[g, kv_head, prefix, d_head]``."""
+    """The shared prefix's keys/values of each group of the tree at each layer it runs,
+    ``[g, kv_head, prefix, d_head]``."""
 
     keys: dict[tuple[tuple[int, ...], int], Tensor] = field(default_factory=dict)
     values: dict[tuple[tuple[int, ...], int], Tensor] = field(default_factory=dict)

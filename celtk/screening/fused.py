@@ -72,7 +72,8 @@ class FusedLayer:
 
     def __call__(self, hidden: Float[Tensor, "rows pos d_model"], attention_mask: Tensor | None,
                  position_embeddings: tuple[Tensor, Tensor] | None, cache: Any = None,
-                 head_mask: Bool[Tensor, "rows head_index"] | RowSpec | None = None) -> Float[Tensor, "rows pos d_model"]:
+                 head_mask: Bool[Tensor, "rows head_index"] | RowSpec | None = None
+                 ) -> Float[Tensor, "rows pos d_model"]:
         """The layer's output on ``hidden`` with the heads ``head_mask`` marks zeroed in each row (a
         :class:`celtk.ablation_kinds.RowSpec`: replaced as its kind says, as the bridge's hook_z hook would).
 
@@ -119,7 +120,8 @@ def grouped_attention(q: Float[Tensor, "rows head_index pos d_head"], k: Float[T
         raise ValueError(f"grouped_attention takes a 4-D attention mask [rows, 1 or head_index, pos, keys], "
                          f"got shape {tuple(mask.shape)}")
     if mask.dtype == torch.bool:
-        mask = torch.zeros((), dtype=scores.dtype, device=scores.device).masked_fill(~mask, torch.finfo(scores.dtype).min)
+        mask = (torch.zeros((), dtype=scores.dtype, device=scores.device)
+                .masked_fill(~mask, torch.finfo(scores.dtype).min))
     mask = mask[..., -pos:, :keys].to(scores.dtype)  # [rows or 1, 1 or head_index, pos, keys]
     mask = mask[:, :, None] if mask.shape[1] == 1 else mask.unflatten(1, (kv_heads, group))
     scores = (scores.view(rows, kv_heads, group, pos, keys) + mask).view(rows, kv_heads, group * pos, keys)
@@ -165,8 +167,10 @@ def fused_layers(model: Any) -> list[FusedLayer] | None:
         modules |= {n: _hf(getattr(layer, n)) for n in ("input_layernorm", "post_attention_layernorm")}
         if getattr(attn, "q_norm", None) is not None:
             modules |= {"q_norm": _hf(attn.q_norm), "k_norm": _hf(attn.k_norm)}
-        if not all(isinstance(modules[n], torch.nn.Linear) for n in (*_ATTN_MODULES, "gate_proj", "up_proj", "down_proj")):
+        if not all(isinstance(modules[n], torch.nn.Linear)
+                   for n in (*_ATTN_MODULES, "gate_proj", "up_proj", "down_proj")):
             return None
         layers.append(FusedLayer(index, modules, model.n_heads, model.n_kv_heads, model.d_head,
-                                 float(getattr(attn, "scaling", model.d_head ** -0.5)), bool(getattr(attn, "use_rope", True))))
+                                 float(getattr(attn, "scaling", model.d_head ** -0.5)),
+                                 bool(getattr(attn, "use_rope", True))))
     return layers

@@ -83,7 +83,8 @@ def prefix_tree(sets: Iterable[HeadSet], n_layers: int) -> Node:
 
 def _finish(node: Node, n_layers: int) -> None:
     """Order ``node``'s children by layer and heads, and set ``end`` bottom-up."""
-    node.children = {layer: sorted(node.children[layer], key=lambda n: n.heads.sort_key()) for layer in sorted(node.children)}
+    node.children = {layer: sorted(node.children[layer], key=lambda n: n.heads.sort_key())
+                     for layer in sorted(node.children)}
     for kids in node.children.values():
         for kid in kids:
             _finish(kid, n_layers)

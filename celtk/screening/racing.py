@@ -136,7 +136,8 @@ class RaceResult:
         return mask
 
 
-def exhaustive_pool(outcomes: Mapping[HeadSet, Bool[np.ndarray, " n"]], intact: Bool[np.ndarray, " n"], p: int) -> list[HeadSet]:
+def exhaustive_pool(outcomes: Mapping[HeadSet, Bool[np.ndarray, " n"]], intact: Bool[np.ndarray, " n"],
+                    p: int) -> list[HeadSet]:
     """The top ``p`` heads by the ranking key on complete outcomes (each head's correctness, as ``intact``'s)."""
     intact = np.asarray(intact, dtype=bool)
     total = int(intact.sum())
@@ -164,7 +165,8 @@ class _Race:
     scored: Int[np.ndarray, " head"]
     racing: Bool[np.ndarray, " head"]
 
-    def key_bounds(self, low: Int[np.ndarray, " head"], high: Int[np.ndarray, " head"]) -> tuple[list[tuple], list[tuple]]:
+    def key_bounds(self, low: Int[np.ndarray, " head"], high: Int[np.ndarray, " head"]
+                   ) -> tuple[list[tuple], list[tuple]]:
         """Best and worst final keys of every head, given bounds on its final number right."""
         n = len(self.intact)
         wrong_intact_right = np.cumsum(self.intact[None, :] & ~self.outcomes, axis=1)
@@ -189,7 +191,7 @@ class _Race:
         return np.array([bisect_left(ordered, b) for b in best])
 
 
-def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shaped[np.ndarray, "..."], p: int,
+def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shaped[np.ndarray, " ..."], p: int,
          mode: Mode = "exact", schedule: Sequence[int] | None = None, *, delta: float = 0.05,
          order: Sequence[int] | Int[np.ndarray, " n"] | None = None, seed: int = 0) -> RaceResult:
     """Score ``heads`` chunk by chunk on ``n`` examples, dropping those that cannot enter the
@@ -229,11 +231,11 @@ def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shap
         outcomes[h][order] = state.outcomes[i]
     survivors = {h: outcomes[h] for i, h in enumerate(heads) if state.racing[i]}
     return RaceResult(mode, p, heads, exhaustive_pool(survivors, intact, p), outcomes,
-                      {h: int(m) for h, m in zip(heads, state.scored)}, order, schedule, racing_after,
+                      {h: int(m) for h, m in zip(heads, state.scored, strict=True)}, order, schedule, racing_after,
                       uncertified, delta if mode == "confidence" else None)
 
 
-def _check(heads: Sequence[HeadSet], n: int, intact: Shaped[np.ndarray, "..."], p: int, mode: Mode,
+def _check(heads: Sequence[HeadSet], n: int, intact: Shaped[np.ndarray, " ..."], p: int, mode: Mode,
            schedule: Sequence[int] | None, delta: float) -> tuple[list[HeadSet], Bool[np.ndarray, " n"], list[int]]:
     heads = list(heads)
     if any(not isinstance(h, HeadSet) or len(h) == 0 for h in heads):
@@ -314,7 +316,8 @@ def cached_scorer(model: Any, prepared: Any, *, batch_size: int = 16, rows_per_p
     few-shot prefix, the prefix once per head)."""
     from celtk.screening.cached import CachedScreener
 
-    def score_chunk(heads: list[HeadSet], indices: Int[np.ndarray, " chunk"]) -> dict[HeadSet, Bool[np.ndarray, " chunk"]]:
+    def score_chunk(heads: list[HeadSet], indices: Int[np.ndarray, " chunk"]
+                    ) -> dict[HeadSet, Bool[np.ndarray, " chunk"]]:
         screener = CachedScreener(model, subset_prepared(prepared, indices.tolist()), batch_size=batch_size,
                                   rows_per_pass=rows_per_pass, ablation=ablation)
         _, results = screener.run(heads)

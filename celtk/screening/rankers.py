@@ -73,7 +73,8 @@ def gradient_ranker(inputs: RankerInput, **_: object) -> RankerResult:
     if inputs.ablation != "zero":
         raise ConfigError(f"The gradient screener predicts zeroing (a head's gate moved from 1 to 0), and this run "
                           f"screened under {inputs.ablation} ablation, so the two would rank different "
-                          "interventions. Compare it on a zero run, or use --method lasso (scored under the run's kind).")
+                          "interventions. Compare it on a zero run, "
+                          "or use --method lasso (scored under the run's kind).")
     return gradient_scores(inputs.model, inputs.discovery(), batch_size=inputs.batch_size)
 
 
@@ -123,12 +124,14 @@ def gate_loss(model: Model, prepared: Prepared, gates: Float[Tensor, "layer head
               ) -> Float[Tensor, ""]:
     """The mean task loss with each head's ``hook_z`` output multiplied by ``gates[layer, head]``."""
     def gate_hook(layer: int) -> Callable[..., Float[Tensor, "batch pos head_index d_head"]]:
-        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any) -> Float[Tensor, "batch pos head_index d_head"]:
+        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+                 ) -> Float[Tensor, "batch pos head_index d_head"]:
             return z * gates[layer].to(z.dtype)[None, None, :, None]
         return hook
 
     with hook_z_hooks(model, {layer: gate_hook(layer) for layer in range(model.n_layers)}):
-        lp = task_loss_terms(model, prepared, lambda b: decoder_hidden(model, b.input_ids, b.attention_mask), batch_size)
+        lp = task_loss_terms(model, prepared, lambda b: decoder_hidden(model, b.input_ids, b.attention_mask),
+                             batch_size)
     return _example_loss(prepared, lp)
 
 
@@ -207,14 +210,15 @@ def random_masks(heads: Sequence[Head], n_masks: int, rate: float, seed: int) ->
     attempts = 0
     while len(masks) < n_masks and attempts < 100 * n_masks:
         attempts += 1
-        chosen = [h for h, keep in zip(heads, rng.random(len(heads)) < rate) if keep]
+        chosen = [h for h, keep in zip(heads, rng.random(len(heads)) < rate, strict=True) if keep]
         if chosen:
             masks.setdefault(HeadSet(tuple(chosen)), None)
     return list(masks)
 
 
-def lasso_scores(evaluate: Callable[[list[HeadSet]], Mapping[HeadSet, Bool[np.ndarray, " example"]]], heads: Sequence[Head],
-                 n_masks: int = 200, rate: float = 0.05, seed: int = 0, n_folds: int = 5) -> RankerResult:
+def lasso_scores(evaluate: Callable[[list[HeadSet]], Mapping[HeadSet, Bool[np.ndarray, " example"]]],
+                 heads: Sequence[Head], n_masks: int = 200, rate: float = 0.05, seed: int = 0,
+                 n_folds: int = 5) -> RankerResult:
     """Score ``n_masks`` random knockouts with ``evaluate`` (per-example correctness), regress accuracy
     on the masks; the coefficients (accuracy change per removed head) are the scores."""
     start = time.perf_counter()
@@ -259,5 +263,5 @@ def compare_rankings(exhaustive: Sequence[HeadScore], result: RankerResult, p: i
     }
 
 
-__all__ = ["Ranker", "RankerInput", "RankerResult", "compare_rankings", "gate_loss", "gradient_ranker", "gradient_scores",
-           "lasso_cv", "lasso_fit", "lasso_ranker", "lasso_scores", "random_masks"]
+__all__ = ["Ranker", "RankerInput", "RankerResult", "compare_rankings", "gate_loss", "gradient_ranker",
+           "gradient_scores", "lasso_cv", "lasso_fit", "lasso_ranker", "lasso_scores", "random_masks"]

@@ -202,7 +202,8 @@ def deletion(c: Float[np.ndarray, "seed head_index feature"], setting: Setting) 
 
 def _independence_p(win: Int[np.ndarray, "seed feature"], a: int, b: int, n_heads: int) -> float:
     """χ² contingency p of feature a's winner against feature b's, over heads that won either at least once."""
-    table = np.array([[int(((win[:, a] == i) & (win[:, b] == j)).sum()) for j in range(n_heads)] for i in range(n_heads)])
+    table = np.array([[int(((win[:, a] == i) & (win[:, b] == j)).sum()) for j in range(n_heads)]
+                      for i in range(n_heads)])
     table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
     return float(stats.chi2_contingency(table).pvalue) if min(table.shape) > 1 else 1.0
 
@@ -268,10 +269,12 @@ def deletion_trajectory(snapshots: dict[int, Float[np.ndarray, "seed head_index 
         c = snapshots[step][converged]
         win, _ = winners(c)
         check = deletion(c, setting)
-        rows.append(TrajectoryRow(step=step, n_on_e=check.n_on_e, t2=check.t2, delta_a_predicted=check.delta_a_predicted,
+        rows.append(TrajectoryRow(step=step, n_on_e=check.n_on_e, t2=check.t2,
+                                  delta_a_predicted=check.delta_a_predicted,
                                   delta_b_predicted=check.delta_b_predicted, delta_a_mean=check.delta_a_mean,
                                   delta_b_mean=check.delta_b_mean, passes=check.passes, reason=check.reason,
-                                  winners_final_fraction=float((win == final_win).all(axis=1).mean()) if len(c) else None,
+                                  winners_final_fraction=float((win == final_win).all(axis=1).mean())
+                                  if len(c) else None,
                                   w_error_mean=float(np.abs(c.sum(axis=-2) - setting.optimum).max(axis=-1).mean())
                                   if len(c) else None))
     settled = None

@@ -56,7 +56,8 @@ class SettingReport(Record):
 
 def _deletion_summary(d: Deletion, t2: float) -> DeletionSummary:
     n = len(d.delta_a)
-    predicted = DeletionSummary(n=n, t2=t2, delta_a_predicted=-t2, delta_b_predicted=3 * t2, delta_joint_predicted=t2 / 2)
+    predicted = DeletionSummary(n=n, t2=t2, delta_a_predicted=-t2, delta_b_predicted=3 * t2,
+                                delta_joint_predicted=t2 / 2)
     if n == 0:  # no seed on E: every mean is undefined
         return replace(predicted, undefined="no seed on event E")
     return replace(predicted, before_a_mean=float(d.before_a.mean()), before_b_mean=float(d.before_b.mean()),
@@ -113,7 +114,8 @@ class AlphaSweep(Record):
     growth_slope: float  # log-log slope of growth_median against α: 0 = an α-independent factor
     growth_slope_ci: list[float]
     # per alpha, each seed's median loser |c|: kept in memory, not written to theory.json
-    loser_samples: list[list[float]] = field(repr=False, compare=False, default_factory=list, metadata={"stored": False})
+    loser_samples: list[list[float]] = field(repr=False, compare=False, default_factory=list,
+                                             metadata={"stored": False})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,13 +137,13 @@ def _loser_mask(c: Float[np.ndarray, "seed head_index feature"], win: Int[np.nda
     return mask
 
 
-def _per_seed_median(values: Float[np.ndarray, "seed head_index feature"], mask: Bool[np.ndarray, "seed head_index feature"]
-                     ) -> Float[np.ndarray, " seed"]:
+def _per_seed_median(values: Float[np.ndarray, "seed head_index feature"],
+                     mask: Bool[np.ndarray, "seed head_index feature"]) -> Float[np.ndarray, " seed"]:
     return np.nanmedian(np.where(mask, values, np.nan), axis=(1, 2))
 
 
-def _slope_with_ci(x: Float[np.ndarray, " alpha"], per_seed: list[Float[np.ndarray, " _seed"]], rng: np.random.Generator,
-                   n_boot: int) -> tuple[float, list[float]]:
+def _slope_with_ci(x: Float[np.ndarray, " alpha"], per_seed: list[Float[np.ndarray, " _seed"]],
+                   rng: np.random.Generator, n_boot: int) -> tuple[float, list[float]]:
     """Least-squares slope of log(median per α) on x, and a percentile CI resampling seeds (each α's
     seeds are its converged ones, so their number differs between α)."""
     slope = float(np.polyfit(x, np.log([np.median(s) for s in per_seed]), 1)[0])
@@ -183,8 +185,8 @@ def alpha_sweep(setting: Setting, alphas: list[float], lr: float, n_seeds: int, 
     growth_slope, growth_ci = _slope_with_ci(x, growth, rng, n_boot)
     init_slope = float(np.polyfit(x, np.log([np.median(s) for s in initial]), 1)[0])
     return AlphaSweep(list(alphas), lr, n_seeds, [float(np.median(s)) for s in per_seed], slope, slope_ci, res_a, res_b,
-                      unclear, conv, init_slope, [float(np.median(g)) for g in growth], quartiles, growth_slope, growth_ci,
-                      [list(map(float, s)) for s in per_seed])
+                      unclear, conv, init_slope, [float(np.median(g)) for g in growth], quartiles, growth_slope,
+                      growth_ci, [list(map(float, s)) for s in per_seed])
 
 
 def max_stable_lr(setting: Setting, alpha: float, lrs: list[float], n_seeds: int = 200, seed: int = 0,

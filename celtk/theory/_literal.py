@@ -33,7 +33,8 @@ def literal_risks(theta: Float[Tensor, "4 head_index feature"], s: Setting
     eye = torch.eye(n_feat, dtype=theta.dtype)
     memory = torch.cat([eye, -eye])  # 2F memory tokens: +e_j then -e_j
     feature_of = torch.cat([torch.arange(n_feat), torch.arange(n_feat)])
-    mask = torch.where(feature_of[None, :] == torch.arange(n_feat)[:, None], 0.0, float("-inf")).to(theta.dtype)  # [F, 2F]
+    mask = torch.where(feature_of[None, :] == torch.arange(n_feat)[:, None], 0.0,
+                       float("-inf")).to(theta.dtype)  # [F, 2F]
     per_task = []  # R_A, R_B: the order of Setting.tasks()
     for inputs, target in s.tasks().values():
         active = [j for j in range(n_feat) if inputs[j]]

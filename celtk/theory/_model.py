@@ -48,7 +48,8 @@ N_FEATURES = 3
 PARAMS = ("q", "k", "v", "o")
 
 
-def coefficients(theta: Float[np.ndarray, "*seed 4 head_index feature"]) -> Float[np.ndarray, "*seed head_index feature"]:
+def coefficients(theta: Float[np.ndarray, "*seed 4 head_index feature"]
+                 ) -> Float[np.ndarray, "*seed head_index feature"]:
     """The effective coefficients ``c = o · v · tanh(q · k)`` of ``theta``'s (q, k, v, o)."""
     q, k, v, o = (theta[..., i, :, :] for i in range(4))
     return o * v * np.tanh(q * k)
@@ -73,7 +74,8 @@ def grad_joint(theta: Float[np.ndarray, "*seed 4 head_index feature"], s: Settin
     q, k, v, o = (theta[..., i, :, :] for i in range(4))
     th = np.tanh(q * k)
     w = (o * v * th).sum(axis=-2)  # [*seed, feature]
-    dw = np.stack([(2 * w[..., 0] + 2 * (w[..., 0] - s.a)) / 4, 2 * (w[..., 1] - s.b) / 4, 2 * (w[..., 2] - s.c) / 4], axis=-1)
+    dw = np.stack([(2 * w[..., 0] + 2 * (w[..., 0] - s.a)) / 4, 2 * (w[..., 1] - s.b) / 4,
+                   2 * (w[..., 2] - s.c) / 4], axis=-1)
     dw = dw[..., None, :]  # broadcast over heads
     sech2 = 1 - th ** 2
     return np.stack([dw * o * v * sech2 * k, dw * o * v * sech2 * q, dw * o * th, dw * v * th], axis=-3)

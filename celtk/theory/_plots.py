@@ -19,7 +19,8 @@ def _figure(size=(9, 3.2)):
 
 
 def trajectories(frames: Float[np.ndarray, "frame kept_seed head_index feature"], every: int, path: Path) -> Path:
-    """Per-head coefficient of seed 0 over training (``frames`` recorded every ``every`` steps), one panel per feature."""
+    """Per-head coefficient of seed 0 over training (``frames`` recorded every ``every`` steps),
+    one panel per feature."""
     fig = _figure()
     axes = fig.subplots(1, 3, sharey=False)
     steps = np.arange(frames.shape[0]) * every

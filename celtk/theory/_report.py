@@ -150,6 +150,6 @@ def run_theory(config: TheoryConfig = TheoryConfig(), out: Path | None = None) -
     return TheoryDocument(
         config=config, settings=settings, pr_e=first.main.pr_e, deletion=first.main.deletion,
         loser_slope=LoserSlope(slope=sweep.slope, ci=sweep.slope_ci, predicted=4.0, initial_slope=sweep.init_slope),
-        loser_growth=LoserGrowth(alphas=sweep.alphas, median_ratio=sweep.growth_median, quartiles=sweep.growth_quartiles,
-                                 slope=sweep.growth_slope, ci=sweep.growth_slope_ci),
+        loser_growth=LoserGrowth(alphas=sweep.alphas, median_ratio=sweep.growth_median,
+                                 quartiles=sweep.growth_quartiles, slope=sweep.growth_slope, ci=sweep.growth_slope_ci),
         null_controls=first.verdicts, deletion_settled_step=first.deletion_trajectory.settled_step)

@@ -36,8 +36,9 @@ def init(n_seeds: int, setting: Setting, alpha: float, seed: int = 0) -> Float[n
     return alpha * rng.standard_normal((n_seeds, 4, setting.n_heads, 3))
 
 
-def train(theta0: Float[np.ndarray, "seed 4 head_index feature"], setting: Setting, lr: float, max_steps: int = 200_000, tol: float = 1e-9,
-          record_every: int = 0, record_seeds: int = 4, checkpoints: tuple[int, ...] = ()) -> TrainResult:
+def train(theta0: Float[np.ndarray, "seed 4 head_index feature"], setting: Setting, lr: float, max_steps: int = 200_000,
+          tol: float = 1e-9, record_every: int = 0, record_seeds: int = 4, checkpoints: tuple[int, ...] = ()
+          ) -> TrainResult:
     """Gradient descent until every seed has converged (‖w − w*‖∞ < tol·10³ and ‖∇‖∞ < tol)
     or diverged (non-finite or |θ| > 1e6), or ``max_steps``.
 
@@ -61,7 +62,8 @@ def _descend(theta: Float[np.ndarray, "seed 4 head_index feature"], setting: Set
              tol: float, record_every: int, record_seeds: int, active: Bool[np.ndarray, " seed"],
              converged: Bool[np.ndarray, " seed"], diverged: Bool[np.ndarray, " seed"], steps: Int[np.ndarray, " seed"],
              frames: list[Float[np.ndarray, "kept_seed head_index feature"]],
-             snapshots: dict[int, Float[np.ndarray, "seed head_index feature"]] | None, checkpoints: set[int]) -> TrainResult:
+             snapshots: dict[int, Float[np.ndarray, "seed head_index feature"]] | None,
+             checkpoints: set[int]) -> TrainResult:
     for step in range(max_steps):
         if record_every and step % record_every == 0:
             frames.append(coefficients(theta[:record_seeds]))
@@ -126,7 +128,8 @@ class Deletion:
         return (self.delta_a + self.delta_b) / 4
 
 
-def delete_head(c: Float[np.ndarray, "seed head_index feature"], head: Int[np.ndarray, " seed"], setting: Setting) -> Deletion:
+def delete_head(c: Float[np.ndarray, "seed head_index feature"], head: Int[np.ndarray, " seed"],
+                setting: Setting) -> Deletion:
     """Remove head ``head[s]`` from seed s (nothing else changes) and measure both risks."""
     w = c.sum(axis=-2)
     removed = c[np.arange(len(c)), head]
