@@ -11,6 +11,7 @@ ablation depends on each example's reference and has no checkpoint form.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -213,8 +214,6 @@ def _with_output_bias(model: Model, state: dict[str, Tensor], layers: list[int])
     """The HF config and state to export a mean ablation from: unchanged when the output projections of
     ``layers`` have a bias; else, where the config has ``attention_bias``, that setting turned on, every
     bias it adds zero (the same function), so that the fold has a bias to go into. Returns whether it added them."""
-    import copy
-
     from transformers import AutoModelForCausalLM
 
     config = model.hf_model.config

@@ -27,6 +27,7 @@ from celtk.ablation import ablate
 from celtk.ablation_kinds import Ablation
 from celtk.errors import TaskError
 from celtk.evaluation import evaluate
+from celtk.evaluation.prompts import encode_pair
 from celtk.evaluation.results import EvalConfig
 from celtk.heads import Head, HeadSet, all_heads, as_head_set
 from celtk.models import Model
@@ -165,8 +166,6 @@ def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads
     splits context and continuation): the head's output through the final norm (its scale frozen)
     and the unembedding. ``target`` may also be a token id (then the prompt's next token).
     Returns ``{head: contribution}`` for ``heads`` (``None``: every head), largest first."""
-    from celtk.evaluation.prompts import encode_pair
-
     if isinstance(target, int):
         ids, target_id = _encode(model, prompt)[0].tolist(), target
     else:

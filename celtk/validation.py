@@ -21,12 +21,14 @@ import ast
 import builtins
 import collections.abc as abc
 import functools
+import importlib
 import inspect
 import math
 import numbers
 import os
 import pathlib
 import reprlib
+import sys
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
@@ -157,8 +159,6 @@ def _resolve(head: str, namespace: Mapping[str, Any]) -> Any:
     first, *rest = head.split(".")
     obj = namespace.get(first, _ANY)
     if obj is _ANY and not rest and first in _KNOWN:
-        import importlib
-
         obj = getattr(importlib.import_module(_KNOWN[first]), first)
     for attr in rest:
         obj = getattr(obj, attr, _ANY)
@@ -240,8 +240,6 @@ def _compile(alts: tuple[_Alt, ...], namespace: Mapping[str, Any]) -> Check:
 @functools.cache
 def compiled(annotation: str, module: str) -> Check:
     """The predicate of ``annotation`` as written in ``module`` (cached)."""
-    import sys
-
     return _compile(parse_annotation(annotation), vars(sys.modules[module]) if module in sys.modules else {})
 
 
@@ -346,8 +344,6 @@ def _field_annotations(cls: type) -> tuple[tuple[str, str | None], ...]:
 
 def unresolved_names(obj: Any) -> list[str]:
     """Annotation names of a public function or dataclass that the validator cannot resolve (for a test)."""
-    import sys
-
     if inspect.isclass(obj) and is_dataclass(obj):
         namespace = vars(sys.modules[obj.__module__])
         return [n for f in fields(obj) if isinstance(f.type, str)

@@ -7,6 +7,8 @@ continuation's tokens are those of ``encode(context + continuation)`` past ``enc
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,8 +87,6 @@ def dated_template(template: str, chat_date: str = CHAT_DATE) -> str:
     date is fixed in the template itself: a leading macro, which outputs nothing, takes the
     name that the template's global ``strftime_now`` (today's date) would otherwise resolve to.
     """
-    import datetime
-
     try:
         day = datetime.datetime.fromisoformat(chat_date)
     except (TypeError, ValueError):
@@ -158,8 +158,6 @@ def prepare(model: Model, task: Task, examples: Sequence[Example], shots: Sequen
 def prepared_hash(prepared: Prepared) -> str:
     """Hash of every request's token ids (and how they are graded): any change of prompt,
     template, date, delimiter or tokenizer changes it, so a run fingerprint can refuse to mix."""
-    import hashlib
-
     digest = hashlib.sha256(f"{prepared.kind}\0{prepared.normalize}\n".encode())
     for r in prepared.requests:
         digest.update(f"{r.example}:{','.join(map(str, r.context))}|{','.join(map(str, r.continuation))}\n".encode())

@@ -9,6 +9,8 @@ import struct
 import tempfile
 from pathlib import Path
 
+import torch
+
 from celtk.errors import ModelSourceError
 from celtk.models._hf import one_line
 
@@ -79,7 +81,6 @@ def dequantized_dir(gguf_path: Path) -> Path:
 
 
 def _dequantize_into(gguf_path: Path, out_dir: Path) -> None:
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     directory, name = str(gguf_path.parent), gguf_path.name

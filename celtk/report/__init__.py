@@ -31,6 +31,7 @@ from celtk.run.documents import (
     TestDocument,
 )
 from celtk.run.heldout import Look
+from celtk.run.integrity import check_screen_fingerprint, check_selection_matches_screen, check_test_matches_selection
 from celtk.runstore import atomic_write_text, locked
 
 
@@ -217,12 +218,6 @@ def _write_report(out: Path, target: Path | None) -> Path:
 
 def _check_one_run(out: Path, screen: ScreenDocument, selection, test) -> None:
     """Every document shown must come from the same run (a new screen beside an old test is refused)."""
-    from celtk.run.integrity import (
-        check_screen_fingerprint,
-        check_selection_matches_screen,
-        check_test_matches_selection,
-    )
-
     check_screen_fingerprint(out, screen)
     if selection:
         check_selection_matches_screen(out, selection, screen)

@@ -11,6 +11,8 @@ rows marked with :func:`rows`, fields written only when set marked with :func:`o
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -224,9 +226,6 @@ class ScreenDocument(Document):
     def results_digest(self) -> str:
         """SHA-256 of what the screen found (everything but ``config``, whose batch size or device may
         differ between two calls that screen the same run): what a selection records it was searched on."""
-        import hashlib
-        import json
-
         results = {k: v for k, v in self.to_json().items() if k != "config"}
         return hashlib.sha256(json.dumps(results, sort_keys=True).encode()).hexdigest()
 

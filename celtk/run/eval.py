@@ -11,10 +11,17 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from celtk.ablation_kinds import AblationKind
 from celtk.errors import ConfigError
+from celtk.evaluation import evaluate
+from celtk.evaluation.results import EvalConfig
+from celtk.evaluation.scoring import ablation_for
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE
+from celtk.run.directory import RunDirectory
+from celtk.run.documents import ScreenDocument, SelectionDocument
+from celtk.run.session import check_no_overlap, session_for
 from celtk.runstore import locked, write_json
 from celtk.tasks import Splits, Task, get_task, make_splits
 
@@ -43,11 +50,6 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     ``resample``, ``scale:α``); mean and resample measure their values on discovery examples, disjoint
     from held-out: a run's discovery set, or else the first ``reference`` of the task's discovery split
     (refused with ``split="all"``, which would evaluate them too)."""
-    from celtk.ablation_kinds import AblationKind
-    from celtk.evaluation import evaluate
-    from celtk.evaluation.results import EvalConfig
-    from celtk.evaluation.scoring import ablation_for
-
     head_set = as_head_set(heads)
     kind = AblationKind.parse(ablation)
     if kind.needs_reference and split == "all":
@@ -119,12 +121,6 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
               batch_size: int, allow_code: bool, progress: Callable[[str, int, int], None] | None,
               kind: Any = None) -> dict[str, Any]:
     """``heads`` on the held-out set of the run in ``run`` (the first ``limit`` examples), logged there."""
-    from celtk.evaluation import evaluate
-    from celtk.evaluation.results import EvalConfig
-    from celtk.run.directory import RunDirectory
-    from celtk.run.documents import ScreenDocument, SelectionDocument
-    from celtk.run.session import check_no_overlap, session_for
-
     rd = RunDirectory(run)
     if not rd.has(SelectionDocument) and not rd.has(ScreenDocument):
         raise ConfigError(f"{run} is not a run directory (no selection.json or screen.json); give the --out of a run.")

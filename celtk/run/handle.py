@@ -52,7 +52,11 @@ from typing import TYPE_CHECKING, Any
 import celtk.run as stages
 from celtk.errors import ConfigError, RunStoreError, TaskError
 from celtk.heads import HeadSet
+from celtk.report import write_report
 from celtk.run.config import RunConfig
+from celtk.run.directory import RunDirectory
+from celtk.run.documents import SelectionDocument
+from celtk.tasks import continuation_delimiter
 from celtk.validation import validated
 
 if TYPE_CHECKING:
@@ -156,7 +160,6 @@ class Run:
     def session(self) -> Session:
         """The run's task and splits on its model (the held-out set: the one frozen with the selection, once
         there is one)."""
-        from celtk.run.directory import RunDirectory
         from celtk.run.session import Session
 
         overrides = RunDirectory(self.out).heldout_overrides() if self.out.is_dir() else {}
@@ -189,8 +192,6 @@ class Run:
         """The text the run scores as ``example``'s right answer after :meth:`prompt`: the target, or the
         delimiter and the correct choice of a multiple-choice example. (An :class:`~celtk.tasks.Example`'s
         ``target`` is ``None`` for multiple choice; this is always text, or a :class:`TaskError`.)"""
-        from celtk.tasks import continuation_delimiter
-
         example = self._example(example)
         if self.task.kind == "choice" and example.choices is not None and example.label is not None:
             return continuation_delimiter(self.task, self.config.chat) + example.choices[example.label]
@@ -245,7 +246,6 @@ class Run:
                  progress: Progress | None = None) -> TransferDocument:
         """``celtk transfer``: the tested selection under other shots, zero-shot, neighbouring subtasks, other
         tasks, the chat template and other models (``other_models``: names, each loaded once)."""
-        from celtk.run.documents import SelectionDocument
         from celtk.run.transfer import variant_grid
 
         grid = variant_grid(SelectionDocument.load(self.out).task["task"], shot_seeds=shots_seeds, zero_shot=zero_shot,
@@ -312,8 +312,6 @@ class Run:
     @validated
     def report(self, *, to: str | Path | None = None) -> Path:
         """``celtk report``: the HTML page and PNG figures (default ``OUT/report``); returns the page's path."""
-        from celtk.report import write_report
-
         return write_report(self.out, None if to is None else Path(to))
 
     def _batch_size(self) -> int:

@@ -9,15 +9,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from celtk.ablation_kinds import AblationKind
 from celtk.errors import ConfigError, RunStoreError, SplitError
+from celtk.evaluation.generation import StopRule, refuse_resample_generation
+from celtk.evaluation.prompts import prepare, prepared_hash
+from celtk.evaluation.scoring import ablation_for
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
+from celtk.planning.plan import check_memory
 from celtk.run.config import RunConfig
 from celtk.run.documents import ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
-from celtk.runstore import check_fingerprint, unbits
+from celtk.runstore import bits, check_fingerprint, unbits
+from celtk.screening.cached import auto_batch
+from celtk.screening.fused import fused_layers
+from celtk.screening.registry import SCREENERS
 from celtk.search.scores import HeadScore
 from celtk.tasks import Example, Splits, Task, get_task, make_splits, shared_examples
+from celtk.tasks.jsonl import jsonl_spec
 from celtk.validation import check_fields
 
 if TYPE_CHECKING:
@@ -45,7 +54,6 @@ class Session:
         splits = make_splits(task, config.discovery, config.heldout, seed=config.seed, fewshot=config.fewshot)
         model = model or load_model(config.model, device=config.device, dtype=config.dtype)
         if task.kind == "generate":  # a generation limit beyond the model's context, refused before any work
-            from celtk.evaluation.generation import StopRule
 
             StopRule.for_task(model, task)
         return cls(config, model, task, splits)
@@ -54,9 +62,6 @@ class Session:
         """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluation.prompts.Prepared`): an
         example longer than the model's context is refused, and so is a plain pass over it (the least
         any stage does with it) that the device's free memory cannot hold."""
-        from celtk.evaluation.prompts import prepare
-        from celtk.planning.plan import check_memory
-
         examples = self.splits.discovery if which == "discovery" else self.splits.heldout
         prepared = prepare(self.model, self.task, examples, self.splits.shots, self.config.chat, self.config.chat_date)
         if self.task.kind != "generate" and isinstance(self.config.batch_size, int):
@@ -71,16 +76,12 @@ class Session:
     def screener_on(self, prepared: Any, ablation: Any = None) -> Any:
         """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk), under
         the run's ablation kind (or ``ablation``, a :class:`celtk.ablation_kinds.Ablation`)."""
-        from celtk.screening.cached import auto_batch
-        from celtk.screening.registry import SCREENERS
-
         ablation = self.ablation() if ablation is None else ablation
         if self.task.kind == "generate":  # auto_batch sizes teacher-forced requests, which generation has none of
             size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
             return SCREENERS.get("generation")(self.model, prepared, self.task, allow_code=self.config.allow_code,
                                                batch_size=size, share_prefix=self.config.share_prefix,
                                                ablation=ablation)
-        from celtk.planning.plan import check_memory
 
         sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
         if self.config.batch_size == "auto":
@@ -95,10 +96,6 @@ class Session:
         """The run's ablation kind (or ``kind``) with its values (a :class:`celtk.ablation_kinds.Ablation`): mean
         and resample are measured on the intact model over the discovery set, prompted as every example is
         (its shots, chat setting and date), resample drawn with the run's seed. Built once per kind."""
-        from celtk.ablation_kinds import AblationKind
-        from celtk.evaluation.generation import refuse_resample_generation
-        from celtk.evaluation.scoring import ablation_for
-
         kind = AblationKind.parse(self.config.ablation if kind is None else kind)
         cache = self._ablation if self._ablation is not None else {}
         self._ablation = cache
@@ -116,8 +113,6 @@ class Session:
     def replay(self) -> str:
         """How the screener re-runs layers: ``fused`` or ``bridge`` (:class:`celtk.screening.cached.CachedScreener`),
         or ``generation`` (the generation screener's own decoding). Recorded in ``timing.json``."""
-        from celtk.screening.fused import fused_layers
-
         if self.task.kind == "generate":
             return "generation"
         return "bridge" if fused_layers(self.model) is None else "fused"
@@ -125,8 +120,6 @@ class Session:
     def fingerprint(self) -> dict[str, Any]:
         """What results depend on (not batch size or device, which must not change them); the
         hash of the discovery prompts' token ids refuses any change of prompt (template, date, shot text)."""
-        from celtk.evaluation.prompts import prepared_hash
-
         c = self.config
         racing = {"racing_mode": c.racing_mode} if c.screen == "racing" else {}
         # zero runs keep the fingerprint they had; another kind is recorded, and never mixed with them
@@ -141,8 +134,6 @@ class Session:
 def task_for(config: RunConfig) -> Task:
     """The task ``config`` names; a ``jsonl:PATH`` task takes its grading, stop strings and token
     limit from the config (:func:`celtk.tasks.jsonl.jsonl_spec`)."""
-    from celtk.tasks.jsonl import jsonl_spec
-
     name, generation = config.task, config.stop is not None or config.max_new_tokens is not None
     if config.grading not in ("teacher", "generate"):
         raise ConfigError(f"grading must be 'teacher' or 'generate', got {config.grading!r}.")
@@ -233,8 +224,6 @@ def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], held
 def verify_intact(run: ScreenedRun) -> None:
     """Recompute the intact discovery outcomes (and the null ablation, through the ablated path)
     and refuse unless both equal the screen's stored ``intact_correct``: one baseline per run."""
-    from celtk.runstore import bits
-
     intact, scored = run.session.screener("discovery").run([HeadSet()])
     stored = bits(run.intact)
     for name, result in (("intact model", intact), ("null ablation", scored[HeadSet()])):

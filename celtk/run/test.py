@@ -10,6 +10,7 @@ from pathlib import Path
 from celtk.ablation_kinds import Ablation
 from celtk.errors import RunStoreError
 from celtk.evaluation.results import EvalResult
+from celtk.evaluation.scoring import ablated, aggregate, make_batches, score_requests
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
@@ -17,6 +18,7 @@ from celtk.run.documents import LookRecord, ScreenDocument, SelectionDocument, T
 from celtk.run.integrity import check_selection_matches_screen
 from celtk.run.session import Session, check_no_overlap, session_for
 from celtk.runstore import bits, check_fingerprint
+from celtk.screening.cached import auto_batch
 from celtk.stats import compare_paired, defined
 
 Progress = Callable[[str, int, int], None]
@@ -128,9 +130,6 @@ def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequenc
                 ) -> tuple[EvalResult, list[EvalResult]]:
     """One plain intact pass over a split, then one under ``heads`` per ablation kind in ``ablations``
     (streamed as :func:`score_streaming`)."""
-    from celtk.evaluation.scoring import ablated, aggregate, make_batches, score_requests
-    from celtk.screening.cached import auto_batch
-
     if session.task.kind == "generate":  # graded by generation: the session's screener decodes
         runs = [session.screener_on(session.prepared(which), ablation).run([heads]) for ablation in ablations]
         return runs[0][0], [results[heads] for _, results in runs]

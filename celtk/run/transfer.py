@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from celtk.ablation import ablate, as_ablation
 from celtk.errors import CeltkError, ConfigError
 from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
@@ -248,8 +250,6 @@ def window_nll(model: Model, text: str, window: int = 128) -> tuple[np.ndarray, 
     Returns:
         (float [n_windows], int [n_windows]).
     """
-    import torch
-
     bos = bos_id(model.tokenizer)
     ids = torch.tensor(model.tokenizer(text, add_special_tokens=False).input_ids, dtype=torch.long)
     device = next(model.bridge.parameters()).device
@@ -281,8 +281,6 @@ def lm_loss(model: Model, heads: HeadSet, text: str, *, source: str = "text", wi
             level: float = 0.95, seed: int = 0, ablation: Any = None) -> LanguageModelLoss:
     """Mean token NLL on ``text``, intact against ``heads`` ablated (as ``ablation`` says, default zero; resample,
     which needs a reference example per row, is refused), with a paired bootstrap CI over windows."""
-    from celtk.ablation import ablate, as_ablation
-
     kind = as_ablation(ablation)
     if kind.per_row:
         raise ConfigError("The plain-text loss has no reference example to resample a head's z from; drop --plain-text "

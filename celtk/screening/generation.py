@@ -29,10 +29,12 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from celtk.ablation import ablate, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind
+from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, decode_step, generation_result, new_cache, refuse_resample_generation
 from celtk.evaluation.prompts import Prepared, Request, prompt_ids
 from celtk.evaluation.results import EvalResult
@@ -95,8 +97,6 @@ def _read(model: Model, cache: Any, **inputs: Any) -> _Pass:
 
 def _read_cache() -> Any:
     """A plain growing cache for reading prompts (no sliding-window cropping: every key is kept)."""
-    from transformers import DynamicCache
-
     return DynamicCache()
 
 
@@ -210,8 +210,6 @@ class GenerationScreener:
     def __init__(self, model: Model, prepared: Prepared, task: Task, *, allow_code: bool = False, batch_size: int = 16,
                  rows_per_pass: int = 64, share_prefix: bool = True, workers: int = 4,
                  ablation: Ablation | AblationKind | str | None = None) -> None:
-        from celtk.errors import ConfigError
-
         if prepared.kind != "generate":
             raise ConfigError(f"The generation screener needs a generation-graded task; {task.full_name} is "
                               f"{prepared.kind!r}, "

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from jaxtyping import Bool, Float, Float64
+from scipy.stats import spearmanr
 from torch import Tensor
 
 from celtk.ablation import hook_z_hooks
@@ -244,8 +245,6 @@ def compare_rankings(exhaustive: Sequence[HeadScore], result: RankerResult, p: i
     """How a screener's top-p pool relates to the exhaustive screen's: overlap (and the overlap
     two random pools would have), Jaccard, Spearman correlation over all heads, and where the
     exhaustive pool's heads fall in the screener's ranking."""
-    from scipy.stats import spearmanr
-
     ranked = [next(iter(s.heads.heads)) for s in rank(exhaustive)]
     theirs = result.ranked()
     mine, other = set(ranked[:p]), set(theirs[:p])

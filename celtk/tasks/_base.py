@@ -17,6 +17,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from celtk.errors import TaskError
+
 Kind = Literal["target", "choice", "generate"]
 
 
@@ -94,8 +96,6 @@ def draw_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
     if k == 0:
         return []
     if k > len(pool):
-        from celtk.errors import TaskError
-
         raise TaskError(f"fewshot={k} (--fewshot {k}) needs {k} shots but the few-shot pool has only {len(pool)} "
                         "examples.")
     return random.Random(seed).sample(pool, k)

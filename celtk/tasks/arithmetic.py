@@ -25,7 +25,7 @@ import random
 import re
 from pathlib import Path
 
-from celtk.errors import DataFormatError, TaskError
+from celtk.errors import DataFormatError, TaskError, suggest
 from celtk.tasks._base import Example, Pools, Task
 from celtk.tasks._hub import load_json_rows
 from celtk.tasks._registry import register
@@ -129,8 +129,6 @@ class Arithmetic(Task):
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
         super().__init__(option, data_path)
         if option is not None and option not in SUBTASKS:
-            from celtk.errors import suggest
-
             raise TaskError(f"Unknown arithmetic subtask {option!r}.{suggest(option, SUBTASKS)}")
         self.subtasks = (option,) if option else SUBTASKS
 

@@ -173,7 +173,7 @@ def test_generation_screener_equals_plain_path_under_mean_and_scale(arch, smol_t
         GenerationScreener(model, prepare(model, task, examples, shots), task, ablation=resample)
     with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
         evaluate(model, task, examples, shots, HeadSet.parse("L0H1"), ablation=resample)
-    import celtk.evaluation.scoring
+    import celtk.run.session
     from celtk.run import RunConfig
     from celtk.run.session import Session
     from celtk.tasks import Splits
@@ -181,6 +181,6 @@ def test_generation_screener_equals_plain_path_under_mean_and_scale(arch, smol_t
     session = Session(RunConfig(ablation="resample"), model, task,
                       Splits(examples[:5], examples[5:], list(shots), "test"))
     # a run refuses before it measures any reference
-    monkeypatch.setattr(celtk.evaluation.scoring, "ablation_for", None)
+    monkeypatch.setattr(celtk.run.session, "ablation_for", None)
     with pytest.raises(ConfigError, match="Resample ablation is not offered for generation-graded tasks"):
         session.ablation()
