@@ -12,7 +12,10 @@ mapped back to their old names, so a key the new code *adds* or *renames* is tol
 value is not. CSV files likewise: a column of the NEW file named in --allow-added that the old file lacks is dropped
 before the rows are compared (e.g. `--allow-added n_scored` for screen.csv's racing column). Exit status 0 when
 every file matches.
-Wall times (`timing.json`) and the lock file are skipped: they differ between any two runs.
+Wall times (`timing.json`) and the lock file are skipped: they differ between any two runs. So does the clock in the
+held-out log: each line of `heldout_log.jsonl` is compared with its time of the look (`when`) and the hash of the line
+before (`prev`, a hash over those times) dropped, and the chain head (`heldout_log.head`) is skipped; every other
+field of every look (what, heads, held-out hash, n, result digest) must match.
 """
 from __future__ import annotations
 
@@ -24,7 +27,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SKIPPED = {"timing.json", "run_timing.json", ".lock"}
+SKIPPED = {"timing.json", "run_timing.json", ".lock", "heldout_log.head"}
+CLOCK = {"when", "prev"}  # per line of a JSON-lines log: the wall-clock time and the hash chain over it
+
+
+def lines_match(old: str, new: str, added: set[str], renamed: dict[str, str]) -> bool:
+    """Whether two JSON-lines logs hold the same records, line for line, once the clock keys are dropped."""
+    def records(text: str) -> list[dict]:
+        return [{k: v for k, v in json.loads(line).items() if k not in CLOCK} for line in text.splitlines() if line]
+    a, b = records(old), records(new)
+    return len(a) == len(b) and all(matches(x, y, added, renamed) for x, y in zip(a, b, strict=True))
 
 
 def matches(old: Any, new: Any, added: set[str], renamed: dict[str, str]) -> bool:
@@ -53,8 +65,8 @@ def csv_matches(old: str, new: str, added: set[str]) -> bool:
 
 
 def compare(old: Path, new: Path, allowed: set[str], renamed: dict[str, str]) -> list[tuple[str, str]]:
-    """One (relative path, verdict) per file of either run; verdicts: identical, identical-modulo-added, DIFFERENT,
-    MISSING-IN-NEW, ONLY-IN-NEW."""
+    """One (relative path, verdict) per file of either run; verdicts: identical, identical-modulo-added,
+    identical-modulo-clock, DIFFERENT, MISSING-IN-NEW, ONLY-IN-NEW."""
     names = {p.relative_to(old).as_posix() for p in old.rglob("*") if p.is_file()}
     names |= {p.relative_to(new).as_posix() for p in new.rglob("*") if p.is_file()}
     rows = []
@@ -72,6 +84,8 @@ def compare(old: Path, new: Path, allowed: set[str], renamed: dict[str, str]) ->
             rows.append((name, "identical-modulo-added"))
         elif name.endswith(".csv") and csv_matches(a.read_text(), b.read_text(), allowed):
             rows.append((name, "identical-modulo-added"))
+        elif name.endswith(".jsonl") and lines_match(a.read_text(), b.read_text(), allowed, renamed):
+            rows.append((name, "identical-modulo-clock"))
         else:
             rows.append((name, "DIFFERENT"))
     return rows

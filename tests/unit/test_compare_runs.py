@@ -55,3 +55,19 @@ def test_an_added_csv_column_is_tolerated_only_when_named(tmp_path):
     assert compare_runs.compare(tmp_path / "old", tmp_path / "new", {"n_scored"}, {}) == [
         ("screen.csv", "identical-modulo-added")]
     assert compare_runs.compare(tmp_path / "old", tmp_path / "new", set(), {}) == [("screen.csv", "DIFFERENT")]
+
+
+def test_the_held_out_log_is_compared_without_its_clock(tmp_path):
+    """Two runs that looked at the same held-out set the same way, at different times: the log matches once the
+    times and the hash chain over them are dropped; a look that differs in anything else does not."""
+    look = {"seq": 1, "what": "test", "heads": [["L1H2"]], "heldout_hash": "f7ca", "n": 300}
+    logs = {"old": [{**look, "when": "2026-12-04T21:09:12Z", "prev": "3255"}],
+            "new": [{**look, "when": "2026-12-05T09:06:27Z", "prev": "a7a2"}],
+            "other": [{**look, "n": 30, "when": "2026-12-04T21:09:12Z", "prev": "3255"}]}
+    for name, lines in logs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "heldout_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        (tmp_path / name / "heldout_log.head").write_text(lines[-1]["prev"])
+    same = compare_runs.compare(tmp_path / "old", tmp_path / "new", set(), {})
+    assert same == [("heldout_log.jsonl", "identical-modulo-clock")]
+    assert compare_runs.compare(tmp_path / "old", tmp_path / "other", set(), {}) == [("heldout_log.jsonl", "DIFFERENT")]
