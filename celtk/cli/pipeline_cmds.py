@@ -85,11 +85,7 @@ def _flags(**kw):
 def _print_screen(doc, top: int = 10) -> None:
     from rich.table import Table
 
-    from celtk.heads import HeadSet
-    from celtk.search.scores import head_order
-
-    rows = sorted((r for r in doc.heads if r.complete),
-                  key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))[:top]
+    rows = doc.ranked_rows()[:top]
     table = Table(title=f"Top single-head ablations on {doc.n} discovery examples (intact {doc.intact_accuracy:.1%})")
     for col in ("head", "accuracy", "gain (pts)", "fixes", "damage"):
         table.add_column(col, justify="right")
@@ -101,7 +97,7 @@ def _print_screen(doc, top: int = 10) -> None:
                         "generated data, not the official rows (synthetic = true in config.json).")
     if doc.racing:
         r = doc.racing
-        dropped = sum(not row.complete for row in doc.heads)
+        dropped = len(doc.dropped_rows())
         console().print(f"Racing screen ({r.mode} mode, top p = {r.p}): {dropped} of {len(doc.heads)} heads dropped "
                         f"early; {r.evaluations} of {r.exhaustive_evaluations} (head, example) evaluations made, "
                         f"{r.saved_fraction:.1%} saved." + (f" Dropped by the confidence bound alone: "

@@ -49,17 +49,16 @@ def screen_grids(screen: ScreenDocument) -> tuple[np.ndarray, np.ndarray, np.nda
     ``[n_layers, n_heads]``, and the heads a racing screen dropped early (bool, same shape). A dropped
     head's figures are on part of the discovery set only, so its cells are NaN, never a measured value."""
     shape = (screen.n_layers, screen.n_heads)
-    complete = [r for r in screen.heads if r.complete]
+    complete = screen.complete_rows()
     gain = _grid([(r.head, r.gain) for r in complete], *shape) * 100
     damage = _grid([(r.head, r.damage) for r in complete], *shape)
-    dropped = np.isfinite(_grid([(r.head, 1) for r in screen.heads if not r.complete], *shape))
+    dropped = np.isfinite(_grid([(r.head, 1) for r in screen.dropped_rows()], *shape))
     return gain, damage, dropped
 
 
 def _dropped_caption(screen: ScreenDocument) -> str:
     """What the hatched cells are, on a racing screen with dropped heads; empty otherwise."""
-    # dropped heads (not r.complete), narrowed for the type checker
-    counts = [r.n_scored for r in screen.heads if r.n_scored is not None]
+    counts = [r.n_scored for r in screen.dropped_rows() if r.n_scored is not None]  # always set: narrows the type
     if not counts:
         return ""
     scored = f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from celtk.errors import RunStoreError
+from celtk.heads import HeadSet
 from celtk.runstore import file_digest, read_json, write_json
+from celtk.search.scores import head_order
 
 SCHEMA_VERSION = 1
 UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was not scored on
@@ -202,6 +204,24 @@ class ScreenDocument(Document):
     null_ablation: dict[str, Any] | None = optional()  # fixes, damage, max_abs_logprob_diff (0, 0, ~0 expected)
     layers: list[int] | None = optional()  # a quick look screened only these layers (run_screen(layers=...))
     racing: RacingRecord | None = optional_record(RacingRecord)  # a racing screen (config screen = "racing")
+
+    def complete_rows(self) -> list[ScreenRow]:
+        """The heads scored on every discovery example: all of them, except those a racing screen dropped."""
+        return [r for r in self.heads if r.complete]
+
+    def dropped_rows(self) -> list[ScreenRow]:
+        """The heads a racing screen dropped early (scored on ``n_scored`` examples only); empty otherwise."""
+        return [r for r in self.heads if not r.complete]
+
+    def ranked_rows(self) -> list[ScreenRow]:
+        """The complete rows, best first, by the one ranking key (:func:`celtk.search.scores.head_order`)."""
+        return sorted(self.complete_rows(),
+                      key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))
+
+    def pool(self, p: int) -> list[str]:
+        """The top ``p`` heads among those scored on every example, best first: what Algorithm 1 searches (and,
+        on a racing screen, what it raced for)."""
+        return [r.head for r in self.ranked_rows()[:p]]
 
     @property
     def n_layers(self) -> int:

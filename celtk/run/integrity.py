@@ -10,7 +10,6 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet, all_heads
 from celtk.run.documents import UNSCORED, ScreenDocument, SelectionDocument, TestDocument
 from celtk.runstore import read_json
-from celtk.search.scores import head_order
 
 
 def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[Any, Any]]) -> None:
@@ -67,9 +66,7 @@ def check_racing_rows(out: Path, doc: ScreenDocument) -> None:
                                 "rerun the screen in a new directory.")
     if racing is None:
         return
-    complete = sorted((r for r in doc.heads if r.complete),
-                      key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))
-    top = [r.head for r in complete[:racing.p]]
+    top = doc.pool(racing.p)
     if racing.pool != top:
         raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of "
                             f"the heads scored on every example ({', '.join(top) or 'none'}); rerun the screen.")

@@ -180,8 +180,8 @@ def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]
     check_screen_fingerprint(out, doc)
     intact = np.array(unbits(doc.intact_correct))
     # a racing screen's heads dropped early are left out: a search sees only heads scored on every example
-    scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact) for r in doc.heads
-              if r.complete]
+    scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact)
+              for r in doc.complete_rows()]
     return doc, intact, scores
 
 
