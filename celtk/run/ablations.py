@@ -21,9 +21,8 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import AblationKindsDocument, KindRow, SelectionDocument, TestDocument
-from celtk.run.integrity import check_test_matches_selection
-from celtk.run.session import Session, check_no_overlap, session_for
+from celtk.run.documents import AblationKindsDocument, KindRow, TestDocument
+from celtk.run.session import Session, session_for
 from celtk.run.test import check_frozen, score_kinds
 from celtk.runstore import bits, check_fingerprint
 from celtk.stats import compare_paired
@@ -49,16 +48,13 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
     rd = RunDirectory(out)
     wanted = _kinds(kinds, alphas)
     with rd.lock():
-        rd.verify()
-        sel = rd.load(SelectionDocument)
-        test = rd.require_tested("celtk ablations")
-        check_test_matches_selection(out, test, sel)
+        admitted = rd.require("ablations")
+        sel, test = admitted.frozen, admitted.tested
         session = session_for(sel, model, **(rd.heldout_overrides() or {"heldout": test.n}))
         check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
         check_frozen(rd, sel, session)
         manifest = session.splits.manifest()
-        rd.check_contract(manifest)
-        check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
+        rd.check_heldout(manifest, session.splits.heldout, sel)
         heldout_hash = manifest["heldout_hash"]
         if heldout_hash != test.heldout_hash:
             raise RunStoreError(f"The held-out set drawn now (hash {heldout_hash}) is not the one test.json scored "

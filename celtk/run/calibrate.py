@@ -28,9 +28,9 @@ from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import CalibrationDocument, ScreenDocument, SelectionDocument, TestDocument
+from celtk.run.documents import CalibrationDocument, ScreenDocument, SelectionDocument
 from celtk.run.memo import memo_for
-from celtk.run.session import check_no_overlap, open_run
+from celtk.run.session import open_run
 from celtk.search.nulls import p_value, permutation_null, random_pool_null, random_pools
 from celtk.search.scores import HeadScore, rank
 from celtk.search.selection import n_subsets
@@ -74,9 +74,8 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():
-        rd.verify()
-        sel = rd.load(SelectionDocument)
-        test = rd.load_if(TestDocument)
+        admitted = rd.require("calibrate")
+        sel, test = admitted.frozen, admitted.test
         n_disc = len(sel.discovery_ids)
         observed = sel.discovery_gain
         base: dict[str, Any] = dict(null=null, repeats=repeats, seed=seed, set_size=len(sel.heads),
@@ -125,8 +124,7 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
                           "(--candidates N) for the control (best of N random sets, no p-value), or use the "
                           "permutation null, which covers every strategy.")
     run = open_run(rd.path, model, **rd.heldout_overrides())
-    rd.check_contract(run.session.splits.manifest())
-    check_no_overlap(sel.discovery_hashes, sel.discovery_ids, run.session.splits.heldout)
+    rd.check_heldout(run.session.splits.manifest(), run.session.splits.heldout, sel)
     heads = all_heads(run.session.model.n_layers, run.session.model.n_heads)
     memo = memo_for(run, progress, "calibrate")
     n = len(run.intact)

@@ -21,21 +21,50 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from celtk.errors import ConfigError, RunStoreError
+from celtk.errors import ConfigError, RunStoreError, SplitError, suggest
 from celtk.run.documents import (
     Document,
     HeldoutContract,
     LookRecord,
+    ScreenDocument,
     SelectionDocument,
     TestDocument,
 )
 from celtk.run.heldout import HeldoutLog, Look
+from celtk.run.integrity import check_test_matches_selection
 from celtk.runstore import file_digest, locked
+from celtk.tasks import Example, shared_examples
 
 D = TypeVar("D", bound=Document)
+
+STAGES = ("select", "test", "stability", "transfer", "calibrate", "ablations", "eval")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a stage's same-run checks read before it loads a model (:meth:`RunDirectory.require`)."""
+
+    selection: SelectionDocument | None = None  # the frozen selection, for stages that score it
+    test: TestDocument | None = None  # the run's first test: the result a stage reads, or one a forced test repeats
+    prior_looks: list[Look] = field(default_factory=list)  # select: the looks a forced selection follows
+
+    @property
+    def frozen(self) -> SelectionDocument:
+        """The selection, for the stages whose requirement includes one."""
+        if self.selection is None:
+            raise RunStoreError("This stage was admitted without a selection; require it for a stage that scores one.")
+        return self.selection
+
+    @property
+    def tested(self) -> TestDocument:
+        """The run's first test, for the stages whose requirement includes one."""
+        if self.test is None:
+            raise RunStoreError("This stage was admitted without a test; require it for a stage that reads one.")
+        return self.test
 
 
 class RunDirectory:
@@ -167,6 +196,46 @@ class RunDirectory:
                                 f"be its test: run `celtk test {self.path}` (celtk.run.run_test) first.")
         return self.load(TestDocument)
 
+    # -- one call per stage ----------------------------------------------------------------
+    def require(self, stage: str, *, force: bool = False) -> Admission:
+        """Every check of this directory that ``stage`` needs before a model is loaded, in one call: the log and
+        ``test.json`` are intact (:meth:`verify`), and then
+
+        * ``select``: no look yet, unless ``force`` (the looks it follows are returned);
+        * ``test``: a frozen selection, and no test yet unless ``force`` (the first test is returned);
+        * ``transfer``, ``ablations``: a tested selection (for ``ablations`` the test must be of this selection);
+        * ``calibrate``: a selection (and its test, where there is one);
+        * ``stability``, ``eval``: nothing more.
+
+        The model-side checks follow once the session is drawn (:meth:`check_heldout`)."""
+        if stage not in STAGES:
+            raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
+                              f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
+        self.verify()
+        if stage == "select":
+            return Admission(prior_looks=self.refuse_select_after_looks(force))
+        if stage == "test":
+            selection = self.load(SelectionDocument)
+            return Admission(selection=selection, test=self.refuse_second_test(force))
+        if stage == "transfer":
+            test = self.require_tested("transfer")
+            return Admission(selection=self.load(SelectionDocument), test=test)
+        if stage == "ablations":
+            selection = self.load(SelectionDocument)
+            test = self.require_tested("celtk ablations")
+            check_test_matches_selection(self.path, test, selection)
+            return Admission(selection=selection, test=test)
+        if stage == "calibrate":
+            return Admission(selection=self.load(SelectionDocument), test=self.load_if(TestDocument))
+        return Admission()
+
+    def check_heldout(self, manifest: dict[str, Any], heldout: list[Example],
+                      discovery: SelectionDocument | ScreenDocument) -> None:
+        """The held-out set a stage drew (its ``Splits.manifest()`` and examples) is the contract's, and shares no
+        example with the discovery set of ``discovery`` (the selection, or the screen)."""
+        self.check_contract(manifest)
+        check_no_overlap(discovery.discovery_hashes, discovery.discovery_ids, heldout)
+
     # -- the held-out contract -------------------------------------------------------------
     def contract(self) -> HeldoutContract | None:
         """The held-out set fixed with ``selection.json`` (``None``: no selection, or one from before the contract)."""
@@ -193,6 +262,14 @@ class RunDirectory:
                                 f"examples) is not the one fixed when the selection was frozen (hash {contract.hash}, "
                                 f"{contract.n} examples): the task data or split settings changed. Test on the data "
                                 "the run was made on.")
+
+
+def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout: list[Example]) -> None:
+    """Refuse a held-out set that shares an example (by content) with the discovery set."""
+    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids, strict=True)), heldout)
+    if count:
+        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made "
+                         f"on: {shown}. Held-out examples must take no part in selection.")
 
 
 def record(look: Look) -> LookRecord:

@@ -21,7 +21,7 @@ from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import ScreenDocument, SelectionDocument
-from celtk.run.session import check_no_overlap, session_for
+from celtk.run.session import session_for
 from celtk.runstore import locked, write_json
 from celtk.tasks import Splits, Task, get_task, make_splits
 
@@ -126,12 +126,11 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
         raise ConfigError(f"{run} is not a run directory (no selection.json or screen.json); give the --out of a run.")
     separate = out is not None and Path(out).resolve() != run.resolve()
     with rd.lock(), locked(Path(out)) if separate and out is not None else nullcontext():
-        rd.verify()
+        rd.require("eval")
         doc: Any = rd.load_if(SelectionDocument) or rd.load(ScreenDocument)
         session = session_for(doc, model if isinstance(model, Model) else None, **rd.heldout_overrides())
         manifest = session.splits.manifest()
-        rd.check_contract(manifest)
-        check_no_overlap(doc.discovery_hashes, doc.discovery_ids, session.splits.heldout)
+        rd.check_heldout(manifest, session.splits.heldout, doc)
         session.model.validate_heads(heads)
         examples = session.splits.heldout[:limit] if limit is not None else session.splits.heldout
         seq = rd.begin_look("eval", [heads.names()], manifest["heldout_hash"], len(examples), exploratory=True,

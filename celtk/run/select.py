@@ -45,8 +45,7 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
     rd = RunDirectory(out)
     with rd.lock():
-        rd.verify()
-        prior = rd.refuse_select_after_looks(force)
+        prior = rd.require("select", force=force).prior_looks
         run = open_run(out, model, **({"heldout": heldout} if heldout is not None else {}))
         check_racing_use(run.screen, whole=None if strategy == "algorithm1" else f"{strategy} search", p=p)
         verify_intact(run)

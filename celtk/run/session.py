@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from celtk.ablation_kinds import AblationKind
-from celtk.errors import ConfigError, RunStoreError, SplitError
+from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluation.generation import StopRule, refuse_resample_generation
 from celtk.evaluation.prompts import prepare, prepared_hash
 from celtk.evaluation.scoring import ablation_for
@@ -25,7 +25,7 @@ from celtk.screening.cached import auto_batch
 from celtk.screening.fused import fused_layers
 from celtk.screening.registry import SCREENERS
 from celtk.search.scores import HeadScore
-from celtk.tasks import Example, Splits, Task, get_task, make_splits, shared_examples
+from celtk.tasks import Splits, Task, get_task, make_splits
 from celtk.tasks.jsonl import jsonl_spec
 from celtk.validation import check_fields
 
@@ -211,14 +211,6 @@ def open_run(out: Path, model: Model | None = None, **overrides: Any) -> Screene
     if [e.id for e in session.splits.discovery] != doc.discovery_ids:
         raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
     return ScreenedRun(out, doc, intact, scores, session)
-
-
-def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout: list[Example]) -> None:
-    """Refuse a held-out set that shares an example (by content) with the discovery set."""
-    count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids, strict=True)), heldout)
-    if count:
-        raise SplitError(f"The held-out set shares {count} example(s) with the discovery set the selection was made "
-                         f"on: {shown}. Held-out examples must take no part in selection.")
 
 
 def verify_intact(run: ScreenedRun) -> None:

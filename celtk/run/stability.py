@@ -14,7 +14,7 @@ from celtk.run.directory import RunDirectory
 from celtk.run.documents import StabilityDocument, StableSelection, TestDocument
 from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
-from celtk.run.session import check_no_overlap, open_run, verify_intact
+from celtk.run.session import open_run, verify_intact
 from celtk.search.stability import stability
 from celtk.search.strategies import get_strategy
 from celtk.stats import compare_paired, defined
@@ -36,7 +36,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
     get_strategy(strategy).check(k=k, p=p, width=width)
     rd = RunDirectory(out)
     with rd.lock():
-        rd.verify()
+        rd.require("stability")
         run = open_run(out, model, **rd.heldout_overrides())
         check_racing_use(run.screen, whole="selection on resampled discovery sets")
         verify_intact(run)
@@ -45,8 +45,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
                            seed=seed, strategy=strategy, p=p, k=k, width=width)
         session = run.session
         manifest = session.splits.manifest()
-        rd.check_contract(manifest)
-        check_no_overlap(run.screen.discovery_hashes, run.screen.discovery_ids, session.splits.heldout)
+        rd.check_heldout(manifest, session.splits.heldout, run.screen)
         distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
         seq = rd.begin_look("stability", [h.names() for h in distinct], manifest["heldout_hash"],
                             len(session.splits.heldout), exploratory=True, p=p, k=k, strategy=strategy)

@@ -16,7 +16,7 @@ from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import LookRecord, ScreenDocument, SelectionDocument, TestDocument, TestExample
 from celtk.run.integrity import check_selection_matches_screen
-from celtk.run.session import Session, check_no_overlap, session_for
+from celtk.run.session import Session, session_for
 from celtk.runstore import bits, check_fingerprint
 from celtk.screening.cached import auto_batch
 from celtk.stats import compare_paired, defined
@@ -38,9 +38,8 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():
-        rd.verify()
-        sel = rd.load(SelectionDocument)
-        first = rd.refuse_second_test(force)
+        admitted = rd.require("test", force=force)
+        sel, first = admitted.frozen, admitted.test
         session = session_for(sel, model, **rd.heldout_overrides(heldout))
         if session.task.config() != sel.task:
             raise RunStoreError(f"selection.json was made for task {sel.task['task']!r}, "
@@ -50,8 +49,7 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
             check_selection_matches_screen(out, sel, rd.load(ScreenDocument))
         check_frozen(rd, sel, session)
         manifest = session.splits.manifest()
-        rd.check_contract(manifest)
-        check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
+        rd.check_heldout(manifest, session.splits.heldout, sel)
         heads = HeadSet.parse(",".join(sel.heads))
         seq = rd.begin_look("test", [sel.heads], manifest["heldout_hash"], len(session.splits.heldout),
                             exploratory=first is not None, forced=first is not None)

@@ -18,9 +18,9 @@ from celtk.errors import CeltkError, ConfigError
 from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import DroppedVariant, LanguageModelLoss, SelectionDocument, TransferDocument, TransferRow
-from celtk.run.session import Session, check_no_overlap, session_for
+from celtk.run.directory import RunDirectory, check_no_overlap
+from celtk.run.documents import DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
+from celtk.run.session import Session, session_for
 from celtk.runstore import bits
 from celtk.stats import compare_paired, holm
 from celtk.tasks import Splits, get_task, make_splits
@@ -88,11 +88,10 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():
-        rd.verify()
-        test = rd.require_tested("transfer")
-        sel = rd.load(SelectionDocument)
+        admitted = rd.require("transfer")
+        sel, test = admitted.frozen, admitted.tested
         base = session_for(sel, model, **rd.heldout_overrides())
-        rd.check_contract(base.splits.manifest())
+        rd.check_heldout(base.splits.manifest(), base.splits.heldout, sel)
         variants = variants or variant_grid(base.config.task)
         heads = HeadSet.parse(",".join(sel.heads))
         planned, dropped = _plan(base, variants, other_models or {}, heldout)
