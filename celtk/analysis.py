@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from celtk.circuits import compare_with_circuit, critical_and_enhancing, head_attribute_scores, load_circuit
 from celtk.errors import ConfigError, RunStoreError
-from celtk.heads import Head
+from celtk.heads import Head, HeadSet
 from celtk.run.documents import (
     SCHEMA_VERSION,
     Document,
@@ -193,9 +193,9 @@ class CompareDocument(Document):
 # ---------------------------------------------------------------------------------------------
 
 
-def _selected_heads(out: Path) -> list[str]:
+def _selected_heads(out: Path) -> HeadSet:
     """The frozen selection's heads, or none before ``selection.json`` exists."""
-    return SelectionDocument.load(out).heads if (Path(out) / SelectionDocument.FILE).exists() else []
+    return SelectionDocument.load(out).heads if (Path(out) / SelectionDocument.FILE).exists() else HeadSet()
 
 
 def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, batch: int = 8,
@@ -214,7 +214,7 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, b
             probe=AttributeProbe(sequence="random tokens repeated once", length=length, batch=batch, seed=seed),
             scores={name: [[round(float(v), 6) for v in row] for row in array] for name, array in scores.items()},
             selected={str(h): {name: round(float(array[h.layer, h.head]), 6) for name, array in scores.items()}
-                      for h in map(Head.parse, selection)})
+                      for h in selection})
         write_json(out / HeadAttributesDocument.FILE, document.to_json())
         return document
 
@@ -244,9 +244,9 @@ def run_compare(out: Path, circuit: str, *, top: int = 10) -> CompareDocument:
         ranking = ranking[:racing.p]
     # the circuit helpers give the comparison's fields as JSON; they are decoded once, here
     report = CompareDocument.from_json({
-        **compare_with_circuit(loaded, doc.n_layers, doc.n_heads, selection, ranking, top),
+        **compare_with_circuit(loaded, doc.n_layers, doc.n_heads, selection.names(), ranking, top),
         "critical_vs_enhancing": None if racing else critical_and_enhancing([r.to_json() for r in doc.heads], n=top),
-        "run_selection": selection})
+        "run_selection": selection.names()})
     if racing is not None:
         report = replace(report, mean_rank_of_circuit_heads=None, mean_rank_by_chance=None, racing=RacingNote(
             mode=racing.mode, p=racing.p, ranked=ranking,

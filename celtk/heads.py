@@ -84,7 +84,8 @@ class HeadSet:
         return len(self.heads)
 
     def __contains__(self, head: object) -> bool:
-        return head in self.heads
+        """``Head(1, 2) in heads``; a head name (``"L1H2" in heads``) is parsed first."""
+        return (Head.parse(head) if isinstance(head, str) else head) in self.heads
 
     def __str__(self) -> str:
         return ",".join(str(h) for h in self.heads)

@@ -12,7 +12,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -158,14 +158,3 @@ def file_digest(path: Path) -> str:
     """SHA-256 of a file's bytes (``""`` when it does not exist)."""
     path = Path(path)
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
-
-
-def bits(values: Iterable[Any]) -> str:
-    """Per-example correctness as a compact '0101' string."""
-    return "".join("1" if v else "0" for v in values)
-
-
-def unbits(text: str) -> list[bool]:
-    if set(text) - {"0", "1"}:
-        raise RunStoreError(f"malformed correctness string {text[:20]!r}…; expected only 0 and 1.")
-    return [c == "1" for c in text]

@@ -69,7 +69,7 @@ def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed)
                             strategy=strategy, p=p, k=k, width=width, progress=progress)
     console().print(f"{strategy} on {resamples} {method} resamples: {doc.n_distinct_selections} distinct selections, "
                     f"mean pairwise Jaccard {doc.mean_pairwise_jaccard:.2f}; the full-data selection "
-                    f"{','.join(doc.reference_selection)} was chosen in {doc.reference_frequency:.0%} of them.")
+                    f"{doc.reference_selection} was chosen in {doc.reference_frequency:.0%} of them.")
     heads = Table(title="How often each head is selected")
     heads.add_column("head")
     heads.add_column("frequency", justify="right")
@@ -83,7 +83,7 @@ def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed)
         table.add_column(col, justify="right")
     for row in doc.selections[:15]:
         lo, hi = row.heldout_gain_ci
-        table.add_row(",".join(row.heads) + (" *" if row.is_reference else "")
+        table.add_row(str(row.heads) + (" *" if row.is_reference else "")
                       + (" (exploratory)" if row.exploratory else ""),
                       f"{row.frequency:.0%}",
                       f"{100 * row.discovery_gain:+.1f}", f"{100 * row.heldout_gain:+.1f}",

@@ -35,11 +35,10 @@ from celtk.run.integrity import check_screen_fingerprint, check_selection_matche
 from celtk.runstore import atomic_write_text, locked
 
 
-def _grid(values: list[tuple[str, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
-    """``[(head name, value)]`` → a ``[n_layers, n_heads]`` array (NaN where a head has no value)."""
+def _grid(values: list[tuple[Head, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
+    """``[(head, value)]`` → a ``[n_layers, n_heads]`` array (NaN where a head has no value)."""
     grid = np.full((n_layers, n_heads), np.nan)
-    for name, value in values:
-        head = Head.parse(name)
+    for head, value in values:
         grid[head.layer, head.head] = value
     return grid
 
@@ -95,7 +94,8 @@ def _heatmap(path: Path, grid: np.ndarray, title: str, cmap: str, label: str, ma
     plt.close(fig)
 
 
-def _matrix(path: Path, matrix: list[list[Any]], labels: list[str], title: str) -> None:
+def _matrix(path: Path, matrix: list[list[Any]], heads: list[Head], title: str) -> None:
+    labels = [str(h) for h in heads]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -231,7 +231,7 @@ def _test_section(test: TestDocument) -> str:
     return "<h2>Held-out test</h2>" + _table(
         ["heads", "n", "intact", "ablated", "gain (pts)", f"{test.ci_level:.0%} CI (pts)", "rel. error reduction",
          "McNemar p", "fixes / damage"],
-        [[",".join(test.heads), test.n, f"{test.intact_accuracy:.1%}", f"{test.ablated_accuracy:.1%}",
+        [[str(test.heads), test.n, f"{test.intact_accuracy:.1%}", f"{test.ablated_accuracy:.1%}",
           f"{100 * test.gain:+.1f}", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]",
           "undefined" if test.relative_error_reduction is None else f"{100 * test.relative_error_reduction:.1f}%",
           f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]]) + (
@@ -276,7 +276,7 @@ def _stability_section(stability: StabilityDocument) -> str:
             f"mean pairwise Jaccard {stability.mean_pairwise_jaccard:.2f}. Held-out figures of selections other "
             "than the frozen one are exploratory: they were compared on the held-out set after the fact.</p>" + _table(
                 ["heads", "frequency", "held-out gain (pts)", "95% CI"],
-                [[",".join(r.heads) + (" (exploratory)" if r.exploratory else ""), f"{r.frequency:.0%}",
+                [[str(r.heads) + (" (exploratory)" if r.exploratory else ""), f"{r.frequency:.0%}",
                   f"{100 * r.heldout_gain:+.1f}",
                   f"[{100 * r.heldout_gain_ci[0]:+.1f}, {100 * r.heldout_gain_ci[1]:+.1f}]"]
                  for r in stability.selections[:10]]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from celtk.errors import RunStoreError
+from celtk.heads import HeadSet
 from celtk.run.documents import AblationKindsDocument
 
 
@@ -40,21 +41,21 @@ def _curve(path: Path, doc: AblationKindsDocument) -> None:
     right.invert_yaxis()
     right.set_xlabel("held-out gain, points (95% CI)")
     right.set_title("By ablation kind")
-    fig.suptitle(f"{','.join(doc.heads)} on {doc.n} held-out examples")
+    fig.suptitle(f"{doc.heads} on {doc.n} held-out examples")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def kinds_section(out: Path, target: Path, selected: list[str] | None, table, figure) -> str:
+def kinds_section(out: Path, target: Path, selected: HeadSet | None, table, figure) -> str:
     """HTML for ``ablation-kinds.json`` in ``out`` ('' when absent); refuses one made for another selection.
     ``table(header, rows)`` and ``figure(path, caption)`` are the report's own helpers."""
     if not (out / AblationKindsDocument.FILE).exists():
         return ""
     doc = AblationKindsDocument.load(out)
     if selected is not None and doc.heads != selected:
-        raise RunStoreError(f"{out}/ablation-kinds.json scored {','.join(doc.heads)}, not this run's selection "
-                            f"{','.join(selected)}; rerun `celtk ablations {out}`.")
+        raise RunStoreError(f"{out}/ablation-kinds.json scored {doc.heads}, not this run's selection "
+                            f"{selected}; rerun `celtk ablations {out}`.")
     _curve(target / "ablation_kinds.png", doc)
     rows = [[r.kind, f"{r.ablated_accuracy:.1%}" if r.ablated_accuracy is not None else "undefined",
              _pts(r.gain),

@@ -30,7 +30,7 @@ def _forest(path: Path, doc: TransferDocument) -> None:
     ax.set_yticks(range(len(rows)), [r.variant for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("held-out gain, accuracy points (95% CI; colour: Holm p < 0.05)")
-    ax.set_title(f"Transfer of {','.join(doc.heads)}")
+    ax.set_title(f"Transfer of {doc.heads}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

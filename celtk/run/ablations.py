@@ -18,13 +18,12 @@ import numpy as np
 
 from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.errors import ConfigError, RunStoreError
-from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import AblationKindsDocument, KindRow, TestDocument
+from celtk.run.documents import AblationKindsDocument, Correctness, KindRow, TestDocument
 from celtk.run.session import Session, session_for
 from celtk.run.test import check_frozen, score_kinds
-from celtk.runstore import bits, check_fingerprint
+from celtk.runstore import check_fingerprint
 from celtk.stats import compare_paired
 
 if TYPE_CHECKING:
@@ -64,11 +63,11 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
             wanted = [k for k in wanted if k.name != "resample"]
             omitted["resample"] = ("not offered for generation-graded tasks "
                                    "(a generation reads positions no reference has)")
-        heads = HeadSet.parse(",".join(sel.heads))
+        heads = sel.heads
         if progress:
             progress("ablation kinds", 0, len(wanted))
         ablations = [session.ablation(k) for k in wanted]
-        seq = rd.begin_look("ablation-kinds", [sel.heads], heldout_hash, len(session.splits.heldout), exploratory=True,
+        seq = rd.begin_look("ablation-kinds", [heads], heldout_hash, len(session.splits.heldout), exploratory=True,
                             kinds=[str(k) for k in wanted])
         intact, results = score_kinds(session, "heldout", heads, ablations)
         if progress:
@@ -79,7 +78,8 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         document = AblationKindsDocument(
             heads=sel.heads, model=sel.model["name"], task=sel.task["task"], run_ablation=session.config.ablation,
             test_gain=test.gain, n=len(intact.examples), intact_accuracy=intact.accuracy,
-            intact_correct=bits(intact.correct), heldout_hash=heldout_hash, reference=_reference(session, ablations),
+            intact_correct=Correctness.of(intact.correct), heldout_hash=heldout_hash,
+            reference=_reference(session, ablations),
             n_boot=n_boot, ci_level=0.95, kinds=rows, omitted=omitted)
         rd.finish_look(seq, (document, None))
         return document
@@ -98,11 +98,11 @@ def _kinds(kinds: Sequence[str], alphas: Sequence[float]) -> list[AblationKind]:
 def _check_reproduces_test(out: Path, test: TestDocument, intact: EvalResult, results: dict[str, EvalResult],
                            run_kind: str) -> None:
     """The intact outcomes, and the run's own kind where it was scored, must be test.json's example by example."""
-    stored_intact = bits(e.intact_correct for e in test.examples)
-    if bits(intact.correct) != stored_intact:
+    if Correctness.of(intact.correct) != Correctness.of(e.intact_correct for e in test.examples):
         raise RunStoreError(f"{out}: the intact model now scores the held-out set differently from test.json, so the "
                             "baseline changed (model, data, device or numerics); ask on the test's setup.")
-    if run_kind in results and bits(results[run_kind].correct) != bits(e.ablated_correct for e in test.examples):
+    if run_kind in results and (Correctness.of(results[run_kind].correct)
+                                != Correctness.of(e.ablated_correct for e in test.examples)):
         raise RunStoreError(f"{out}: the selection under the run's own ablation ({run_kind}) now scores the held-out "
                             "set differently from test.json; ask on the test's setup.")
 
@@ -123,7 +123,7 @@ def _row(kind: AblationKind, intact: EvalResult, result: EvalResult, session: Se
     delta = None if before is None or after is None or not len(before) else float(np.mean(after - before))
     return KindRow(kind=str(kind), alpha=kind.alpha, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
                    gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage,
-                   mcnemar_p=s.mcnemar_p, mean_delta_logprob=delta, ablated_correct=bits(result.correct),
+                   mcnemar_p=s.mcnemar_p, mean_delta_logprob=delta, ablated_correct=Correctness.of(result.correct),
                    undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"})
 
 

@@ -100,16 +100,16 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
 def _discordant(rd: RunDirectory, sel: SelectionDocument) -> np.ndarray:
     """fixes + damage of every candidate the search scored: each screened head and each ranked set."""
     counts = screen_discordant(rd.load(ScreenDocument))
-    counts.update({tuple(r.heads): r.fixes + r.damage for r in sel.ranking})
+    counts.update({r.heads: r.fixes + r.damage for r in sel.ranking})
     return np.array(list(counts.values()), dtype=int)
 
 
-def screen_discordant(screen: ScreenDocument) -> dict[tuple[str, ...], int]:
+def screen_discordant(screen: ScreenDocument) -> dict[HeadSet, int]:
     """fixes + damage of each screened head on the whole discovery set. A racing screen's head dropped
     early has them on its ``n_scored`` examples only: its count is scaled to the ``n`` examples at the
     same discordance rate (as the held-out null does), not read as a count on all ``n``, which would
     shrink its null gains and make the p-value too small."""
-    return {(r.head,): r.fixes + r.damage if r.n_scored is None
+    return {HeadSet((r.head,)): r.fixes + r.damage if r.n_scored is None
             else int(np.rint((r.fixes + r.damage) * screen.n / r.n_scored))
             for r in screen.heads}
 
@@ -157,7 +157,7 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
                 "(--candidates) for the search on random pools, whose best is comparable.")
     chosen = list(dict.fromkeys(b.heads for b in best))  # only each draw's best reaches the held-out set
     session = run.session
-    seq = rd.begin_look("calibrate-random-heads", [h.names() for h in chosen],
+    seq = rd.begin_look("calibrate-random-heads", list(chosen),
                         session.splits.manifest()["heldout_hash"], len(session.splits.heldout), exploratory=True)
     if progress:
         progress("calibrate held-out", 0, 1)
@@ -167,6 +167,6 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
     heldout = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in chosen}
     document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
                                    null_heldout_gains=[heldout[b.heads] for b in best], p_value=pv, p_value_note=note,
-                                   validity=validity, null_sets=[b.heads.names() for b in best])
+                                   validity=validity, null_sets=[b.heads for b in best])
     rd.finish_look(seq, (document, None))
     return document

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from celtk.errors import ConfigError, RunStoreError, SplitError, suggest
+from celtk.heads import HeadSet
 from celtk.run.documents import (
     Document,
     HeldoutContract,
@@ -130,7 +131,7 @@ class RunDirectory:
                 digest = entry.get("sha256")
         return digest
 
-    def begin_look(self, what: str, heads: list[list[str]], heldout_hash: str, n: int | None, *,
+    def begin_look(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *,
                    exploratory: bool, forced: bool = False, **extra: Any) -> int:
         """Log a look before anything is scored; ``frozen`` is worked out from ``selection.json``."""
         frozen_heads = self.frozen_heads()
@@ -155,7 +156,7 @@ class RunDirectory:
         for seq in seqs[1:]:
             self.log.complete(seq, *(self.path / (name or document.file_name()) for document, name in documents))
 
-    def frozen_heads(self) -> list[str] | None:
+    def frozen_heads(self) -> HeadSet | None:
         path = self.file(SelectionDocument.FILE)
         return SelectionDocument.load(self.path).heads if path.exists() else None
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from celtk.errors import RunStoreError
-from celtk.heads import HeadSet
+import numpy as np
+
+from celtk.errors import HeadError, RunStoreError
+from celtk.heads import Head, HeadSet
 from celtk.runstore import file_digest, read_json, write_json
 from celtk.search.scores import head_order
 
@@ -28,6 +31,117 @@ DISCOVERY_GAIN_NOTE = ("selection-biased: the best of the searched candidates, m
                        "the held-out gain (test.json) is the honest estimate")
 R = TypeVar("R", bound="Record")
 D = TypeVar("D", bound="Document")
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """Per-example outcomes of one model (or one ablation) on a run's examples, in example order: what a
+    document stores as ``"0101…"`` (``1`` correct, ``0`` wrong, ``-`` not scored: a racing screen's head
+    dropped early). Only :meth:`of` writes the bits and only :meth:`outcomes` / :meth:`scored` read them.
+
+        >>> c = Correctness.of([True, False, True], scored=[True, True, False])
+        >>> c.bits, c.n_scored, c.outcomes().tolist(), c.scored().tolist()
+        ('10-', 2, [True, False, False], [True, True, False])
+    """
+
+    bits: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bits, str) or set(self.bits) - {"0", "1", UNSCORED}:
+            raise RunStoreError(f"malformed correctness {str(self.bits)[:20]!r}: expected one character per "
+                                f"example, '1' (correct), '0' (wrong) or '{UNSCORED}' (not scored).")
+
+    @classmethod
+    def of(cls, outcomes: Iterable[Any], scored: Iterable[Any] | None = None) -> Correctness:
+        """From per-example outcomes (truthy: correct) and, for a racing screen's dropped head, which
+        examples were scored (``None``: every one)."""
+        values = list(outcomes)
+        mask = [True] * len(values) if scored is None else [bool(s) for s in scored]
+        if len(mask) != len(values):
+            raise ValueError(f"Correctness.of: {len(values)} outcomes but {len(mask)} scored flags.")
+        return cls("".join(("1" if v else "0") if s else UNSCORED for v, s in zip(values, mask, strict=True)))
+
+    def outcomes(self) -> np.ndarray:
+        """Correct (bool ``[n]``); an example not scored counts as not correct (see :meth:`scored`)."""
+        return np.array([c == "1" for c in self.bits], dtype=bool)
+
+    def scored(self) -> np.ndarray:
+        """Which examples were scored (bool ``[n]``): all of them, except on a racing screen's dropped head."""
+        return np.array([c != UNSCORED for c in self.bits], dtype=bool)
+
+    @property
+    def n_scored(self) -> int:
+        return len(self.bits) - self.bits.count(UNSCORED)
+
+    @property
+    def n_unscored(self) -> int:
+        return self.bits.count(UNSCORED)
+
+    def __len__(self) -> int:
+        return len(self.bits)
+
+    def __str__(self) -> str:
+        return self.bits
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How a parsed field value is written to a file and read back: ``encode`` gives the JSON value,
+    ``decode`` parses it (raising on a malformed one), ``kind`` is the parsed type and ``shape`` what the
+    file holds (for errors)."""
+
+    kind: type
+    shape: str
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+
+def _head_names(value: Any) -> HeadSet:
+    if not isinstance(value, list):
+        raise HeadError(f"expected a list of head names, got {type(value).__name__}")
+    return HeadSet.of(value)
+
+
+def _text(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
+    def decode(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise HeadError(f"expected a string, got {type(value).__name__}")
+        return parse(value)
+    return decode
+
+
+HEAD = Codec(Head, "a head name such as 'L1H2'", str, _text(Head.parse))
+HEADS = Codec(HeadSet, "a list of head names such as ['L1H2', 'L14H8']", HeadSet.names, _head_names)
+SET_NAME = Codec(HeadSet, "a head set written as one string such as 'L1H2,L14H8'", str, _text(HeadSet.parse))
+CORRECTNESS = Codec(Correctness, "per-example bits such as '0110-'", str, _text(Correctness))
+
+
+def coded(codec: Codec, *, depth: int = 0, omit_none: bool = False, default_factory: Any = MISSING) -> Any:
+    """A field holding parsed values (:class:`Head`, :class:`HeadSet`, :class:`Correctness`): one, or
+    lists nested ``depth`` deep. :meth:`Record.from_json` decodes it, :meth:`Record.to_json` encodes it,
+    and a record built with the on-disk form instead (a string for a head) is refused."""
+    metadata = {"codec": codec, "depth": depth, "omit_none": omit_none}
+    if omit_none:
+        return field(default=None, metadata=metadata)
+    return field(metadata=metadata, default_factory=default_factory)
+
+
+def _map(function: Callable[[Any], Any], value: Any, depth: int) -> Any:
+    if value is None:
+        return None
+    if depth == 0:
+        return function(value)
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    return [_map(function, v, depth - 1) for v in value]
+
+
+def _check(value: Any, codec: Codec, depth: int) -> bool:
+    if value is None:
+        return True
+    if depth == 0:
+        return isinstance(value, codec.kind)
+    return isinstance(value, (list, tuple)) and all(_check(v, codec, depth - 1) for v in value)
 
 
 def rows(kind: type, *, default: Any = MISSING) -> Any:
@@ -45,6 +159,11 @@ def optional_record(kind: type) -> Any:
     return field(default=None, metadata={"omit_none": True, "record": kind})
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
 def _dump(value: Any) -> Any:
     if isinstance(value, Record):
         return value.to_json()
@@ -57,10 +176,23 @@ def _dump(value: Any) -> Any:
 class Record:
     """A JSON object with a fixed set of keys, written in field order."""
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            codec = f.metadata.get("codec")
+            if codec is not None and not _check(getattr(self, f.name), codec, f.metadata["depth"]):
+                raise TypeError(f"{type(self).__name__}.{f.name} holds parsed values ({codec.kind.__name__}"
+                                f"{', in lists' if f.metadata['depth'] else ''}), got {_short(getattr(self, f.name))}; "
+                                f"the file's form ({codec.shape}) is read by {type(self).__name__}.from_json.")
+
     def to_json(self) -> dict[str, Any]:
-        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
-                if not (f.metadata.get("omit_none") and getattr(self, f.name) is None)
-                and f.metadata.get("stored", True)}
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if (f.metadata.get("omit_none") and value is None) or not f.metadata.get("stored", True):
+                continue
+            codec = f.metadata.get("codec")
+            out[f.name] = _map(codec.encode, value, f.metadata["depth"]) if codec else _dump(value)
+        return out
 
     @classmethod
     def from_json(cls: type[R], data: dict[str, Any], where: str = "") -> R:
@@ -72,6 +204,16 @@ class Record:
         values = {}
         for name, value in data.items():
             kind, single = known[name].metadata.get("rows"), known[name].metadata.get("record")
+            codec = known[name].metadata.get("codec")
+            if codec is not None:
+                try:
+                    values[name] = _map(codec.decode, value, known[name].metadata["depth"])
+                except (HeadError, RunStoreError, TypeError, ValueError) as error:
+                    raise RunStoreError(f"{where or cls.__name__}: field {name!r} should hold {codec.shape}"
+                                        f"{' (in lists)' if known[name].metadata['depth'] else ''}, got "
+                                        f"{_short(value)} ({error}); it was not written by celtk. "
+                                        "Rerun the stage that writes it.") from None
+                continue
             values[name] = ([kind.from_json(v, where) for v in value] if kind and value is not None
                             else single.from_json(value, where) if single and value is not None else value)
         try:
@@ -149,13 +291,13 @@ def check_digest(path: Path) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ScreenRow(Record):
-    head: str
+    head: Head = coded(HEAD)
     accuracy: float
     gain: float
     gain_count: int
     damage: int
     fixes: int
-    correct: str  # per-example correctness bits, '0101…' ('-': not scored, racing screens only)
+    correct: Correctness = coded(CORRECTNESS)  # per example ('-': not scored, racing screens only)
     # racing screens: a head dropped early was scored on n_scored examples, and its accuracy, gain,
     # damage and fixes are on those examples only (gain as a fraction of them); None = every example
     n_scored: int | None = optional()
@@ -177,8 +319,8 @@ class RacingRecord(Record):
     schedule: list[int]  # chunk sizes, in examples
     racing_after: list[int]  # heads still racing after each chunk
     order: list[int] | None  # the order examples were revealed in; None = discovery order
-    pool: list[str]  # the top p, best first
-    uncertified: list[str]  # dropped by the confidence bound alone (always empty in exact mode)
+    pool: list[Head] = coded(HEAD, depth=1)  # the top p, best first
+    uncertified: list[Head] = coded(HEAD, depth=1)  # dropped by the confidence bound alone (always empty in exact mode)
     evaluations: int  # (head, example) evaluations made
     exhaustive_evaluations: int  # heads × examples
     saved_fraction: float
@@ -194,7 +336,7 @@ class ScreenDocument(Document):
     task: dict[str, Any]  # Task.config()
     n: int
     intact_accuracy: float
-    intact_correct: str
+    intact_correct: Correctness = coded(CORRECTNESS)
     discovery_ids: list[str]
     discovery_hashes: list[str]
     splits: dict[str, Any]  # Splits.manifest()
@@ -216,9 +358,9 @@ class ScreenDocument(Document):
     def ranked_rows(self) -> list[ScreenRow]:
         """The complete rows, best first, by the one ranking key (:func:`celtk.search.scores.head_order`)."""
         return sorted(self.complete_rows(),
-                      key=lambda r: head_order(HeadSet.parse(r.head), r.gain_count, r.damage, r.accuracy))
+                      key=lambda r: head_order(HeadSet((r.head,)), r.gain_count, r.damage, r.accuracy))
 
-    def pool(self, p: int) -> list[str]:
+    def pool(self, p: int) -> list[Head]:
         """The top ``p`` heads among those scored on every example, best first: what Algorithm 1 searches (and,
         on a racing screen, what it raced for)."""
         return [r.head for r in self.ranked_rows()[:p]]
@@ -256,7 +398,7 @@ class ScreenDocument(Document):
 
 @dataclass(frozen=True, kw_only=True)
 class RankedSet(Record):
-    heads: list[str]
+    heads: HeadSet = coded(HEADS)
     accuracy: float
     gain: float
     gain_count: int
@@ -268,7 +410,7 @@ class RankedSet(Record):
 class Interaction(Record):
     """A subset's gain against the sum of its heads' gains, in examples."""
 
-    heads: list[str]
+    heads: HeadSet = coded(HEADS)
     gain_count: int
     additive_gain_count: int
     gap: int  # gain_count − additive_gain_count
@@ -293,7 +435,7 @@ class LookRecord(Record):
 
     seq: int
     what: str
-    heads: list[list[str]]
+    heads: list[HeadSet] = coded(HEADS, depth=1)
     n: int | None
     heldout_hash: str
     frozen: bool  # the frozen selection's held-out outcomes were among those scored
@@ -309,7 +451,7 @@ class SelectionDocument(Document):
     """Stage 2: the frozen head set and every set the search scored."""
 
     FILE: ClassVar[str] = "selection.json"
-    heads: list[str]
+    heads: HeadSet = coded(HEADS)
     discovery_accuracy: float
     discovery_gain: float  # selection-biased: the best of n_evaluations candidates on the examples that chose it
     intact_discovery_accuracy: float
@@ -324,11 +466,11 @@ class SelectionDocument(Document):
     strategy_options: dict[str, Any]
     k: int
     n_evaluations: int
-    rounds: list[list[str]]
+    rounds: list[list[HeadSet]] = coded(SET_NAME, depth=2)  # per round, the sets kept (greedy, beam)
     ranking: list[RankedSet] = rows(RankedSet)
     p: int | None = optional()  # Algorithm 1 only, from here on
     n_evaluated_subsets: int | None = optional()
-    pool: list[str] | None = optional()
+    pool: list[Head] | None = coded(HEAD, depth=1, omit_none=True)
     flagged_interactions: list[Interaction] | None = field(default=None,
                                                            metadata={"omit_none": True, "rows": Interaction})
     forced_after_test: bool | None = optional()  # reselected with force=True after a look at the held-out set
@@ -344,8 +486,8 @@ class DiagnosticsDocument(Document):
 
     FILE: ClassVar[str] = "diagnostics.json"
     strategy: str
-    rounds: list[list[str]]
-    pool: list[str] | None = optional()
+    rounds: list[list[HeadSet]] = coded(SET_NAME, depth=2)
+    pool: list[Head] | None = coded(HEAD, depth=1, omit_none=True)
     subsets: list[Interaction] | None = field(default=None, metadata={"omit_none": True, "rows": Interaction})
     pairwise_interaction: list[list[int | None]] | None = optional()  # gain_count(pair) − gain_count(a) − gain_count(b)
     overlap: dict[str, list[list[int]]] | None = optional()  # shared fixes / damage between pool heads, in examples
@@ -375,7 +517,7 @@ class TestDocument(Document):
 
     __test__ = False  # not a pytest class
     FILE: ClassVar[str] = "test.json"
-    heads: list[str]
+    heads: HeadSet = coded(HEADS)
     strategy: str
     model: str
     task: str
@@ -418,7 +560,7 @@ class KindRow(Record):
     mcnemar_p: float | None
     # mean (ablated − intact) target log-probability (the correct choice's); None: generation
     mean_delta_logprob: float | None
-    ablated_correct: str  # per-example bits, '0101…'
+    ablated_correct: Correctness = coded(CORRECTNESS)
     undefined: dict[str, str] = field(default_factory=dict)
 
 
@@ -428,14 +570,14 @@ class AblationKindsDocument(Document):
     under zero, mean and resample ablation and along a scale sweep (``ablation-kinds.json``); they reselect nothing."""
 
     FILE: ClassVar[str] = "ablation-kinds.json"
-    heads: list[str]
+    heads: HeadSet = coded(HEADS)
     model: str
     task: str
     run_ablation: str  # the kind the run was screened, selected and tested under
     test_gain: float  # test.json's held-out gain: the confirmatory result these rows sit beside
     n: int
     intact_accuracy: float
-    intact_correct: str
+    intact_correct: Correctness = coded(CORRECTNESS)
     heldout_hash: str
     reference: dict[str, Any]  # what mean and resample were measured on (the discovery set), and how
     n_boot: int
@@ -450,7 +592,7 @@ class AblationKindsDocument(Document):
 
 @dataclass(frozen=True, kw_only=True)
 class StableSelection(Record):
-    heads: list[str]
+    heads: HeadSet = coded(HEADS)
     frequency: float
     is_reference: bool
     discovery_gain: float
@@ -472,7 +614,7 @@ class StabilityDocument(Document):
     n_resamples: int
     fraction: float | None
     seed: int
-    reference_selection: list[str]
+    reference_selection: HeadSet = coded(HEADS)
     reference_frequency: float
     head_frequency: dict[str, float]
     mean_pairwise_jaccard: float
@@ -481,7 +623,7 @@ class StabilityDocument(Document):
     heldout_intact_accuracy: float
     n_heldout: int
     selections: list[StableSelection] = rows(StableSelection)
-    per_resample: list[list[str]] = field(default_factory=list)
+    per_resample: list[HeadSet] = coded(HEADS, depth=1, default_factory=list)
     n_discovery_evaluations: int = 0
 
 
@@ -543,8 +685,8 @@ class TransferRow(Record):
     heldout_hash: str
     data: str | None = None  # where the examples came from: the data path, or generator / hub / file
     from_test: bool = False  # the original row: the test's comparison, read from test.json (not a second look)
-    intact_correct: str  # per-example bits, '0101…'
-    ablated_correct: str
+    intact_correct: Correctness = coded(CORRECTNESS)
+    ablated_correct: Correctness = coded(CORRECTNESS)
     undefined: dict[str, str] = field(default_factory=dict)
 
 
@@ -577,7 +719,7 @@ class TransferDocument(Document):
     """Does the selection hold? Intact against ablated under a grid of variants (``transfer.json``)."""
 
     FILE: ClassVar[str] = "transfer.json"
-    heads: list[str]
+    heads: HeadSet = coded(HEADS)
     model: str
     task: str
     discovery_gain: float  # selection-biased (see SelectionDocument)
@@ -612,7 +754,7 @@ class CalibrationDocument(Document):
     p_value: float | None  # (1 + #{null best >= observed}) / (1 + repeats); None: not the same statistic (p_value_note)
     validity: str
     p_value_note: str | None = optional()  # why there is no p-value
-    null_sets: list[list[str]] | None = optional()  # random-heads: each repeat's best set
+    null_sets: list[HeadSet] | None = coded(HEADS, depth=1, omit_none=True)  # random-heads: each repeat's best set
 
     @staticmethod
     def file(null: str) -> str:

@@ -133,7 +133,7 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
         rd.check_heldout(manifest, session.splits.heldout, doc)
         session.model.validate_heads(heads)
         examples = session.splits.heldout[:limit] if limit is not None else session.splits.heldout
-        seq = rd.begin_look("eval", [heads.names()], manifest["heldout_hash"], len(examples), exploratory=True,
+        seq = rd.begin_look("eval", [heads], manifest["heldout_hash"], len(examples), exploratory=True,
                             limit=limit)
         c = session.config
         config = EvalConfig(batch_size=batch_size, chat=c.chat, allow_code=allow_code, chat_date=c.chat_date)

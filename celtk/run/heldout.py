@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celtk.errors import RunStoreError
+from celtk.errors import HeadError, RunStoreError
+from celtk.heads import HeadSet
 from celtk.runstore import file_digest, read_json, write_json
 
 LOG = "heldout_log.jsonl"
@@ -50,7 +51,7 @@ class Look:
     seq: int
     what: str
     when: str
-    heads: list[list[str]]
+    heads: list[HeadSet]
     heldout_hash: str
     n: int | None
     frozen: bool
@@ -66,7 +67,7 @@ class Look:
         return self.result is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "what": self.what, "when": self.when, "heads": self.heads,
+        return {"seq": self.seq, "what": self.what, "when": self.when, "heads": [h.names() for h in self.heads],
                 "heldout_hash": self.heldout_hash, "n": self.n, "frozen": self.frozen, "exploratory": self.exploratory,
                 "forced": self.forced, "complete": self.complete, "result": self.result, "chained": self.chained}
 
@@ -148,7 +149,8 @@ class HeldoutLog:
                 extra = {k: v for k, v in entry.items() if k not in _LOOK_KEYS}
                 exploratory = entry.get("exploratory", entry.get("what") != "test")
                 looks[seq] = Look(seq=seq, what=str(entry.get("what")), when=str(entry.get("when", "")),
-                                  heads=entry.get("heads", []), heldout_hash=str(entry.get("heldout_hash", "")),
+                                  heads=self._heads(index, entry.get("heads", [])),
+                                  heldout_hash=str(entry.get("heldout_hash", "")),
                                   n=entry.get("n"),
                                   frozen=bool(entry.get("frozen", entry.get("what") in ("test", "transfer"))),
                                   exploratory=bool(exploratory), forced=bool(entry.get("forced", False)), extra=extra,
@@ -164,6 +166,12 @@ class HeldoutLog:
                 if old.result is None:  # the first file a look wrote is its result
                     looks[seq] = Look(**{**old.__dict__, "result": entry.get("file"), "digest": entry.get("sha256")})
         return [looks[s] for s in order]
+
+    def _heads(self, index: int, value: Any) -> list[HeadSet]:
+        try:
+            return [HeadSet.of(names) for names in value]
+        except (HeadError, TypeError) as error:
+            raise self._broken(f"line {index + 1}'s heads are not lists of head names ({error})") from None
 
     def events(self, event: str) -> list[dict[str, Any]]:
         return [entry for _, entry in self.lines() if entry.get("event") == event]
@@ -185,10 +193,10 @@ class HeldoutLog:
         write_json(self.head_path, {"lines": len(lines) + 1, "sha256": line_hash(text)})
         return chained
 
-    def begin(self, what: str, heads: list[list[str]], heldout_hash: str, n: int | None, *, frozen: bool,
+    def begin(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *, frozen: bool,
               exploratory: bool, forced: bool = False, **extra: Any) -> int:
         """Log a look before its held-out examples are scored; returns its ``seq``."""
-        entry = self.append({"event": "look", "what": what, "when": _now(), "heads": heads,
+        entry = self.append({"event": "look", "what": what, "when": _now(), "heads": [h.names() for h in heads],
                              "heldout_hash": heldout_hash, "n": n, "frozen": frozen, "exploratory": exploratory,
                              "forced": forced, **extra})
         return int(entry["seq"])

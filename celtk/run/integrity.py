@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from celtk.errors import ConfigError, RunStoreError
-from celtk.heads import HeadSet, all_heads
-from celtk.run.documents import UNSCORED, ScreenDocument, SelectionDocument, TestDocument
+from celtk.heads import all_heads
+from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.runstore import read_json
 
 
@@ -35,14 +35,14 @@ def check_screen_complete(out: Path, doc: ScreenDocument) -> None:
                             f"{len(doc.discovery_ids)} discovery ids; rerun the screen in a new directory.")
     # a declared layer subset (mypy does not narrow doc.layers through getattr)
     chosen = set(doc.layers) if getattr(doc, "layers", None) is not None else None  # type: ignore[arg-type]
-    expected = [str(HeadSet((h,))) for h in all_heads(doc.n_layers, doc.n_heads) if chosen is None or h.layer in chosen]
+    expected = [h for h in all_heads(doc.n_layers, doc.n_heads) if chosen is None or h.layer in chosen]
     names = [row.head for row in doc.heads]
     if sorted(names) != sorted(expected):
-        missing = sorted(set(expected) - set(names), key=expected.index)
+        missing = sorted(set(expected) - set(names))
         extra = sorted(set(names) - set(expected)) + sorted({h for h in names if names.count(h) > 1})
         raise RunStoreError(f"{out}/screen.json covers {len(set(names) & set(expected))} of the model's "
-                            f"{len(expected)} heads (missing {', '.join(missing[:5]) or 'none'}; unexpected or "
-                            f"repeated {', '.join(extra[:5]) or 'none'}); "
+                            f"{len(expected)} heads (missing {', '.join(map(str, missing[:5])) or 'none'}; unexpected "
+                            f"or repeated {', '.join(map(str, extra[:5])) or 'none'}); "
                             "a screen must cover every head once — rerun or merge it.")
     short = next((row.head for row in doc.heads if len(row.correct) != n), None)
     if short:
@@ -56,7 +56,7 @@ def check_racing_rows(out: Path, doc: ScreenDocument) -> None:
     pool must be the top p of the heads scored on every example; anything else is a partial screen."""
     n, racing = len(doc.intact_correct), getattr(doc, "racing", None)
     for row in doc.heads:
-        unscored = row.correct.count(UNSCORED)
+        unscored = row.correct.n_unscored
         # not row.complete: n_scored is set (mypy does not narrow through the property)
         if row.complete and unscored or not row.complete and (
                 racing is None or not 1 <= row.n_scored < n or unscored != n - row.n_scored):  # type: ignore[operator]
@@ -68,8 +68,9 @@ def check_racing_rows(out: Path, doc: ScreenDocument) -> None:
         return
     top = doc.pool(racing.p)
     if racing.pool != top:
-        raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(racing.pool)} is not the top {racing.p} of "
-                            f"the heads scored on every example ({', '.join(top) or 'none'}); rerun the screen.")
+        raise RunStoreError(f"{out}/screen.json: the racing pool {', '.join(map(str, racing.pool))} is not the top "
+                            f"{racing.p} of the heads scored on every example ({', '.join(map(str, top)) or 'none'}); "
+                            "rerun the screen.")
 
 
 def check_racing_use(doc: ScreenDocument, *, whole: str | None = None, p: int | None = None) -> None:

@@ -12,7 +12,8 @@ import numpy as np
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
-from celtk.runstore import atomic_write_text, bits, fingerprint_key, read_json, unbits, write_json
+from celtk.run.documents import Correctness
+from celtk.runstore import atomic_write_text, fingerprint_key, read_json, write_json
 from celtk.validation import validated
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class SetMemo:
 
             def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
                 nonlocal done
-                rows = [{"heads": str(h), "correct": bits(r.correct)}
+                rows = [{"heads": str(h), "correct": Correctness.of(r.correct).bits}
                         for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
                 write_json(self.directory / f"{tag}-L{layer}.json", {"layer": layer, "subsets": rows})
                 self.known.update({h: r.correct for h, r in results.items()})
@@ -96,8 +97,8 @@ def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarr
     for path in sorted(parts.glob("*.json")) if parts.is_dir() else []:
         doc = read_json(path)
         try:
-            rows = [(HeadSet.parse(row["heads"]), np.array(unbits(row["correct"]))) for row in doc["subsets"]]
-        except (KeyError, TypeError, ValueError, AttributeError):  # HeadError is a ValueError
+            rows = [(HeadSet.parse(row["heads"]), Correctness(row["correct"]).outcomes()) for row in doc["subsets"]]
+        except (KeyError, TypeError, ValueError, AttributeError, RunStoreError):  # HeadError is a ValueError
             raise RunStoreError(f"{path} is not a part celtk wrote (it needs a 'subsets' list of head sets and "
                                 "outcomes); delete it and rerun: only its subsets are scored again.") from None
         for heads, correct in rows:
@@ -111,6 +112,6 @@ def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarr
 def memo_for(run: ScreenedRun, progress: Progress | None = None, stage: str = "select") -> SetMemo:
     """The memo of a :class:`celtk.run.session.ScreenedRun` (``OUT/select_parts/sets``), shared by
     select, altscreen (LASSO) and stability so none scores a set another already scored."""
-    key = fingerprint_key({"fingerprint": run.session.fingerprint(), "intact": bits(run.intact)})
+    key = fingerprint_key({"fingerprint": run.session.fingerprint(), "intact": Correctness.of(run.intact).bits})
     return SetMemo(run.out / "select_parts" / "sets", run.intact, lambda: run.session.screener("discovery"), progress,
                    stage, key=key)

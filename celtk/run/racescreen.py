@@ -18,11 +18,11 @@ import numpy as np
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
-from celtk.run.documents import RacingRecord
+from celtk.run.documents import Correctness, RacingRecord
 from celtk.run.memo import claim_parts
 from celtk.run.screen import ScreenOutcome, null_control, screen_row
 from celtk.run.session import Session
-from celtk.runstore import bits, fingerprint_key, read_json, unbits, write_json
+from celtk.runstore import fingerprint_key, read_json, write_json
 from celtk.screening.racing import Mode, RaceResult, default_schedule, race, subset_prepared
 
 if TYPE_CHECKING:
@@ -48,8 +48,9 @@ def racing_screen(session: Session, directory: Path, heads: list[Head], progress
     schedule = default_schedule(n, mode)
     order = np.random.default_rng(config.seed).permutation(n) if mode == "confidence" else np.arange(n)
     parts = directory / "race_parts"
-    claim_parts(parts, fingerprint_key({"mode": mode, "p": config.p, "schedule": schedule, "order": order.tolist(),
-                                        "heads": [str(s) for s in sets], "intact": bits(intact.correct)}))
+    key = {"mode": mode, "p": config.p, "schedule": schedule, "order": order.tolist(), "heads": [str(s) for s in sets],
+           "intact": Correctness.of(intact.correct).bits}
+    claim_parts(parts, fingerprint_key(key))
     scorer = ChunkScorer(session, parts, progress, len(sets) * n, intact.correct)
     result = race(scorer, sets, n, intact.correct, config.p, mode, schedule, delta=DELTA, order=order)
     rows = [screen_row(s, result.outcomes[s], intact.correct, result.scored_mask(s)) for s in sets]
@@ -62,9 +63,14 @@ def racing_record(result: RaceResult) -> RacingRecord:
     natural = np.array_equal(result.order, np.arange(result.n))
     return RacingRecord(mode=result.mode, p=result.p, delta=result.delta, schedule=list(result.schedule),
                         racing_after=list(result.racing_after), order=None if natural else result.order.tolist(),
-                        pool=[str(s) for s in result.pool], uncertified=[str(s) for s in result.uncertified],
+                        pool=[_single(s) for s in result.pool], uncertified=[_single(s) for s in result.uncertified],
                         evaluations=result.evaluations, exhaustive_evaluations=len(result.heads) * result.n,
                         saved_fraction=result.saved_fraction)
+
+
+def _single(heads: HeadSet) -> Head:
+    (head,) = heads.heads  # a racing screen races single heads
+    return head
 
 
 class ChunkScorer:
@@ -101,7 +107,7 @@ class ChunkScorer:
             def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
                 path = self.parts / f"chunk{chunk}-L{layer}.json"
                 stored = read_json(path)["heads"] if path.exists() else {}
-                stored.update({str(h): bits(r.correct) for h, r in results.items()})
+                stored.update({str(h): Correctness.of(r.correct).bits for h, r in results.items()})
                 write_json(path, {"chunk": chunk, "indices": indices.tolist(), "heads": stored})
                 known.update({h: r.correct for h, r in results.items()})
                 self.done += len(results) * len(indices)
@@ -129,7 +135,7 @@ class ChunkScorer:
             if part["indices"] != indices.tolist():
                 raise RunStoreError(f"{path} holds outcomes of other examples than chunk {chunk} of this race; "
                                     f"delete {self.parts} and screen again.")
-            known.update({HeadSet.parse(h): np.array(unbits(b)) for h, b in part["heads"].items()})
+            known.update({HeadSet.parse(h): Correctness(b).outcomes() for h, b in part["heads"].items()})
         return known
 
     def _report(self) -> None:

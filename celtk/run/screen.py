@@ -20,11 +20,11 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
 from celtk.run.config import RunConfig
-from celtk.run.documents import UNSCORED, RacingRecord, ScreenDocument, ScreenRow
+from celtk.run.documents import Correctness, RacingRecord, ScreenDocument, ScreenRow
 from celtk.run.integrity import check_screen_complete
 from celtk.run.registry import SCREENS
 from celtk.run.session import Session
-from celtk.runstore import bits, check_fingerprint, locked, read_json, write_csv, write_json
+from celtk.runstore import check_fingerprint, locked, read_json, write_csv, write_json
 from celtk.search.scores import HeadScore
 
 if TYPE_CHECKING:
@@ -56,10 +56,12 @@ def screen_row(heads: HeadSet, correct: np.ndarray, intact: np.ndarray, scored: 
     ``-`` for the rest of its bits, and ``n_scored`` set; a head scored on every example has it unset."""
     mask = np.ones(len(intact), dtype=bool) if scored is None else np.asarray(scored, dtype=bool)
     score = HeadScore.compare(heads, np.asarray(correct)[mask], np.asarray(intact)[mask])
+    if len(heads) != 1:
+        raise ValueError(f"screen_row scores one head, got the set {heads or 'of no head'}.")
     m = int(mask.sum())
-    text = "".join(("1" if c else "0") if s else UNSCORED for c, s in zip(correct, mask, strict=True))
-    return ScreenRow(head=str(heads), accuracy=score.accuracy, gain=score.gain / m, gain_count=score.gain,
-                     damage=score.damage, fixes=score.fixes, correct=text, n_scored=m if m < len(intact) else None)
+    return ScreenRow(head=heads.heads[0], accuracy=score.accuracy, gain=score.gain / m, gain_count=score.gain,
+                     damage=score.damage, fixes=score.fixes, correct=Correctness.of(correct, scored),
+                     n_scored=m if m < len(intact) else None)
 
 
 @dataclass(frozen=True)
@@ -154,9 +156,9 @@ def covered_rows(parts: Path, heads: list[Head], n_layers: int) -> list[ScreenRo
     if beyond:
         raise RunStoreError(f"{found[beyond[0]]} holds layer {beyond[0]}, but the model has layers 0..{n_layers - 1}: "
                             f"it is not this run's. Delete it and rerun the screen.")
-    wanted = [str(HeadSet((h,))) for h in heads]
+    wanted = list(heads)
     layers = {h.layer for h in heads}
-    rows: dict[str, ScreenRow] = {}
+    rows: dict[Head, ScreenRow] = {}
     for layer, path in sorted(found.items()):
         if layer not in layers:
             continue
@@ -164,20 +166,24 @@ def covered_rows(parts: Path, heads: list[Head], n_layers: int) -> list[ScreenRo
         names = [row.head for row in part]
         stranger = sorted(set(names) - set(wanted), key=names.index)
         repeated = sorted({name for name in names if names.count(name) > 1})
-        missing = [name for name in wanted if Head.parse(name).layer == layer and name not in names]
+        missing = [name for name in wanted if name.layer == layer and name not in names]
         if stranger or repeated or missing:
             what = "; ".join(text for text in (
-                f"heads not in this screen: {', '.join(stranger[:5])}" if stranger else "",
-                f"repeated: {', '.join(repeated[:5])}" if repeated else "",
-                f"missing: {', '.join(missing[:5])}" if missing else "") if text)
+                f"heads not in this screen: {_names(stranger)}" if stranger else "",
+                f"repeated: {_names(repeated)}" if repeated else "",
+                f"missing: {_names(missing)}" if missing else "") if text)
             raise RunStoreError(f"{path} does not hold layer {layer}'s heads of this screen exactly once ({what}). "
                                 "Delete it and rerun the screen: that layer is screened again.")
         rows.update({row.head: row for row in part})
     unscored = [name for name in wanted if name not in rows]
     if unscored:
-        raise RunStoreError(f"{parts} has no part for {', '.join(unscored[:5])}; "
+        raise RunStoreError(f"{parts} has no part for {_names(unscored)}; "
                             "rerun the screen, which scores what is missing.")
     return [rows[name] for name in wanted]
+
+
+def _names(heads: list[Head]) -> str:
+    return ", ".join(map(str, heads[:5]))
 
 
 def _write_generations(directory: Path, name: str, results: dict) -> None:
@@ -192,7 +198,7 @@ def _write_generations(directory: Path, name: str, results: dict) -> None:
 def _check_intact(directory: Path, intact: EvalResult) -> None:
     """The intact outcomes are recomputed on every resume; they must equal the stored ones."""
     path = directory / "intact.json"
-    current = {"correct": bits(intact.correct),
+    current = {"correct": Correctness.of(intact.correct).bits,
                "logprob": [None if e.logprob != e.logprob else e.logprob  # NaN: generated
                            for e in intact.examples]}
     if path.exists():
@@ -221,7 +227,7 @@ def _screen_document(session: Session, intact: EvalResult, rows: list[ScreenRow]
     discovery = session.splits.discovery
     return ScreenDocument(
         model=session.model.describe(), task=session.task.config(), n=len(intact.examples),
-        intact_accuracy=intact.accuracy, intact_correct=bits(intact.correct),
+        intact_accuracy=intact.accuracy, intact_correct=Correctness.of(intact.correct),
         discovery_ids=[e.id for e in discovery], discovery_hashes=[e.content_hash for e in discovery],
         splits=session.splits.manifest(), shard=list(shard) if shard else None,
         config={**session.config.recorded(), "celtk_version": __version__}, heads=rows)
@@ -231,7 +237,7 @@ def _write_screen_csv(path: Path, rows: list[ScreenRow]) -> None:
     """``screen.csv``: one line per head; ``n_scored`` is the number of discovery examples the head was
     scored on (every one, except a racing screen's heads dropped early), so the column is always a count."""
     write_csv(path, ["head", "accuracy", "gain", "gain_count", "damage", "fixes", "n_scored"],
-              [[r.head, f"{r.accuracy:.6f}", f"{r.gain:.6f}", r.gain_count, r.damage, r.fixes,
+              [[str(r.head), f"{r.accuracy:.6f}", f"{r.gain:.6f}", r.gain_count, r.damage, r.fixes,
                 len(r.correct) if r.complete else r.n_scored] for r in rows])
 
 
@@ -292,7 +298,7 @@ def _merge_shards(out: Path) -> ScreenDocument:
     if len(seen) != expected:
         raise RunStoreError(f"Merged shards cover {len(seen)} of {expected} heads; "
                             "some shard is incomplete — rerun it.")
-    rows.sort(key=lambda r: Head.parse(r.head))
+    rows.sort(key=lambda r: r.head)
     merged = replace(docs[0], shard=None, heads=rows)
     check_screen_complete(out, merged)
     check_fingerprint(out / "fingerprint.json", prints[0], source="the shards")

@@ -62,20 +62,20 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
 
 def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) -> SelectionDocument:
     n, intact, doc = len(run.intact), run.intact, run.screen
-    ranking = [RankedSet(heads=s.heads.names(), accuracy=s.accuracy, gain=s.gain / n, gain_count=s.gain,
+    ranking = [RankedSet(heads=s.heads, accuracy=s.accuracy, gain=s.gain / n, gain_count=s.gain,
                          damage=s.damage, fixes=s.fixes) for s in result.scored]
     best = result.best
     pool = {}
     if result.strategy == "algorithm1":
         pool = {"p": result.options["p"], "n_evaluated_subsets": n_subsets(result.options["p"], result.k),
-                "pool": result.rounds[0],
-                "flagged_interactions": [Interaction.from_json(f) for f in result.diagnostics["flagged"]]}
+                "pool": [s.heads[0] for s in result.rounds[0]],
+                "flagged_interactions": [Interaction(**f) for f in result.diagnostics["flagged"]]}
     config = replace(run.session.config, p=p, k=k)  # what the search ran with, recorded beside the result
     manifest, splits = run.session.splits.manifest(), run.session.splits
     contract = HeldoutContract(n=len(splits.heldout), seed=config.seed, hash=manifest["heldout_hash"],
                                source=splits.source)
     return SelectionDocument(
-        heads=best.heads.names(), discovery_accuracy=best.accuracy, discovery_gain=best.gain / n,
+        heads=best.heads, discovery_accuracy=best.accuracy, discovery_gain=best.gain / n,
         intact_discovery_accuracy=float(np.mean(intact)), model=doc.model, task=doc.task,
         config={**config.recorded(), "celtk_version": __version__}, discovery_ids=doc.discovery_ids,
         discovery_hashes=doc.discovery_hashes, discovery_hash=doc.splits["discovery_hash"],
@@ -90,5 +90,5 @@ def _diagnostics_document(result: SearchResult) -> DiagnosticsDocument:
         return DiagnosticsDocument(strategy=result.strategy, rounds=result.rounds)
     return DiagnosticsDocument(
         strategy=result.strategy, rounds=result.rounds, pool=d["pool"],
-        subsets=[Interaction.from_json(r) for r in d["subsets"]], pairwise_interaction=d["pairwise_interaction"],
-        overlap=d["overlap"], flagged=[Interaction.from_json(f) for f in d["flagged"]], noise_rule=d["noise_rule"])
+        subsets=[Interaction(**r) for r in d["subsets"]], pairwise_interaction=d["pairwise_interaction"],
+        overlap=d["overlap"], flagged=[Interaction(**f) for f in d["flagged"]], noise_rule=d["noise_rule"])

@@ -18,9 +18,9 @@ from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.planning.plan import check_memory
 from celtk.run.config import RunConfig
-from celtk.run.documents import ScreenDocument, SelectionDocument
+from celtk.run.documents import Correctness, ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
-from celtk.runstore import bits, check_fingerprint, unbits
+from celtk.runstore import check_fingerprint
 from celtk.screening.cached import auto_batch
 from celtk.screening.fused import fused_layers
 from celtk.screening.registry import SCREENERS
@@ -178,9 +178,9 @@ def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]
                             "(celtk.run.merge_shards, `celtk merge`).")
     check_screen_complete(out, doc)
     check_screen_fingerprint(out, doc)
-    intact = np.array(unbits(doc.intact_correct))
+    intact = doc.intact_correct.outcomes()
     # a racing screen's heads dropped early are left out: a search sees only heads scored on every example
-    scores = [HeadScore.compare(HeadSet.parse(r.head), np.array(unbits(r.correct)), intact)
+    scores = [HeadScore.compare(HeadSet((r.head,)), r.correct.outcomes(), intact)
               for r in doc.complete_rows()]
     return doc, intact, scores
 
@@ -217,11 +217,11 @@ def verify_intact(run: ScreenedRun) -> None:
     """Recompute the intact discovery outcomes (and the null ablation, through the ablated path)
     and refuse unless both equal the screen's stored ``intact_correct``: one baseline per run."""
     intact, scored = run.session.screener("discovery").run([HeadSet()])
-    stored = bits(run.intact)
+    stored = run.screen.intact_correct
     for name, result in (("intact model", intact), ("null ablation", scored[HeadSet()])):
-        now = bits(result.correct)
+        now = Correctness.of(result.correct)
         if now != stored:
-            differ = sum(a != b for a, b in zip(now, stored, strict=True))
+            differ = int((now.outcomes() != stored.outcomes()).sum())
             raise RunStoreError(f"{run.out}: the {name} now scores {differ} of {len(stored)} discovery examples "
                                 "differently from the intact result stored in screen.json, so the baseline changed "
                                 "(model, data, device or numerics). "

@@ -47,7 +47,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
         manifest = session.splits.manifest()
         rd.check_heldout(manifest, session.splits.heldout, run.screen)
         distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
-        seq = rd.begin_look("stability", [h.names() for h in distinct], manifest["heldout_hash"],
+        seq = rd.begin_look("stability", list(distinct), manifest["heldout_hash"],
                             len(session.splits.heldout), exploratory=True, p=p, k=k, strategy=strategy)
         if progress:
             progress("held-out", 0, len(distinct))
@@ -61,22 +61,22 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
         for heads in distinct:
             cmp = compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot, seed=session.config.seed)
             rows.append(StableSelection(
-                heads=heads.names(), frequency=result.subset_frequency.get(str(heads), 0.0),
+                heads=heads, frequency=result.subset_frequency.get(str(heads), 0.0),
                 is_reference=heads == result.reference, discovery_gain=float(full[heads].mean() - run.intact.mean()),
                 heldout_gain=defined(cmp.gain, "gain"), heldout_gain_ci=list(defined(cmp.gain_ci, "gain CI")),
-                heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), exploratory=heads.names() != frozen))
+                heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), exploratory=heads != frozen))
         rows.sort(key=lambda r: (-r.frequency, r.heads))
-        gains = np.array([next(r.heldout_gain for r in rows if r.heads == s.names()) for s in result.selections])
+        gains = np.array([next(r.heldout_gain for r in rows if r.heads == s) for s in result.selections])
         document = StabilityDocument(
             strategy=strategy, p=p, k=k, resampling=method, n_resamples=resamples,
             fraction=fraction if method == "subsample" else None, seed=seed,
-            reference_selection=result.reference.names(), reference_frequency=result.reference_frequency,
+            reference_selection=result.reference, reference_frequency=result.reference_frequency,
             head_frequency=result.head_frequency, mean_pairwise_jaccard=result.mean_jaccard,
             n_distinct_selections=len(set(result.selections)),
             heldout_gain_over_resamples={"mean": float(gains.mean()), "min": float(gains.min()),
                                          "q05": float(np.quantile(gains, 0.05)), "median": float(np.median(gains)),
                                          "q95": float(np.quantile(gains, 0.95)), "max": float(gains.max())},
             heldout_intact_accuracy=held_intact.accuracy, n_heldout=len(held_intact.examples), selections=rows,
-            per_resample=[s.names() for s in result.selections], n_discovery_evaluations=result.n_evaluations)
+            per_resample=list(result.selections), n_discovery_evaluations=result.n_evaluations)
         rd.finish_look(seq, (document, None))
         return document

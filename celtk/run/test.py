@@ -14,10 +14,17 @@ from celtk.evaluation.scoring import ablated, aggregate, make_batches, score_req
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import LookRecord, ScreenDocument, SelectionDocument, TestDocument, TestExample
+from celtk.run.documents import (
+    Correctness,
+    LookRecord,
+    ScreenDocument,
+    SelectionDocument,
+    TestDocument,
+    TestExample,
+)
 from celtk.run.integrity import check_selection_matches_screen
 from celtk.run.session import Session, session_for
-from celtk.runstore import bits, check_fingerprint
+from celtk.runstore import check_fingerprint
 from celtk.screening.cached import auto_batch
 from celtk.stats import compare_paired, defined
 
@@ -50,8 +57,8 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         check_frozen(rd, sel, session)
         manifest = session.splits.manifest()
         rd.check_heldout(manifest, session.splits.heldout, sel)
-        heads = HeadSet.parse(",".join(sel.heads))
-        seq = rd.begin_look("test", [sel.heads], manifest["heldout_hash"], len(session.splits.heldout),
+        heads = sel.heads
+        seq = rd.begin_look("test", [heads], manifest["heldout_hash"], len(session.splits.heldout),
                             exploratory=first is not None, forced=first is not None)
         if progress:
             progress("test", 0, 2)
@@ -111,7 +118,7 @@ def check_frozen(rd: RunDirectory, sel: SelectionDocument, session: Session) -> 
     if rd.has(ScreenDocument):
         stored = rd.load(ScreenDocument).intact_correct
         intact, _ = session.screener("discovery").run([])  # the path that produced the stored baseline
-        if bits(intact.correct) != stored:
+        if Correctness.of(intact.correct) != stored:
             raise RunStoreError(f"{rd.path}: the intact model now scores the discovery set differently from "
                                 "screen.json, so the baseline changed (model, data, device or numerics); "
                                 "test on the screen's setup.")

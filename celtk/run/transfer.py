@@ -19,9 +19,8 @@ from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.directory import RunDirectory, check_no_overlap
-from celtk.run.documents import DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
+from celtk.run.documents import Correctness, DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
 from celtk.run.session import Session, session_for
-from celtk.runstore import bits
 from celtk.stats import compare_paired, holm
 from celtk.tasks import Splits, get_task, make_splits
 
@@ -93,7 +92,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         base = session_for(sel, model, **rd.heldout_overrides())
         rd.check_heldout(base.splits.manifest(), base.splits.heldout, sel)
         variants = variants or variant_grid(base.config.task)
-        heads = HeadSet.parse(",".join(sel.heads))
+        heads = sel.heads
         planned, dropped = _plan(base, variants, other_models or {}, heldout)
         comparisons, seqs = [], []
         for i, (variant, session) in enumerate(planned):
@@ -104,7 +103,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
                                     np.array([e.ablated_correct for e in test.examples])))
                 continue
             check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
-            seqs.append(rd.begin_look("transfer", [sel.heads], session.splits.manifest()["heldout_hash"],
+            seqs.append(rd.begin_look("transfer", [heads], session.splits.manifest()["heldout_hash"],
                                       len(session.splits.heldout), exploratory=True, variant=variant.name))
             intact, results = session.screener("heldout").run([heads])
             comparisons.append((variant, session, intact.correct, results[heads].correct))
@@ -226,7 +225,7 @@ def _rows(comparisons: list[tuple[Variant, Session, np.ndarray, np.ndarray]], n_
             holm_p=float(adjusted[i]) if i in adjusted else None,
             heldout_hash=session.splits.manifest()["heldout_hash"],
             data=data_source(session), from_test=variant.kind == "original",
-            intact_correct=bits(intact), ablated_correct=bits(ablated),
+            intact_correct=Correctness.of(intact), ablated_correct=Correctness.of(ablated),
             undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"}))
     return rows
 

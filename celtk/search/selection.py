@@ -108,7 +108,7 @@ def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], inta
         additive = sum(single[h].gain for h in s.heads)
         gap = s.gain - additive
         noise = discordance_noise(s.fixes, s.damage)
-        row = {"heads": s.heads.names(), "gain_count": s.gain, "additive_gain_count": additive, "gap": gap,
+        row = {"heads": s.heads, "gain_count": s.gain, "additive_gain_count": additive, "gap": gap,
                "noise": round(noise, 3)}
         rows.append(row)
         if len(s.heads) > 1 and abs(gap) > noise:
@@ -120,6 +120,6 @@ def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], inta
     damage = {h: intact & ~single[h].correct for h in heads}
     overlap = {"fixes": [[int((fixes[a] & fixes[b]).sum()) for b in heads] for a in heads],
                "damage": [[int((damage[a] & damage[b]).sum()) for b in heads] for a in heads]}
-    return {"pool": [str(h) for h in heads], "subsets": rows, "pairwise_interaction": matrix, "overlap": overlap,
+    return {"pool": heads, "subsets": rows, "pairwise_interaction": matrix, "overlap": overlap,
             "flagged": flagged,
             "noise_rule": NOISE_RULE}

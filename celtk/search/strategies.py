@@ -41,7 +41,7 @@ class SearchResult:
     n_evaluations: int
     k: int
     options: dict = field(default_factory=dict)
-    rounds: list[list[str]] = field(default_factory=list)
+    rounds: list[list[HeadSet]] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)
 
 
@@ -54,7 +54,7 @@ def algorithm1(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evalua
     results = evaluate(todo) if todo else {}
     selection = select(single, intact, lambda hs: results[hs], p=p, k=k)
     return SearchResult("algorithm1", selection.best, selection.ranked, len(single) + n_subsets(p, k), k,
-                        {"p": p}, [[str(s.heads) for s in selection.pool]], selection.diagnostics)
+                        {"p": p}, [[s.heads for s in selection.pool]], selection.diagnostics)
 
 
 def check_search_options(*, k: int, width: int = 1, n_heads: int | None = None, **_: object) -> None:
@@ -77,7 +77,7 @@ def beam(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *,
     scored: dict[HeadSet, HeadScore] = {s.heads: s for s in single}
     frontier = rank(single)[:width]
     best = frontier[0]
-    rounds = [[str(s.heads) for s in frontier]]
+    rounds = [[s.heads for s in frontier]]
     n_evaluations = len(single)
     for _size in range(2, k + 1):
         candidates = sorted({HeadSet(s.heads.heads + (h,)) for s in frontier for h in heads if h not in s.heads.heads},
@@ -94,7 +94,7 @@ def beam(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *,
             break
         frontier = ranked[:width]
         best = frontier[0]
-        rounds.append([str(s.heads) for s in frontier])
+        rounds.append([s.heads for s in frontier])
     name = "greedy" if width == 1 else "beam"
     return SearchResult(name, best, rank(scored.values()), n_evaluations, k, {"width": width}, rounds)
 

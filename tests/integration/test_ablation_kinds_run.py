@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from _support import planted_config
 
 from celtk.errors import RunStoreError
 from celtk.evaluation import evaluate
 from celtk.evaluation.scoring import ablation_for
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.run import AblationKindsDocument, run_ablation_kinds, run_screen, run_select, run_test
 from celtk.run.directory import RunDirectory
-from celtk.runstore import bits
+from celtk.run.documents import Correctness
 from celtk.stats import mcnemar_exact
 from celtk.tasks import get_task, make_splits
 
@@ -49,14 +48,15 @@ def test_ablations_of_a_tested_run_log_first_reproduce_the_test_and_draw_the_cur
     assert [r.kind for r in doc.kinds] == ["zero", "mean", "resample", "scale:1.0", "scale:0.75", "scale:0.5",
                                            "scale:0.25", "scale:0.0", "scale:-0.5"]
     rows = {r.kind: r for r in doc.kinds}
-    assert doc.intact_correct == bits(e.intact_correct for e in test.examples) and doc.heldout_hash == test.heldout_hash
-    assert rows["zero"].ablated_correct == bits(e.ablated_correct for e in test.examples)
+    assert doc.intact_correct == Correctness.of(e.intact_correct for e in test.examples)
+    assert doc.heldout_hash == test.heldout_hash
+    assert rows["zero"].ablated_correct == Correctness.of(e.ablated_correct for e in test.examples)
     assert rows["zero"].gain == test.gain and rows["zero"].mcnemar_p == test.mcnemar_p
     assert rows["scale:0.0"].ablated_correct == rows["zero"].ablated_correct
     assert rows["scale:1.0"].ablated_correct == doc.intact_correct and rows["scale:1.0"].gain == 0
-    intact = np.array([c == "1" for c in doc.intact_correct])
+    intact = doc.intact_correct.outcomes()
     for r in doc.kinds:  # every row's statistics follow from its own per-example vector
-        ablated = np.array([c == "1" for c in r.ablated_correct])
+        ablated = r.ablated_correct.outcomes()
         fixes, damage = int((ablated & ~intact).sum()), int((intact & ~ablated).sum())
         assert (r.fixes, r.damage) == (fixes, damage) and r.mcnemar_p == mcnemar_exact(fixes, damage)
         assert r.gain == pytest.approx((fixes - damage) / doc.n)
@@ -92,10 +92,10 @@ def test_a_mean_run_screens_selects_and_tests_under_mean_and_is_never_mixed_with
     config = planted_config(task)
     splits = make_splits(get_task(task), config.discovery, config.heldout, seed=config.seed, fewshot=0)
     reference = ablation_for(model, "mean", get_task(task), splits.discovery, splits.shots, seed=config.seed)
-    row = {r.head: r for r in mean.heads}["L1H2"]
-    assert row.correct == bits(evaluate(model, get_task(task), splits.discovery, heads=HeadSet.parse("L1H2"),
+    row = {r.head: r for r in mean.heads}[Head(1, 2)]
+    assert row.correct == Correctness.of(evaluate(model, get_task(task), splits.discovery, heads=HeadSet.parse("L1H2"),
                                         ablation=reference).correct)  # the screen's mean is the discovery set's
-    assert row.gain < {r.head: r for r in zero.heads}["L1H2"].gain
+    assert row.gain < {r.head: r for r in zero.heads}[Head(1, 2)].gain
     from celtk.errors import ConfigError
     from celtk.run import run_altscreen
 
@@ -103,9 +103,10 @@ def test_a_mean_run_screens_selects_and_tests_under_mean_and_is_never_mixed_with
         run_altscreen(mean_dir, method="gradient", p=4, model=model)
     selection = run_select(mean_dir, p=4, k=2, model=model)
     test = run_test(mean_dir, model=model, n_boot=200)
-    heads = HeadSet.parse(",".join(selection.heads))
+    heads = selection.heads
     plain = evaluate(model, get_task(task), splits.heldout, heads=heads, ablation=reference)
-    assert bits(e.ablated_correct for e in test.examples) == bits(plain.correct)  # tested under mean
+    # tested under mean
+    assert Correctness.of(e.ablated_correct for e in test.examples) == Correctness.of(plain.correct)
     from celtk.run import run_eval
 
     looked = run_eval(None, model=model, heads=heads, split="heldout", run=mean_dir, ablation="mean")  # a logged look

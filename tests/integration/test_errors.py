@@ -591,11 +591,12 @@ def c_heldout_without_run(ctx):
 
 
 def c_heldout_log_edited(ctx):
+    from celtk.heads import HeadSet
     from celtk.run.heldout import HeldoutLog
     out = _copy(ctx.run_dir, ctx.tmp)
     log = HeldoutLog(out)
-    log.begin("stability", [["L0H0"]], "0" * 16, 3, frozen=False, exploratory=True)
-    log.begin("stability", [["L0H1"]], "0" * 16, 3, frozen=False, exploratory=True)
+    log.begin("stability", [HeadSet.parse("L0H0")], "0" * 16, 3, frozen=False, exploratory=True)
+    log.begin("stability", [HeadSet.parse("L0H1")], "0" * 16, 3, frozen=False, exploratory=True)
     lines = log.path.read_text().splitlines()
     log.path.write_text(lines[1] + "\n")  # the first look removed
     from celtk.run import run_select

@@ -9,6 +9,7 @@ import pytest
 from _support import edit_document, planted_config
 
 from celtk.errors import ConfigError, RunStoreError
+from celtk.heads import HeadSet
 from celtk.report import write_report
 from celtk.run import run_screen, run_select, run_stability, run_test
 from celtk.run.documents import TestDocument
@@ -89,7 +90,7 @@ def test_eval_on_a_runs_heldout_split_goes_through_the_run_and_is_logged(run_cop
     doc = run_eval(tmp_path / "ev", model=model, heads="L0H1", split="heldout", run=run_copy)
     assert [e["id"] for e in doc["examples"]] == [e.id for e in test.examples]  # the run's held-out set, exactly
     look = HeldoutLog(run_copy).looks()[-1]
-    assert look.what == "eval" and look.heads == [["L0H1"]] and look.exploratory and not look.frozen
+    assert look.what == "eval" and look.heads == [HeadSet.parse("L0H1")] and look.exploratory and not look.frozen
     assert look.result == str((tmp_path / "ev" / "eval.json").resolve()) and doc["config"]["look"] == look.seq
     outside = run_eval(None, model=model, task=task, split="heldout", limit=5, exploratory=True)
     assert outside["config"]["exploratory"] is True

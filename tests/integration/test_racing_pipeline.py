@@ -19,9 +19,9 @@ from celtk.heads import Head, HeadSet
 from celtk.report import screen_grids, write_report
 from celtk.run import run_screen, run_select, run_test
 from celtk.run.calibrate import screen_discordant
+from celtk.run.documents import Correctness
 from celtk.run.screen import screen_row
 from celtk.run.session import load_screen
-from celtk.runstore import bits, unbits
 from celtk.screening.racing import exhaustive_pool
 
 # the planted head alone leads; the eleven harmless heads tie behind it, so with p = 1 they are
@@ -44,15 +44,15 @@ def screens(planted, tmp_path_factory):
 
 
 def outcomes(doc):
-    return {HeadSet.parse(r.head): np.array(unbits(r.correct)) for r in doc.heads}
+    return {HeadSet((r.head,)): r.correct.outcomes() for r in doc.heads}
 
 
 def test_exact_racing_returns_the_exhaustive_pool_with_the_same_rows(screens):
     full, raced, *_ = screens
-    intact = np.array(unbits(full.intact_correct))
-    reference = [str(h) for h in exhaustive_pool(outcomes(full), intact, P)]
+    intact = full.intact_correct.outcomes()
+    reference = [h.heads[0] for h in exhaustive_pool(outcomes(full), intact, P)]
     assert raced.racing.mode == "exact" and raced.racing.delta is None and raced.racing.order is None
-    assert raced.racing.pool == reference and "L1H2" in reference
+    assert raced.racing.pool == reference and Head(1, 2) in reference
     assert raced.intact_correct == full.intact_correct and raced.null_ablation == full.null_ablation
     exhaustive_rows = {r.head: r for r in full.heads}
     assert [r.head for r in raced.heads] == [r.head for r in full.heads]
@@ -60,7 +60,8 @@ def test_exact_racing_returns_the_exhaustive_pool_with_the_same_rows(screens):
         if row.n_scored is None:  # scored on every example: the exhaustive row itself
             assert row == exhaustive_rows[row.head]
         else:  # dropped early: its first n_scored outcomes are the exhaustive ones, the rest unscored
-            assert row.correct == exhaustive_rows[row.head].correct[:row.n_scored] + "-" * (raced.n - row.n_scored)
+            assert row.correct == Correctness.of(exhaustive_rows[row.head].correct.outcomes(),
+                                                 scored=np.arange(raced.n) < row.n_scored)
             assert row.head not in reference
     assert all(exhaustive_rows[h] in raced.heads for h in reference)
 
@@ -80,7 +81,7 @@ def test_select_and_test_on_a_racing_screen_equal_the_exhaustive_run(planted, sc
     _, _, exhaustive, racing = screens
     selections = [run_select(d, p=P, k=1, model=model) for d in (exhaustive, racing)]
     assert selections[0].heads == selections[1].heads and selections[0].pool == selections[1].pool
-    assert selections[0].ranking == selections[1].ranking and "L1H2" in selections[1].heads
+    assert selections[0].ranking == selections[1].ranking and Head(1, 2) in selections[1].heads
     assert selections[0].discovery_accuracy == selections[1].discovery_accuracy
     tests = [run_test(d, model=model, n_boot=300) for d in (exhaustive, racing)]
     assert tests[0].examples == tests[1].examples and tests[0].gain == tests[1].gain > 0
@@ -181,10 +182,10 @@ def test_confidence_racing_is_recorded_and_keeps_pool_heads_complete(planted, sc
     assert all(rows[h].n_scored is None for h in racing.pool) and len(racing.pool) == P
     for row in doc.heads:  # scored examples are the first n_scored of the recorded order
         if row.n_scored:
-            assert [i for i, c in enumerate(row.correct) if c != "-"] == sorted(racing.order[:row.n_scored])
+            assert np.flatnonzero(row.correct.scored()).tolist() == sorted(racing.order[:row.n_scored])
     full = screens[0]
-    reference = exhaustive_pool(outcomes(full), np.array(unbits(full.intact_correct)), P)
-    assert racing.pool == [str(h) for h in reference]  # here the bound held (separated heads)
+    reference = exhaustive_pool(outcomes(full), full.intact_correct.outcomes(), P)
+    assert racing.pool == [h.heads[0] for h in reference]  # here the bound held (separated heads)
 
 
 def test_screen_csv_counts_the_examples_each_head_was_scored_on(screens):
@@ -193,7 +194,7 @@ def test_screen_csv_counts_the_examples_each_head_was_scored_on(screens):
     for doc, directory in ((raced, racing), (full, exhaustive)):
         with open(directory / "screen.csv", newline="") as f:
             lines = list(csv.DictReader(f))
-        assert [line["head"] for line in lines] == [r.head for r in doc.heads]
+        assert [line["head"] for line in lines] == [str(r.head) for r in doc.heads]
         assert [int(line["n_scored"]) for line in lines] == [r.n_scored or doc.n for r in doc.heads]
         assert [int(line["gain_count"]) for line in lines] == [r.gain_count for r in doc.heads]
     counts = [int(line["n_scored"]) for line in csv.DictReader((racing / "screen.csv").read_text().splitlines())]
@@ -211,10 +212,12 @@ def test_screen_row_on_a_mask_equals_the_row_of_the_scored_examples(seed):
     assert (partial.accuracy, partial.gain, partial.gain_count, partial.damage, partial.fixes) == (
         alone.accuracy, alone.gain, alone.gain_count, alone.damage, alone.fixes)
     assert partial.n_scored == mask.sum() < n and alone.n_scored is None
-    assert partial.correct.replace("-", "") == alone.correct and [c == "-" for c in partial.correct] == list(~mask)
+    assert Correctness.of(partial.correct.outcomes()[mask]) == alone.correct
+    assert (~partial.correct.scored()).tolist() == (~mask).tolist()
     full = screen_row(heads, correct, intact)
     assert screen_row(heads, correct, intact, np.ones(n, dtype=bool)) == full
-    assert full.correct == bits(correct) and full.gain == (correct.sum() - intact.sum()) / n and full.n_scored is None
+    assert full.correct == Correctness.of(correct) and full.n_scored is None
+    assert full.gain == (correct.sum() - intact.sum()) / n
 
 
 def test_report_heatmaps_leave_dropped_heads_unmeasured_and_say_so(screens, tmp_path):
@@ -223,7 +226,7 @@ def test_report_heatmaps_leave_dropped_heads_unmeasured_and_say_so(screens, tmp_
     full, raced, exhaustive, racing = screens
     gain, damage, dropped = screen_grids(raced)
     for row in raced.heads:
-        head = Head.parse(row.head)
+        head = row.head
         cell = (head.layer, head.head)
         assert dropped[cell] == (row.n_scored is not None)
         if row.n_scored is None:
@@ -244,16 +247,17 @@ def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
     """On a racing screen the ranking is the pool: a dropped circuit head has no rank, the mean ranks and
     the critical heads (the bottom of the ranking) are left out, and a top beyond p is refused."""
     full, raced, exhaustive, racing = screens
-    dropped = next(r.head for r in raced.heads if r.n_scored)
+    dropped = str(next(r.head for r in raced.heads if r.n_scored))
     circuit = tmp_path / "circuit.json"
     circuit.write_text(json.dumps({"name": "planted", "n_layers": raced.n_layers, "n_heads": raced.n_heads,
                                    "heads": [{"head": "L1H2", "role": "planted"}, {"head": dropped, "role": "other"}]}))
     report = run_compare(racing, str(circuit), top=P)
-    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None} and report.racing.ranked == raced.racing.pool
+    pool = [str(h) for h in raced.racing.pool]
+    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None} and report.racing.ranked == pool
     assert report.mean_rank_of_circuit_heads is None and report.critical_vs_enhancing is None
     assert report.screen_top.overlap == 1
     written = json.loads((racing / "compare-circuit.json").read_text())
-    assert written[f"screen_top{P}"]["overlap"] == 1 and written["racing"]["ranked"] == raced.racing.pool
+    assert written[f"screen_top{P}"]["overlap"] == 1 and written["racing"]["ranked"] == pool
     with pytest.raises(ConfigError, match=r"raced for the top p = 1 heads.*--top 1"):
         run_compare(racing, str(circuit), top=3)
     exhaustive_report = run_compare(exhaustive, str(circuit), top=3)
@@ -266,16 +270,16 @@ def test_calibration_counts_a_dropped_head_at_its_discordance_rate_on_the_whole_
     """The permutation null reads each head's fixes + damage on all n examples; a dropped head's count
     on its n_scored examples is scaled to n, and a complete head's is the exhaustive count."""
     full, raced, *_ = screens
-    intact = np.array(unbits(raced.intact_correct))
+    intact = raced.intact_correct.outcomes()
     row = next(r for r in raced.heads if r.n_scored)
-    mask = np.array([c != "-" for c in row.correct])
+    mask = row.correct.scored()
     flipped = intact.copy()
     flipped[np.flatnonzero(mask)[:3]] ^= True  # three discordant examples among the scored ones
-    edited = replace(raced, heads=[screen_row(HeadSet.parse(r.head), flipped, intact, mask) if r is row else r
+    edited = replace(raced, heads=[screen_row(HeadSet((r.head,)), flipped, intact, mask) if r is row else r
                                    for r in raced.heads])
     counts, exhaustive = screen_discordant(edited), screen_discordant(full)
-    assert counts[(row.head,)] == round(3 * raced.n / row.n_scored) > 3
-    assert all(counts[(r.head,)] == exhaustive[(r.head,)] for r in raced.heads if r.n_scored is None)
+    assert counts[HeadSet((row.head,))] == round(3 * raced.n / row.n_scored) > 3
+    assert all(counts[HeadSet((r.head,))] == exhaustive[HeadSet((r.head,))] for r in raced.heads if r.n_scored is None)
 
 
 def test_cached_scorer_race_equals_the_exhaustive_cached_screen(tiny_llama):

@@ -66,7 +66,7 @@ def test_the_handle_loads_once_and_writes_what_the_cli_writes(exported, tmp_path
     calibration = run.calibrate(repeats=20)
     page = run.report()
     assert loads == [model_dir]  # one load for six stages
-    assert selection.heads == ["L1H2"] and test.heads == ["L1H2"] and test.gain > 0  # the planted harmful head
+    assert selection.heads == test.heads == HeadSet.parse("L1H2") and test.gain > 0  # the planted harmful head
     assert len(screen.heads) == 3 * 4 and calibration.repeats == 20 and page.name == "index.html"
     assert [r.variant for r in transfer.variants] == ["original", "arithmetic:1dc"]
 
@@ -111,7 +111,7 @@ def test_a_handle_reopens_a_run_from_its_settings_and_refuses_others(planted, tm
                                             r"given 1\)"):
         celtk.Run(tmp_path / "run", config=replace(config, discovery=30, fewshot=1), model=model)
     selection = again.select()  # reopened: the model given, no load; p and k from the recorded settings
-    assert len(selection.pool) == 3 and selection.k == 2
+    assert selection.pool is not None and len(selection.pool) == 3 and selection.k == 2
     example = again.splits.discovery[0]
     assert (again.prompt(example.id) == again.prompt(example) == example.context
             and again.answer(example.id) == example.target)

@@ -16,7 +16,6 @@ from celtk.run import run_screen, run_select, run_test
 from celtk.run.documents import TransferDocument
 from celtk.run.heldout import HeldoutLog
 from celtk.run.transfer import Variant, run_transfer, variant_grid
-from celtk.runstore import unbits
 from celtk.stats import holm, mcnemar_exact
 
 CHOICES = (" yes", " no")  # one token each
@@ -74,7 +73,7 @@ def selected(planted, smol_tokenizer, tmp_path_factory):
     # (its next tokens themselves nearly always change), kept where both prefer it by a clear margin
     choice = [model.tokenizer(c).input_ids[0] for c in CHOICES]
     intact = _last_logits(model, ids)[:, choice]
-    ablated = _last_logits(model, ids, ",".join(selection.heads))[:, choice]
+    ablated = _last_logits(model, ids, str(selection.heads))[:, choice]
     margin_i, margin_a = intact[:, 0] - intact[:, 1], ablated[:, 0] - ablated[:, 1]
     # jsonl multiple-choice lines are scored after a " " delimiter (lm-eval's), so the choices are written without it
     lines = [{"prompt": p, "choices": [c[1:] for c in CHOICES], "label": int(mi < 0)}
@@ -96,7 +95,7 @@ def test_transfer_to_hurt_task_not_to_unaffected_one(selected):
     assert rows["hurt"].gain > 0 and rows["hurt"].holm_p < 0.05 and rows["hurt"].gain_ci[0] > 0
     assert rows["same"].gain == 0 and rows["same"].mcnemar_p == 1.0 and rows["same"].fixes == rows["same"].damage == 0
     for r in doc.variants:  # the table's p-values follow from its own per-example vectors
-        a, b = np.array(unbits(r.intact_correct)), np.array(unbits(r.ablated_correct))
+        a, b = r.intact_correct.outcomes(), r.ablated_correct.outcomes()
         assert r.n == len(a) == 40
         assert r.mcnemar_p == mcnemar_exact(int((~a & b).sum()), int((a & ~b).sum()))
     assert [r.holm_p for r in doc.variants] == list(holm([r.mcnemar_p for r in doc.variants]))
@@ -111,7 +110,7 @@ def test_transfer_to_hurt_task_not_to_unaffected_one(selected):
                                                                                   ("same", 40, "transfer.json")]
     test = json.loads((out / "test.json").read_text())
     assert rows["original"].from_test and rows["original"].gain == test["gain"]
-    assert rows["original"].intact_correct == "".join("1" if e["intact_correct"] else "0" for e in test["examples"])
+    assert rows["original"].intact_correct.outcomes().tolist() == [e["intact_correct"] for e in test["examples"]]
     assert rows["original"].mcnemar_p == test["mcnemar_p"] and rows["original"].gain_ci == test["gain_ci"]
     assert {r.data for r in doc.variants} == {"file"}  # jsonl tasks: read from their files
     with pytest.raises(RunStoreError, match="already been looked at"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from celtk.errors import ConfigError, RunStoreError
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.search.scores import HeadScore
 
 _BLOCK_TORCH = """
@@ -119,12 +119,13 @@ def test_greedy_searches_past_p_where_algorithm1_refuses():
 
 
 def _screen_doc():
-    from celtk.run.documents import ScreenDocument, ScreenRow
+    from celtk.run.documents import Correctness, ScreenDocument, ScreenRow
 
-    row = ScreenRow(head="L0H1", accuracy=0.5, gain=0.25, gain_count=1, damage=0, fixes=1, correct="0110")
+    row = ScreenRow(head=Head(0, 1), accuracy=0.5, gain=0.25, gain_count=1, damage=0, fixes=1,
+                    correct=Correctness("0110"))
     return ScreenDocument(model={"name": "m", "n_layers": 1, "n_heads": 2, "weight_hash": "abc"},
                           task={"task": "t", "kind": "target", "data_path": None}, n=4, intact_accuracy=0.25,
-                          intact_correct="0100", discovery_ids=list("abcd"), discovery_hashes=list("wxyz"),
+                          intact_correct=Correctness("0100"), discovery_ids=list("abcd"), discovery_hashes=list("wxyz"),
                           splits={"discovery_hash": "h", "shot_ids": []}, shard=None, config={"seed": 0}, heads=[row])
 
 
@@ -139,12 +140,12 @@ def test_documents_round_trip_and_carry_their_schema(tmp_path):
     assert ScreenDocument.from_json(data) == doc
     doc.save(tmp_path)
     assert ScreenDocument.load(tmp_path) == doc and doc.n_layers == 1 and doc.weight_hash == "abc"
-    greedy = DiagnosticsDocument(strategy="greedy", rounds=[["L0H1"]])
+    greedy = DiagnosticsDocument(strategy="greedy", rounds=[[HeadSet.parse("L0H1")]])
     assert greedy.to_json() == {"schema_version": SCHEMA_VERSION, "strategy": "greedy", "rounds": [["L0H1"]]}
-    flagged = Interaction(heads=["L0H0", "L0H1"], gain_count=5, additive_gain_count=1, gap=4, noise=1.2,
+    flagged = Interaction(heads=HeadSet.parse("L0H0,L0H1"), gain_count=5, additive_gain_count=1, gap=4, noise=1.2,
                           kind="super-additive")
     assert Interaction.from_json(flagged.to_json()) == flagged
-    assert "kind" not in Interaction(heads=[], gain_count=0, additive_gain_count=0, gap=0, noise=0.0).to_json()
+    assert "kind" not in Interaction(heads=HeadSet(), gain_count=0, additive_gain_count=0, gap=0, noise=0.0).to_json()
 
 
 def test_documents_refuse_unknown_fields_and_other_versions():

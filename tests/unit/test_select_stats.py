@@ -63,7 +63,8 @@ def test_select_prefers_joint_gain_and_flags_interaction():
     # the pair fixes 2 + 20 examples; the triple only its three heads' own 3, so the pair wins
     assert str(sel.best.heads) == "L0H0,L1H0" and sel.best.gain == 22
     assert [str(s.heads) for s in sel.ranked[:2]] == ["L0H0,L1H0", "L0H0,L1H0,L2H0"]
-    assert any(f["heads"] == ["L0H0", "L1H0"] and f["kind"] == "super-additive" for f in sel.diagnostics["flagged"])
+    flagged = sel.diagnostics["flagged"]
+    assert any(f["heads"] == HeadSet.parse("L0H0,L1H0") and f["kind"] == "super-additive" for f in flagged)
     m = sel.diagnostics["pairwise_interaction"]
     assert m[0][1] == 20 and m[1][2] == 0 and m[0][0] is None
 
