@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import html
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from celtk.run.heldout import Look
 from celtk.run.integrity import check_screen_fingerprint, check_selection_matches_screen, check_test_matches_selection
 from celtk.runstore import atomic_write_text, locked
 
+D = TypeVar("D", bound=Document)
 
 def _grid(values: list[tuple[Head, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
     """``[(head, value)]`` → a ``[n_layers, n_heads]`` array (NaN where a head has no value)."""
@@ -140,7 +141,7 @@ document.body.dataset.imagesLoaded=imgs.filter(i=>i.complete&&i.naturalWidth>0).
 document.body.dataset.imagesTotal=imgs.length;});</script>"""
 
 
-def _load(out: Path, kind: type[Document]) -> Any:
+def _load(out: Path, kind: type[D]) -> D | None:
     """The run's ``kind`` document, or ``None`` where that stage has not run."""
     return kind.load(out) if (out / kind.FILE).exists() else None
 
@@ -167,7 +168,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
     test, stability = _load(out, TestDocument), _load(out, StabilityDocument)
     _check_one_run(out, screen, selection, test)
     attributes = _load(out, HeadAttributesDocument)
-    selected = [Head.parse(h) for h in selection.heads] if selection else []
+    selected = list(selection.heads) if selection else []
     parts = [f"<h1>celtk report: {html.escape(out.name)}</h1>",
              f"<p>Model <code>{html.escape(screen.model_name)}</code> ({screen.n_layers} layers × "
              f"{screen.n_heads} heads, weights {screen.weight_hash}), task "
@@ -193,7 +194,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
                         f"(seed {selection.heldout.seed}, hash <code>{selection.heldout.hash}</code>).</p>"
                         if selection.heldout else "")
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
-                              [[",".join(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
+                              [[str(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
                                for r in selection.ranking[:10]]))
     if attributes and selected:
         names = list(attributes.scores)

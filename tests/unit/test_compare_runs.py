@@ -34,6 +34,7 @@ def test_directory_verdicts(tmp_path):
     for run in (old, new):
         run.mkdir()
         (run / "timing.json").write_text(json.dumps({"s": str(run)}))  # always differs: skipped
+        (run / "altscreen-gradient-timing.json").write_text(json.dumps({"seconds": len(str(run))}))  # likewise
     (old / "a.json").write_text(json.dumps(OLD))
     (new / "a.json").write_text(json.dumps(OLD | {"schema_version": 1}))
     (old / "b.csv").write_text("x\n")
