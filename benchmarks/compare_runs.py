@@ -12,7 +12,8 @@ mapped back to their old names, so a key the new code *adds* or *renames* is tol
 value is not. CSV files likewise: a column of the NEW file named in --allow-added that the old file lacks is dropped
 before the rows are compared (e.g. `--allow-added n_scored` for screen.csv's racing column). Exit status 0 when
 every file matches.
-Wall times (`timing.json`, `*-timing.json`) and the lock file are skipped: they differ between any two runs. So does the clock in the
+Wall times (`timing.json`, `*-timing.json`) and the lock file are skipped: they differ between any two
+runs. So does the clock in the
 held-out log: each line of `heldout_log.jsonl` is compared with its time of the look (`when`) and the hash of the line
 before (`prev`, a hash over those times) dropped, and the chain head (`heldout_log.head`) is skipped; every other
 field of every look (what, heads, held-out hash, n, result digest) must match.

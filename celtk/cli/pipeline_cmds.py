@@ -90,7 +90,7 @@ def _print_screen(doc, top: int = 10) -> None:
     for col in ("head", "accuracy", "gain (pts)", "fixes", "damage"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(r.head, f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", str(r.fixes), str(r.damage))
+        table.add_row(str(r.head), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", str(r.fixes), str(r.damage))
     console().print(table)
     if doc.config.get("synthetic"):
         console().print(f"[bold yellow]Synthetic data:[/] {doc.config.get('preset') or 'these'} settings on celtk's "
@@ -113,11 +113,11 @@ def _print_selection(doc) -> None:
         console().print("[bold red]Selected again after the held-out set was looked at (--force: " + looks + "): the "
                         "held-out set is no longer untouched for this selection.[/]")
     if doc.strategy == "algorithm1":
-        console().print(f"Selected [bold]{','.join(doc.heads)}[/] from pool {', '.join(doc.pool)} "
+        console().print(f"Selected [bold]{doc.heads}[/] from pool {', '.join(map(str, doc.pool or []))} "
                         f"({doc.n_evaluated_subsets} subsets evaluated): {change}. "
                         f"{len(doc.flagged_interactions)} subset(s) flagged as non-additive (descriptive, not a test).")
     else:
-        console().print(f"Selected [bold]{','.join(doc.heads)}[/] by {doc.strategy} search "
+        console().print(f"Selected [bold]{doc.heads}[/] by {doc.strategy} search "
                         f"({doc.n_evaluations} interventions evaluated, the screen included): {change}.")
     if doc.heldout:
         console().print(f"Frozen with its held-out set: {doc.heldout.n} examples (seed {doc.heldout.seed}, hash "
@@ -125,7 +125,7 @@ def _print_selection(doc) -> None:
 
 
 def _print_test(doc, out: Path | None = None) -> None:
-    _print_test_table(doc, f"Held-out test on {doc.n} examples: ablate {','.join(doc.heads)}")
+    _print_test_table(doc, f"Held-out test on {doc.n} examples: ablate {doc.heads}")
     looks = doc.looks or []
     if out is not None and (len(looks) > 1 or any(not look.chained for look in looks)):
         from celtk.run.heldout import HeldoutLog

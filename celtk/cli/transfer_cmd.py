@@ -29,7 +29,7 @@ def _pts(value: float | None) -> str:
 def _print_transfer(doc) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Transfer of {','.join(doc.heads)} (held-out examples only; discovery gain "
+    table = Table(title=f"Transfer of {doc.heads} (held-out examples only; discovery gain "
                         f"{100 * doc.discovery_gain:+.1f} pts is selection-biased)")
     for col in ("variant", "task", "data", "shots", "n", "intact", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p",
                 "Holm p", "fixes/damage"):
@@ -132,7 +132,7 @@ def _floats(ctx, param, value: str | None) -> list[float]:
 def _print_kinds(doc) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{','.join(doc.heads)} under each ablation kind, on {doc.n} held-out examples (intact "
+    table = Table(title=f"{doc.heads} under each ablation kind, on {doc.n} held-out examples (intact "
                         f"{doc.intact_accuracy:.1%}; the run was tested under {doc.run_ablation}: "
                         f"{100 * doc.test_gain:+.1f} pts)")
     for col in ("kind", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p", "fixes/damage", "Δ log-prob"):

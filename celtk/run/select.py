@@ -54,7 +54,7 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
         document = _selection_document(run, result, p, k)
         if prior or rd.has(TestDocument):
             document = replace(document, forced_after_test=True, prior_looks=[record(look) for look in prior])
-            rd.log.note("select-forced", heads=document.heads, after_looks=[look.seq for look in prior])
+            rd.log.note("select-forced", heads=document.heads.names(), after_looks=[look.seq for look in prior])
         document.save(out)
         _diagnostics_document(result).save(out)
         return document
