@@ -42,6 +42,10 @@ class Head:
     def __str__(self) -> str:
         return f"L{self.layer}H{self.head}"
 
+    def __format__(self, spec: str) -> str:
+        """As its name: ``f"{head:>7}"`` pads ``L1H2``."""
+        return format(str(self), spec)
+
     def validate(self, n_layers: int, n_heads: int) -> Head:
         """Raise :class:`HeadError` unless this head exists in an ``n_layers × n_heads`` model."""
         if self.layer >= n_layers or self.head >= n_heads:
@@ -82,6 +86,13 @@ class HeadSet:
 
     def __len__(self) -> int:
         return len(self.heads)
+
+    def __getitem__(self, index: int) -> Head:
+        """The ``index``-th head in set order (by layer, then head)."""
+        return self.heads[index]
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
     def __contains__(self, head: object) -> bool:
         """``Head(1, 2) in heads``; a head name (``"L1H2" in heads``) is parsed first."""

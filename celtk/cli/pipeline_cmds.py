@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from celtk.cli._common import console, progress_bar, resolve_config
 from celtk.run.registry import SCREENS
 from celtk.search.registry import STRATEGIES
+
+if TYPE_CHECKING:  # annotations only: the documents load with the stage that writes them
+    from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
+    from celtk.run.heldout import Look
 
 
 def _run_options(fn):
@@ -82,7 +87,7 @@ def _flags(**kw):
     return {k: v for k, v in kw.items() if k not in {"config_file", "out", "shard"}}
 
 
-def _print_screen(doc, top: int = 10) -> None:
+def _print_screen(doc: ScreenDocument, top: int = 10) -> None:
     from rich.table import Table
 
     rows = doc.ranked_rows()[:top]
@@ -96,15 +101,16 @@ def _print_screen(doc, top: int = 10) -> None:
         console().print(f"[bold yellow]Synthetic data:[/] {doc.config.get('preset') or 'these'} settings on celtk's "
                         "generated data, not the official rows (synthetic = true in config.json).")
     if doc.racing:
-        r = doc.racing
+        race = doc.racing
         dropped = len(doc.dropped_rows())
-        console().print(f"Racing screen ({r.mode} mode, top p = {r.p}): {dropped} of {len(doc.heads)} heads dropped "
-                        f"early; {r.evaluations} of {r.exhaustive_evaluations} (head, example) evaluations made, "
-                        f"{r.saved_fraction:.1%} saved." + (f" Dropped by the confidence bound alone: "
-                                                           f"{', '.join(r.uncertified)}." if r.uncertified else ""))
+        console().print(f"Racing screen ({race.mode} mode, top p = {race.p}): {dropped} of {len(doc.heads)} heads "
+                        f"dropped early; {race.evaluations} of {race.exhaustive_evaluations} (head, example) "
+                        f"evaluations made, {race.saved_fraction:.1%} saved." + (
+                            f" Dropped by the confidence bound alone: {', '.join(map(str, race.uncertified))}."
+                            if race.uncertified else ""))
 
 
-def _print_selection(doc) -> None:
+def _print_selection(doc: SelectionDocument) -> None:
     change = (f"discovery accuracy {doc.intact_discovery_accuracy:.1%} → {doc.discovery_accuracy:.1%} "
               f"(gain {100 * doc.discovery_gain:+.1f} pts, selection-biased: the best of the candidates on the "
               "examples that chose it; `celtk test` gives the honest held-out gain)")
@@ -115,7 +121,8 @@ def _print_selection(doc) -> None:
     if doc.strategy == "algorithm1":
         console().print(f"Selected [bold]{doc.heads}[/] from pool {', '.join(map(str, doc.pool or []))} "
                         f"({doc.n_evaluated_subsets} subsets evaluated): {change}. "
-                        f"{len(doc.flagged_interactions)} subset(s) flagged as non-additive (descriptive, not a test).")
+                        f"{len(doc.flagged_interactions or [])} subset(s) flagged as non-additive "
+                        "(descriptive, not a test).")
     else:
         console().print(f"Selected [bold]{doc.heads}[/] by {doc.strategy} search "
                         f"({doc.n_evaluations} interventions evaluated, the screen included): {change}.")
@@ -124,7 +131,7 @@ def _print_selection(doc) -> None:
                         f"{doc.heldout.hash}); `celtk test` scores exactly these, once.")
 
 
-def _print_test(doc, out: Path | None = None) -> None:
+def _print_test(doc: TestDocument, out: Path | None = None) -> None:
     _print_test_table(doc, f"Held-out test on {doc.n} examples: ablate {doc.heads}")
     looks = doc.looks or []
     if out is not None and (len(looks) > 1 or any(not look.chained for look in looks)):
@@ -141,7 +148,7 @@ def _print_test(doc, out: Path | None = None) -> None:
         _print_test_table(repeat, f"Repeated look {latest.seq} on {repeat.n} examples (not the result)")
 
 
-def _print_looks(looks, result_seq) -> None:
+def _print_looks(looks: list[Look], result_seq: int | None) -> None:
     from rich.table import Table
 
     table = Table(title="Every look at the held-out set (heldout_log.jsonl)")
@@ -156,7 +163,7 @@ def _print_looks(looks, result_seq) -> None:
     console().print(table)
 
 
-def _print_test_table(doc, title: str) -> None:
+def _print_test_table(doc: TestDocument, title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
@@ -168,7 +175,7 @@ def _print_test_table(doc, title: str) -> None:
                   "undefined" if doc.relative_error_reduction is None else f"{100 * doc.relative_error_reduction:.1f}%",
                   f"{doc.mcnemar_p:.3g}", f"{doc.fixes}/{doc.damage}")
     console().print(table)
-    if doc.shrinkage is not None:
+    if doc.shrinkage is not None and doc.discovery_gain is not None:
         console().print(f"Shrinkage: discovery gain {100 * doc.discovery_gain:+.2f} pts (selection-biased) − held-out "
                         f"gain {100 * doc.gain:+.2f} pts = {100 * doc.shrinkage:.2f} pts.")
 

@@ -5,10 +5,14 @@ other than zeroing?"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from celtk.cli._common import console, progress_bar
+
+if TYPE_CHECKING:  # annotations only: the documents load with the stage that writes them
+    from celtk.run.documents import AblationKindsDocument, TransferDocument
 
 
 def _names(text: str | None) -> list[str]:
@@ -26,7 +30,7 @@ def _pts(value: float | None) -> str:
     return "undefined" if value is None else f"{100 * value:+.1f}"
 
 
-def _print_transfer(doc) -> None:
+def _print_transfer(doc: TransferDocument) -> None:
     from rich.table import Table
 
     table = Table(title=f"Transfer of {doc.heads} (held-out examples only; discovery gain "
@@ -129,7 +133,7 @@ def _floats(ctx, param, value: str | None) -> list[float]:
     return numbers
 
 
-def _print_kinds(doc) -> None:
+def _print_kinds(doc: AblationKindsDocument) -> None:
     from rich.table import Table
 
     table = Table(title=f"{doc.heads} under each ablation kind, on {doc.n} held-out examples (intact "

@@ -99,3 +99,9 @@ def test_every_public_function_that_takes_heads_takes_a_head_set_or_a_string():
             "celtk.probe.effect", "celtk.run.run_eval", "celtk.Run.eval"} <= set(found)
     odd = {name: a for name, a in found.items() if a not in ("HeadSet | str", "HeadSet | str | None")}
     assert not odd, odd
+
+
+def test_heads_format_as_their_names_and_a_set_indexes_in_set_order():
+    heads = HeadSet.parse("L14H8,L1H2")
+    assert f"{heads[0]:>6}|{heads[1]}|{heads:<11}|" == "  L1H2|L14H8|L1H2,L14H8 |"
+    assert heads[-1] == Head(14, 8) and list(heads) == [heads[0], heads[1]]
