@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from celtk.cli._common import console, progress_bar
+
+if TYPE_CHECKING:  # annotations only: the document loads with the stage
+    from celtk.run.documents import HeldBack
 
 
 @click.command("eval")
@@ -48,23 +52,23 @@ def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_d
                        fewshot=fewshot, chat=chat, chat_date=chat_date, batch_size=batch_size, device=device,
                        dtype=dtype, allow_code=allow_code_execution, run=Path(run) if run else None,
                        exploratory=exploratory, ablation=ablation, reference=reference, progress=progress)
-    ablated = f" ablated {','.join(doc['heads'])}" if doc["heads"] else ""
-    console().print(f"[bold]{doc['task']}[/] on [bold]{doc['model']}[/]{ablated}: accuracy "
-                    f"[bold]{doc['accuracy']:.2%}[/] on {doc['n']} {split} examples → {out}/eval.json")
-    if doc["config"].get("run"):
-        console().print(f"Logged as look {doc['config']['look']} of {doc['config']['run']}'s held-out set "
+    ablated = f" ablated {doc.heads}" if len(doc.heads) else ""
+    console().print(f"[bold]{doc.task}[/] on [bold]{doc.model}[/]{ablated}: accuracy "
+                    f"[bold]{doc.accuracy:.2%}[/] on {doc.n} {split} examples → {out}/eval.json")
+    if doc.config.get("run"):
+        console().print(f"Logged as look {doc.config['look']} of {doc.config['run']}'s held-out set "
                         "(exploratory: the run's test stays its result).")
-    elif doc["config"].get("exploratory"):
+    elif doc.config.get("exploratory"):
         console().print("[yellow]Held-out pool scored outside any run (--exploratory): no run's log records it.[/]")
-    if split == "all" and doc["held_back"]:
-        console().print(_held_back_note(doc["held_back"]))
+    if split == "all" and doc.held_back:
+        console().print(_held_back_note(doc.held_back))
 
 
-def _held_back_note(rows: list[dict]) -> str:
+def _held_back_note(rows: list[HeldBack]) -> str:
     """What `--split all` did not score: the task's few-shot reserve and rows repeating another's content."""
     from celtk.tasks import FEWSHOT_POOL
 
-    reserve = [r["id"] for r in rows if r["reason"] == FEWSHOT_POOL]
+    reserve = [r.id for r in rows if r.reason == FEWSHOT_POOL]
     repeats = len(rows) - len(reserve)
     parts = []
     if reserve:

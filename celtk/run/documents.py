@@ -658,6 +658,52 @@ class AltscreenDocument(Document):
 
 
 # ---------------------------------------------------------------------------------------------
+# eval.json
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalExample(Record):
+    """One example's verdict: ``logprob`` is the target's summed log-probability (per choice on a multiple-choice
+    task; ``None`` when graded by generation), ``extra`` what the grader kept (the generation, the program's
+    verdict)."""
+
+    id: str
+    correct: bool
+    logprob: float | list[float] | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldBack(Record):
+    """A row of the task that no split holds, and why (the few-shot reserve, a repeat of another row's content)."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalDocument(Document):
+    """``celtk eval``: the model on a split of a task with ``heads`` ablated (``eval.json``). ``config`` records the
+    settings, the model's description, the task's config and the split manifest; with a run (``config["run"]``) it
+    was a logged look at that run's held-out set (``config["look"]``), and ``config["exploratory"]`` marks a
+    held-out pool scored outside any run."""
+
+    FILE: ClassVar[str] = "eval.json"
+    model: str
+    task: str
+    heads: HeadSet = coded(HEADS)
+    n: int
+    accuracy: float
+    examples: list[EvalExample] = rows(EvalExample)
+    config: dict[str, Any]
+    held_back: list[HeldBack] = rows(HeldBack)
+
+    def correct(self) -> np.ndarray:
+        """Per example, whether it was right (bool ``[n]``)."""
+        return np.array([e.correct for e in self.examples], dtype=bool)
+
+
+# ---------------------------------------------------------------------------------------------
 # transfer.json and calibration-NULL.json
 
 

@@ -20,7 +20,7 @@ from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import ScreenDocument, SelectionDocument
+from celtk.run.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
 from celtk.run.session import session_for
 from celtk.runstore import locked, write_json
 from celtk.tasks import Splits, Task, get_task, make_splits
@@ -37,7 +37,7 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
              fewshot: int = 0, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
              device: str = "cpu", dtype: str = "float32", allow_code: bool = False, run: Path | None = None,
              exploratory: bool = False, ablation: str = "zero", reference: int = 100,
-             progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[str, int, int], None] | None = None) -> EvalDocument:
     """Evaluate ``model`` (an alias/path, or a loaded :class:`Model`) on ``split`` of ``task`` with
     ``heads`` ablated; returns the ``eval.json`` document and writes it to ``out`` (unless ``None``).
 
@@ -105,7 +105,7 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
             "dtype": dtype} | ({"exploratory": True} if split == "heldout" else {})
             | _kind_record(chosen, f"the first {reference} discovery examples"))
         if out is not None:
-            write_json(Path(out) / "eval.json", document)
+            write_json(Path(out) / EvalDocument.FILE, document.to_json())
     return document
 
 
@@ -119,7 +119,7 @@ def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:
 
 def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: HeadSet, limit: int | None,
               batch_size: int, allow_code: bool, progress: Callable[[str, int, int], None] | None,
-              kind: Any = None) -> dict[str, Any]:
+              kind: Any = None) -> EvalDocument:
     """``heads`` on the held-out set of the run in ``run`` (the first ``limit`` examples), logged there."""
     rd = RunDirectory(run)
     if not rd.has(SelectionDocument) and not rd.has(ScreenDocument):
@@ -146,18 +146,17 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
             "device": c.device, "dtype": c.dtype, "run": str(run),
             "look": seq} | _kind_record(chosen, "the run's discovery set"))
         if out is not None:
-            write_json(Path(out) / "eval.json", document)
-            rd.log.complete(seq, Path(out) / "eval.json")
+            write_json(Path(out) / EvalDocument.FILE, document.to_json())
+            rd.log.complete(seq, Path(out) / EvalDocument.FILE)
         else:
             rd.log.complete(seq)
     return document
 
 
 def _document(model: Model, task: Task, heads: HeadSet, result: EvalResult, splits: Splits,
-              settings: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "model": model.name, "task": task.full_name, "heads": heads.names(), "n": len(result.examples),
-        "accuracy": result.accuracy, "examples": result.to_json(),
-        "config": {**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest()},
-        "held_back": [{"id": i, "reason": why} for i, why in splits.held_back],  # rows no split holds, and why
-    }
+              settings: dict[str, Any]) -> EvalDocument:
+    return EvalDocument(
+        model=model.name, task=task.full_name, heads=heads, n=len(result.examples), accuracy=result.accuracy,
+        examples=[EvalExample(id=e.id, correct=e.correct, logprob=e.logprob, extra=e.extra) for e in result.examples],
+        config={**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest()},
+        held_back=[HeldBack(id=i, reason=why) for i, why in splits.held_back])  # rows no split holds, and why

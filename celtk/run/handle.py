@@ -47,7 +47,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import celtk.run as stages
 from celtk.errors import ConfigError, RunStoreError, TaskError
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         AblationKindsDocument,
         AltscreenDocument,
         CalibrationDocument,
+        EvalDocument,
         ScreenDocument,
         SelectionDocument,
         StabilityDocument,
@@ -289,7 +290,7 @@ class Run:
 
     @validated
     def eval(self, heads: HeadSet | str, *, limit: int | None = None, out: str | Path | None = None,
-             progress: Progress | None = None) -> dict[str, Any]:
+             progress: Progress | None = None) -> EvalDocument:
         """``celtk eval --split heldout --run OUT``: ``heads`` ablated on the run's held-out set, under the run's
         ablation kind; an exploratory look, logged in the run (the test stays its result). Writes
         ``eval.json`` to ``out`` when given."""

@@ -110,8 +110,8 @@ def test_a_mean_run_screens_selects_and_tests_under_mean_and_is_never_mixed_with
     from celtk.run import run_eval
 
     looked = run_eval(None, model=model, heads=heads, split="heldout", run=mean_dir, ablation="mean")  # a logged look
-    assert [e["correct"] for e in looked["examples"]] == [e.ablated_correct for e in test.examples]
-    assert looked["config"]["ablation"]["reference"] == "the run's discovery set"
+    assert looked.correct().tolist() == [e.ablated_correct for e in test.examples]
+    assert looked.config["ablation"]["reference"] == "the run's discovery set"
     doc = run_ablation_kinds(mean_dir, model=model, kinds=["mean", "zero"], alphas=[0.5], n_boot=100)
     assert doc.run_ablation == "mean" and [r.kind for r in doc.kinds] == ["mean", "zero", "scale:0.5"]
     assert {r.kind: r for r in doc.kinds}["mean"].gain == test.gain
@@ -156,14 +156,14 @@ def test_eval_under_a_kind_measures_on_discovery_examples_and_refuses_overlap(pl
     model, task = planted
     zero = run_eval(tmp_path / "zero", model=model, task=task, heads="L1H2", split="heldout", limit=12,
                     exploratory=True)
-    assert "ablation" not in zero["config"]  # zero evaluations keep the document they always had
+    assert "ablation" not in zero.config  # zero evaluations keep the document they always had
     doc = run_eval(tmp_path / "mean", model=model, task=task, heads="L1H2", split="heldout", limit=12,
                    exploratory=True, ablation="mean", reference=10)
-    assert doc["config"]["ablation"]["kind"] == "mean" and doc["config"]["ablation"]["n_reference"] == 10
+    assert doc.config["ablation"]["kind"] == "mean" and doc.config["ablation"]["n_reference"] == 10
     splits = make_splits(get_task(task), 10, 12, seed=0)
     mean = ablation_for(model, "mean", get_task(task), splits.discovery, splits.shots)
     expected = evaluate(model, get_task(task), splits.heldout, heads=HeadSet.parse("L1H2"), ablation=mean)
-    assert [e["logprob"] for e in doc["examples"]] == [e.logprob for e in expected.examples]
-    assert [e["logprob"] for e in doc["examples"]] != [e["logprob"] for e in zero["examples"]]
+    assert [e.logprob for e in doc.examples] == [e.logprob for e in expected.examples]
+    assert [e.logprob for e in doc.examples] != [e.logprob for e in zero.examples]
     with pytest.raises(ConfigError, match="split 'all' evaluates too"):
         run_eval(None, model=model, task=task, heads="L1H2", split="all", ablation="resample")

@@ -222,7 +222,7 @@ def test_paths_are_accepted_wherever_a_path_is(ctx, tmp_path):
     assert task.config()["data_path"] == str(boolq)  # recorded as text, as a string path would be
     assert celtk.run.resolve_config(overrides={"data": boolq}).data == str(boolq)
     document = celtk.run.run_eval(tmp_path / "eval", model=Path(out), task="boolq", data=boolq, limit=2)
-    assert document["config"]["data"] == str(boolq) and document["n"] == 2
+    assert document.config["data"] == str(boolq) and document.n == 2
 
 
 def test_every_public_annotation_resolves():

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from celtk.ablation import export_ablated
 from celtk.cli import main
 from celtk.heads import HeadSet
+from celtk.run.documents import EvalDocument
 
 FIX = Path(__file__).parent.parent / "fixtures"
 
@@ -73,8 +74,10 @@ def test_cli_eval_equals_one_library_call(tiny_dir, tmp_path):
                                        "--out", str(tmp_path / "cli")])
     assert result.exit_code == 0, result.output
     library = run_eval(None, **args)
-    assert json.loads((tmp_path / "cli" / "eval.json").read_text()) == library
-    assert library["config"]["fewshot"] == 2 and library["config"]["seed"] == 3 and library["n"] == 7
+    assert json.loads((tmp_path / "cli" / "eval.json").read_text()) == library.to_json()
+    assert EvalDocument.load(tmp_path / "cli") == library and library.heads == HeadSet.parse("L1H0")
+    assert library.config["fewshot"] == 2 and library.config["seed"] == 3 and library.n == 7
+    assert library.accuracy == library.correct().mean()
 
 
 def test_split_all_scores_every_row_it_can_and_names_the_rest(tiny_dir, tmp_path):

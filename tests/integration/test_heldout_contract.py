@@ -88,12 +88,12 @@ def test_eval_on_a_runs_heldout_split_goes_through_the_run_and_is_logged(run_cop
         run_eval(tmp_path / "ev", model=model, task=task, split="heldout", heads="L1H2")
     test = run_test(run_copy, model=model, n_boot=50)
     doc = run_eval(tmp_path / "ev", model=model, heads="L0H1", split="heldout", run=run_copy)
-    assert [e["id"] for e in doc["examples"]] == [e.id for e in test.examples]  # the run's held-out set, exactly
+    assert [e.id for e in doc.examples] == [e.id for e in test.examples]  # the run's held-out set, exactly
     look = HeldoutLog(run_copy).looks()[-1]
     assert look.what == "eval" and look.heads == [HeadSet.parse("L0H1")] and look.exploratory and not look.frozen
-    assert look.result == str((tmp_path / "ev" / "eval.json").resolve()) and doc["config"]["look"] == look.seq
+    assert look.result == str((tmp_path / "ev" / "eval.json").resolve()) and doc.config["look"] == look.seq
     outside = run_eval(None, model=model, task=task, split="heldout", limit=5, exploratory=True)
-    assert outside["config"]["exploratory"] is True
+    assert outside.config["exploratory"] is True
     with pytest.raises(ConfigError, match="ISO date"):
         run_eval(None, model=model, task=task, limit=2, chat_date="yesterday")
 

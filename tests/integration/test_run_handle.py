@@ -120,7 +120,7 @@ def test_a_handle_reopens_a_run_from_its_settings_and_refuses_others(planted, tm
     with pytest.raises(ArgumentError, match=r"Run.select: p must be int or None, got '3' \(str\)"):
         again.select(p="3")
     looked = again.eval("L1H2", limit=5)  # an exploratory look at the held-out set, logged in the run
-    assert looked["n"] == 5 and looked["heads"] == ["L1H2"] and looked["config"]["run"] == str(tmp_path / "run")
+    assert looked.n == 5 and looked.heads == HeadSet.parse("L1H2") and looked.config["run"] == str(tmp_path / "run")
 
 
 def test_the_handle_docstring_examples_run(tiny_llama, tmp_path):

@@ -164,3 +164,18 @@ def test_nothing_outside_the_boundaries_parses_heads_or_bits():
             if isinstance(f, ast.Name) and f.id in ("Correctness", "unbits"):
                 found.append(f"{name}:{node.lineno} {f.id}(...)")
     assert found == []
+
+
+def test_the_eval_document_reads_the_file_it_writes():
+    from celtk.run.documents import EvalDocument, EvalExample, HeldBack
+
+    doc = EvalDocument(model="m", task="t", heads=HeadSet.parse("L1H2"), n=2, accuracy=0.5,
+                       examples=[EvalExample(id="a", correct=True, logprob=-0.5),
+                                 EvalExample(id="b", correct=False, logprob=None, extra={"generation": "x"})],
+                       config={"split": "heldout"}, held_back=[HeldBack(id="c", reason="few-shot pool")])
+    data = doc.to_json()
+    assert list(data) == ["schema_version", "model", "task", "heads", "n", "accuracy", "examples", "config",
+                          "held_back"]
+    assert data["heads"] == ["L1H2"] and data["examples"][1] == {"id": "b", "correct": False, "logprob": None,
+                                                                 "extra": {"generation": "x"}}
+    assert EvalDocument.from_json(data) == doc and doc.correct().tolist() == [True, False]
