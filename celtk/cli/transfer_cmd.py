@@ -79,7 +79,7 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
     from celtk.run.documents import SelectionDocument
     from celtk.run.transfer import run_transfer, variant_grid
 
-    task = SelectionDocument.load(Path(out)).task["task"]
+    task = SelectionDocument.load(Path(out)).task.name
     given = click.get_current_context().get_parameter_source("shots_seeds") != click.core.ParameterSource.DEFAULT
     grid = variant_grid(task, shot_seeds=shots_seeds if given else None, zero_shot=zero_shot, subtasks=_names(subtasks),
                         tasks=_names(tasks), chat=chat, models=other_models)

@@ -54,7 +54,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         check_frozen(rd, sel, session)
         manifest = session.splits.manifest()
         rd.check_heldout(manifest, session.splits.heldout, sel)
-        heldout_hash = manifest["heldout_hash"]
+        heldout_hash = manifest.heldout_hash
         if heldout_hash != test.heldout_hash:
             raise RunStoreError(f"The held-out set drawn now (hash {heldout_hash}) is not the one test.json scored "
                                 f"({test.heldout_hash}); the task data or split settings changed.")
@@ -76,7 +76,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
                                session.config.ablation)
         rows = [_row(kind, intact, result, session, n_boot) for kind, result in zip(wanted, results, strict=True)]
         document = AblationKindsDocument(
-            heads=sel.heads, model=sel.model["name"], task=sel.task["task"], run_ablation=session.config.ablation,
+            heads=sel.heads, model=sel.model.name, task=sel.task.name, run_ablation=session.config.ablation,
             test_gain=test.gain, n=len(intact.examples), intact_accuracy=intact.accuracy,
             intact_correct=Correctness.of(intact.correct), heldout_hash=heldout_hash,
             reference=_reference(session, ablations),

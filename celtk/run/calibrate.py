@@ -158,7 +158,7 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
     chosen = list(dict.fromkeys(b.heads for b in best))  # only each draw's best reaches the held-out set
     session = run.session
     seq = rd.begin_look("calibrate-random-heads", list(chosen),
-                        session.splits.manifest()["heldout_hash"], len(session.splits.heldout), exploratory=True)
+                        session.splits.manifest().heldout_hash, len(session.splits.heldout), exploratory=True)
     if progress:
         progress("calibrate held-out", 0, 1)
     intact, results = session.screener("heldout").run(chosen)

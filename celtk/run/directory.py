@@ -38,7 +38,7 @@ from celtk.run.documents import (
 from celtk.run.heldout import HeldoutLog, Look
 from celtk.run.integrity import check_test_matches_selection
 from celtk.runstore import file_digest, locked
-from celtk.tasks import Example, shared_examples
+from celtk.tasks import Example, SplitManifest, shared_examples
 
 D = TypeVar("D", bound=Document)
 
@@ -230,7 +230,7 @@ class RunDirectory:
             return Admission(selection=self.load(SelectionDocument), test=self.load_if(TestDocument))
         return Admission()
 
-    def check_heldout(self, manifest: dict[str, Any], heldout: list[Example],
+    def check_heldout(self, manifest: SplitManifest, heldout: list[Example],
                       discovery: SelectionDocument | ScreenDocument) -> None:
         """The held-out set a stage drew (its ``Splits.manifest()`` and examples) is the contract's, and shares no
         example with the discovery set of ``discovery`` (the selection, or the screen)."""
@@ -255,11 +255,11 @@ class RunDirectory:
                               f"`celtk select --heldout {heldout}`.")
         return {"heldout": contract.n}
 
-    def check_contract(self, manifest: dict[str, Any]) -> None:
+    def check_contract(self, manifest: SplitManifest) -> None:
         """The held-out set drawn now (``Splits.manifest()``) must be the contract's."""
         contract = self.contract()
-        if contract is not None and manifest["heldout_hash"] != contract.hash:
-            raise RunStoreError(f"The held-out set drawn now (hash {manifest['heldout_hash']}, {manifest['n_heldout']} "
+        if contract is not None and manifest.heldout_hash != contract.hash:
+            raise RunStoreError(f"The held-out set drawn now (hash {manifest.heldout_hash}, {manifest.n_heldout} "
                                 f"examples) is not the one fixed when the selection was frozen (hash {contract.hash}, "
                                 f"{contract.n} examples): the task data or split settings changed. Test on the data "
                                 "the run was made on.")

@@ -24,6 +24,7 @@ from celtk.errors import HeadError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.runstore import file_digest, read_json, write_json
 from celtk.search.scores import head_order
+from celtk.tasks import SplitManifest
 
 SCHEMA_VERSION = 1
 UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was not scored on
@@ -110,10 +111,75 @@ def _text(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
     return decode
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """A JSON object another part of celtk writes (``Model.describe()``, ``Task.config()``), whose keys vary with the
+    model's source or the task's kind: held whole, so it is written back key for key, and read through typed
+    accessors. ``REQUIRED`` are the keys every one has."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ()
+    facts: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.facts, dict):
+            raise TypeError(f"{type(self).__name__} holds a JSON object, got {type(self.facts).__name__}")
+        missing = [k for k in self.REQUIRED if k not in self.facts]
+        if missing:
+            raise ValueError(f"{type(self).__name__} needs the keys {', '.join(self.REQUIRED)}; "
+                             f"{', '.join(missing)} missing")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A fact this record's accessors do not name (``None`` when absent)."""
+        return self.facts.get(key, default)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.facts)
+
+
+@dataclass(frozen=True)
+class ModelRecord(_Facts):
+    """The model a run used, as ``Model.describe()`` recorded it (name, source, architecture, shape, dtype, weight hash,
+    and what its loader adds)."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("name", "n_layers", "n_heads", "weight_hash")
+
+    @property
+    def name(self) -> str:
+        return str(self.facts["name"])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.facts["n_layers"])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.facts["n_heads"])
+
+    @property
+    def weight_hash(self) -> str:
+        return str(self.facts["weight_hash"])
+
+
+@dataclass(frozen=True)
+class TaskRecord(_Facts):
+    """The task a run used, as ``Task.config()`` recorded it (its full name under ``task``, its kind, its data path and
+    the settings of its family)."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("task",)
+
+    @property
+    def name(self) -> str:
+        """The task's full name (``arithmetic:2da``, ``jsonl:PATH``)."""
+        return str(self.facts["task"])
+
+
 HEAD = Codec(Head, "a head name such as 'L1H2'", str, _text(Head.parse))
 HEADS = Codec(HeadSet, "a list of head names such as ['L1H2', 'L14H8']", HeadSet.names, _head_names)
 SET_NAME = Codec(HeadSet, "a head set written as one string such as 'L1H2,L14H8'", str, _text(HeadSet.parse))
 CORRECTNESS = Codec(Correctness, "per-example bits such as '0110-'", str, _text(Correctness))
+MODEL = Codec(ModelRecord, "an object of model facts (Model.describe())", ModelRecord.to_json, ModelRecord)
+TASK = Codec(TaskRecord, "an object of task settings (Task.config())", TaskRecord.to_json, TaskRecord)
+SPLITS = Codec(SplitManifest, "a split manifest (Splits.manifest())", SplitManifest.to_json, SplitManifest.from_json)
 
 
 def coded(codec: Codec, *, depth: int = 0, omit_none: bool = False, default_factory: Any = MISSING) -> Any:
@@ -332,14 +398,14 @@ class ScreenDocument(Document):
     (``racing``): then only the heads scored on every example (``n_scored`` unset) are complete."""
 
     FILE: ClassVar[str] = "screen.json"
-    model: dict[str, Any]  # Model.describe()
-    task: dict[str, Any]  # Task.config()
+    model: ModelRecord = coded(MODEL)
+    task: TaskRecord = coded(TASK)
     n: int
     intact_accuracy: float
     intact_correct: Correctness = coded(CORRECTNESS)
     discovery_ids: list[str]
     discovery_hashes: list[str]
-    splits: dict[str, Any]  # Splits.manifest()
+    splits: SplitManifest = coded(SPLITS)
     shard: list[int] | None
     config: dict[str, Any]  # RunConfig fields and celtk_version
     heads: list[ScreenRow] = rows(ScreenRow)
@@ -367,23 +433,23 @@ class ScreenDocument(Document):
 
     @property
     def n_layers(self) -> int:
-        return self.model["n_layers"]
+        return self.model.n_layers
 
     @property
     def n_heads(self) -> int:
-        return self.model["n_heads"]
+        return self.model.n_heads
 
     @property
     def model_name(self) -> str:
-        return self.model["name"]
+        return self.model.name
 
     @property
     def weight_hash(self) -> str:
-        return self.model["weight_hash"]
+        return self.model.weight_hash
 
     @property
     def task_name(self) -> str:
-        return self.task["task"]
+        return self.task.name
 
     def results_digest(self) -> str:
         """SHA-256 of what the screen found (everything but ``config``, whose batch size or device may
@@ -455,8 +521,8 @@ class SelectionDocument(Document):
     discovery_accuracy: float
     discovery_gain: float  # selection-biased: the best of n_evaluations candidates on the examples that chose it
     intact_discovery_accuracy: float
-    model: dict[str, Any]
-    task: dict[str, Any]
+    model: ModelRecord = coded(MODEL)
+    task: TaskRecord = coded(TASK)
     config: dict[str, Any]
     discovery_ids: list[str]
     discovery_hashes: list[str]

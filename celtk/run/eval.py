@@ -133,7 +133,7 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
         rd.check_heldout(manifest, session.splits.heldout, doc)
         session.model.validate_heads(heads)
         examples = session.splits.heldout[:limit] if limit is not None else session.splits.heldout
-        seq = rd.begin_look("eval", [heads], manifest["heldout_hash"], len(examples), exploratory=True,
+        seq = rd.begin_look("eval", [heads], manifest.heldout_hash, len(examples), exploratory=True,
                             limit=limit)
         c = session.config
         config = EvalConfig(batch_size=batch_size, chat=c.chat, allow_code=allow_code, chat_date=c.chat_date)
@@ -158,5 +158,5 @@ def _document(model: Model, task: Task, heads: HeadSet, result: EvalResult, spli
     return EvalDocument(
         model=model.name, task=task.full_name, heads=heads, n=len(result.examples), accuracy=result.accuracy,
         examples=[EvalExample(id=e.id, correct=e.correct, logprob=e.logprob, extra=e.extra) for e in result.examples],
-        config={**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest()},
+        config={**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest().to_json()},
         held_back=[HeldBack(id=i, reason=why) for i, why in splits.held_back])  # rows no split holds, and why

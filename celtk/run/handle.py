@@ -249,7 +249,7 @@ class Run:
         tasks, the chat template and other models (``other_models``: names, each loaded once)."""
         from celtk.run.transfer import variant_grid
 
-        grid = variant_grid(SelectionDocument.load(self.out).task["task"], shot_seeds=shots_seeds, zero_shot=zero_shot,
+        grid = variant_grid(SelectionDocument.load(self.out).task.name, shot_seeds=shots_seeds, zero_shot=zero_shot,
                             subtasks=subtasks, tasks=tasks, chat=chat, models=other_models)
         return stages.run_transfer(self.out, grid, model=self.model, heldout=heldout, plain_text=plain_text,
                                    n_boot=n_boot, progress=progress)

@@ -95,8 +95,8 @@ def check_screen_fingerprint(out: Path, doc: ScreenDocument) -> None:
         return
     fp = read_json(path)
     _agree(out, "fingerprint.json", "screen.json", {
-        "task": (fp.get("task"), doc.task), "weight hash": (fp.get("weight_hash"), doc.weight_hash),
-        "discovery hash": (fp.get("discovery"), doc.splits.get("discovery_hash")),
+        "task": (fp.get("task"), doc.task.to_json()), "weight hash": (fp.get("weight_hash"), doc.weight_hash),
+        "discovery hash": (fp.get("discovery"), doc.splits.discovery_hash),
         "seed": (fp.get("seed"), doc.config.get("seed"))})
 
 
@@ -109,13 +109,14 @@ def check_selection_matches_screen(out: Path, selection: SelectionDocument, scre
                             "(the screen was rerun or extended since): select again, in a new run directory if the "
                             "held-out set was looked at.")
     _agree(out, "screen.json", "selection.json", {
-        "task": (screen.task, selection.task), "weight hash": (screen.weight_hash, selection.model.get("weight_hash")),
-        "discovery hash": (screen.splits.get("discovery_hash"), selection.discovery_hash),
+        "task": (screen.task.to_json(), selection.task.to_json()),
+        "weight hash": (screen.weight_hash, selection.model.weight_hash),
+        "discovery hash": (screen.splits.discovery_hash, selection.discovery_hash),
         "discovery ids": (screen.discovery_ids, selection.discovery_ids)})
 
 
 def check_test_matches_selection(out: Path, test: TestDocument, selection: SelectionDocument) -> None:
     """``test.json`` must test this directory's ``selection.json``."""
     _agree(out, "selection.json", "test.json", {
-        "heads": (selection.heads, test.heads), "task": (selection.task.get("task"), test.task),
-        "model": (selection.model.get("name"), test.model)})
+        "heads": (str(selection.heads), str(test.heads)), "task": (selection.task.name, test.task),
+        "model": (selection.model.name, test.model)})

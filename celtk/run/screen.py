@@ -20,7 +20,7 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
 from celtk.run.config import RunConfig
-from celtk.run.documents import Correctness, RacingRecord, ScreenDocument, ScreenRow
+from celtk.run.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.run.integrity import check_screen_complete
 from celtk.run.registry import SCREENS
 from celtk.run.session import Session
@@ -226,7 +226,7 @@ def _screen_document(session: Session, intact: EvalResult, rows: list[ScreenRow]
                      shard: tuple[int, int] | None) -> ScreenDocument:
     discovery = session.splits.discovery
     return ScreenDocument(
-        model=session.model.describe(), task=session.task.config(), n=len(intact.examples),
+        model=ModelRecord(session.model.describe()), task=TaskRecord(session.task.config()), n=len(intact.examples),
         intact_accuracy=intact.accuracy, intact_correct=Correctness.of(intact.correct),
         discovery_ids=[e.id for e in discovery], discovery_hashes=[e.content_hash for e in discovery],
         splits=session.splits.manifest(), shard=list(shard) if shard else None,

@@ -72,14 +72,14 @@ def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) 
                 "flagged_interactions": [Interaction(**f) for f in result.diagnostics["flagged"]]}
     config = replace(run.session.config, p=p, k=k)  # what the search ran with, recorded beside the result
     manifest, splits = run.session.splits.manifest(), run.session.splits
-    contract = HeldoutContract(n=len(splits.heldout), seed=config.seed, hash=manifest["heldout_hash"],
+    contract = HeldoutContract(n=len(splits.heldout), seed=config.seed, hash=manifest.heldout_hash,
                                source=splits.source)
     return SelectionDocument(
         heads=best.heads, discovery_accuracy=best.accuracy, discovery_gain=best.gain / n,
         intact_discovery_accuracy=float(np.mean(intact)), model=doc.model, task=doc.task,
         config={**config.recorded(), "celtk_version": __version__}, discovery_ids=doc.discovery_ids,
-        discovery_hashes=doc.discovery_hashes, discovery_hash=doc.splits["discovery_hash"],
-        shots=doc.splits["shot_ids"], strategy=result.strategy, strategy_options=result.options, k=result.k,
+        discovery_hashes=doc.discovery_hashes, discovery_hash=doc.splits.discovery_hash,
+        shots=doc.splits.shot_ids, strategy=result.strategy, strategy_options=result.options, k=result.k,
         n_evaluations=result.n_evaluations, rounds=result.rounds, ranking=ranking, heldout=contract,
         screen_digest=doc.results_digest(), **pool)
 

@@ -126,7 +126,7 @@ class Session:
         kind = {"ablation": c.ablation} if c.ablation != "zero" else {}
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
                 "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
-                "discovery": self.splits.manifest()["discovery_hash"], "shots": [s.id for s in self.splits.shots],
+                "discovery": self.splits.manifest().discovery_hash, "shots": [s.id for s in self.splits.shots],
                 "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True,
                 "screen": c.screen, **racing, **kind}
 
@@ -163,9 +163,9 @@ def session_for(document: ScreenDocument | SelectionDocument, model: Model | Non
     stored = {k: v for k, v in document.config.items() if k != "celtk_version"}
     config = RunConfig.from_dict(stored | overrides, type(document).FILE)
     session = Session.open(config, model)
-    if session.model.weight_hash != document.model["weight_hash"]:
+    if session.model.weight_hash != document.model.weight_hash:
         raise RunStoreError(f"Model {config.model!r} now has weight hash {session.model.weight_hash}, but the run used "
-                            f"{document.model['weight_hash']}. Load the same weights, or start a new run.")
+                            f"{document.model.weight_hash}. Load the same weights, or start a new run.")
     return session
 
 

@@ -47,7 +47,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
         manifest = session.splits.manifest()
         rd.check_heldout(manifest, session.splits.heldout, run.screen)
         distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
-        seq = rd.begin_look("stability", list(distinct), manifest["heldout_hash"],
+        seq = rd.begin_look("stability", list(distinct), manifest.heldout_hash,
                             len(session.splits.heldout), exploratory=True, p=p, k=k, strategy=strategy)
         if progress:
             progress("held-out", 0, len(distinct))

@@ -19,6 +19,7 @@ from celtk.run.documents import (
     LookRecord,
     ScreenDocument,
     SelectionDocument,
+    TaskRecord,
     TestDocument,
     TestExample,
 )
@@ -48,8 +49,8 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         admitted = rd.require("test", force=force)
         sel, first = admitted.frozen, admitted.test
         session = session_for(sel, model, **rd.heldout_overrides(heldout))
-        if session.task.config() != sel.task:
-            raise RunStoreError(f"selection.json was made for task {sel.task['task']!r}, "
+        if TaskRecord(session.task.config()) != sel.task:
+            raise RunStoreError(f"selection.json was made for task {sel.task.name!r}, "
                                 f"not {session.task.full_name!r}.")
         check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
         if rd.has(ScreenDocument):
@@ -58,7 +59,7 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         manifest = session.splits.manifest()
         rd.check_heldout(manifest, session.splits.heldout, sel)
         heads = sel.heads
-        seq = rd.begin_look("test", [heads], manifest["heldout_hash"], len(session.splits.heldout),
+        seq = rd.begin_look("test", [heads], manifest.heldout_hash, len(session.splits.heldout),
                             exploratory=first is not None, forced=first is not None)
         if progress:
             progress("test", 0, 2)
@@ -81,12 +82,12 @@ def _document(sel: SelectionDocument, session: Session, intact: EvalResult, abla
               seq: int) -> TestDocument:
     cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
     return TestDocument(
-        heads=sel.heads, strategy=sel.strategy, model=sel.model["name"], task=sel.task["task"], n=cmp.n,
+        heads=sel.heads, strategy=sel.strategy, model=sel.model.name, task=sel.task.name, n=cmp.n,
         intact_accuracy=defined(cmp.intact_accuracy, "intact accuracy"),
         ablated_accuracy=defined(cmp.ablated_accuracy, "ablated accuracy"), gain=defined(cmp.gain, "gain"),
         relative_error_reduction=cmp.relative_error_reduction, fixes=cmp.fixes, damage=cmp.damage,
         mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), gain_ci=list(defined(cmp.gain_ci, "gain CI")),
-        ci_level=cmp.ci_level, n_boot=n_boot, heldout_hash=session.splits.manifest()["heldout_hash"],
+        ci_level=cmp.ci_level, n_boot=n_boot, heldout_hash=session.splits.manifest().heldout_hash,
         examples=[TestExample(id=a.id, intact_correct=a.correct, ablated_correct=b.correct,
                               intact_logprob=_finite(a.logprob), ablated_logprob=_finite(b.logprob),
                               intact_generation=a.extra.get("generation"), ablated_generation=b.extra.get("generation"))
@@ -107,12 +108,12 @@ def _finite(logprob: float | list[float] | None) -> float | list[float] | None:
 def check_frozen(rd: RunDirectory, sel: SelectionDocument, session: Session) -> None:
     """Refuse a test whose discovery set, shots or intact baseline differ from the selection's."""
     manifest = session.splits.manifest()
-    if manifest["discovery_hash"] != sel.discovery_hash:
-        raise RunStoreError(f"The discovery set drawn now (hash {manifest['discovery_hash']}) differs from the one "
+    if manifest.discovery_hash != sel.discovery_hash:
+        raise RunStoreError(f"The discovery set drawn now (hash {manifest.discovery_hash}) differs from the one "
                             f"selection.json was frozen on ({sel.discovery_hash}); "
                             "the task data or split settings changed.")
-    if manifest["shot_ids"] != sel.shots:
-        raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest['shot_ids']) or 'none'}) differ "
+    if manifest.shot_ids != sel.shots:
+        raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest.shot_ids) or 'none'}) differ "
                             f"from those of selection.json ({', '.join(sel.shots) or 'none'}); "
                             "test with the selection's settings.")
     if rd.has(ScreenDocument):

@@ -103,7 +103,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
                                     np.array([e.ablated_correct for e in test.examples])))
                 continue
             check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
-            seqs.append(rd.begin_look("transfer", [heads], session.splits.manifest()["heldout_hash"],
+            seqs.append(rd.begin_look("transfer", [heads], session.splits.manifest().heldout_hash,
                                       len(session.splits.heldout), exploratory=True, variant=variant.name))
             intact, results = session.screener("heldout").run([heads])
             comparisons.append((variant, session, intact.correct, results[heads].correct))
@@ -114,7 +114,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         if plain_text is not None:
             loss = lm_loss(base.model, heads, read_plain_text(plain_text), source=str(plain_text), n_boot=n_boot,
                            seed=base.config.seed, ablation=base.ablation())
-        document = TransferDocument(heads=sel.heads, model=sel.model["name"], task=sel.task["task"],
+        document = TransferDocument(heads=sel.heads, model=sel.model.name, task=sel.task.name,
                                     discovery_gain=sel.discovery_gain, n_boot=n_boot, ci_level=0.95, variants=rows,
                                     dropped=dropped, lm_loss=loss)
         rd.finish_looks(seqs, (document, None))
@@ -138,7 +138,7 @@ def _plan(base: Session, variants: list[Variant], other_models: dict[str, Model]
             continue
         session = variant_session(base, variant, other_models, heldout)
         key = (session.model.weight_hash, prepared_hash(session.prepared("heldout")),
-               session.splits.manifest()["heldout_hash"])
+               session.splits.manifest().heldout_hash)
         if key in seen:
             dropped.append(DroppedVariant(variant=variant.name, same_as=seen[key],
                                           reason="the same model, prompts and held-out examples"))
@@ -223,7 +223,7 @@ def _rows(comparisons: list[tuple[Variant, Session, np.ndarray, np.ndarray]], n_
             n=s.n, intact_accuracy=s.intact_accuracy, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
             gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage, mcnemar_p=s.mcnemar_p,
             holm_p=float(adjusted[i]) if i in adjusted else None,
-            heldout_hash=session.splits.manifest()["heldout_hash"],
+            heldout_hash=session.splits.manifest().heldout_hash,
             data=data_source(session), from_test=variant.kind == "original",
             intact_correct=Correctness.of(intact), ablated_correct=Correctness.of(ablated),
             undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"}))

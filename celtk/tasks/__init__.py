@@ -4,8 +4,8 @@ from celtk.tasks import arithmetic, boolq, hellaswag, humaneval, jsonl, mbpp  # 
 from celtk.tasks._base import Example, Pools, Task, build_context, continuation_delimiter, draw_shots
 from celtk.tasks._registry import get_task, register, task_classes, task_names
 from celtk.tasks._sandbox import require_opt_in
-from celtk.tasks._splits import FEWSHOT_POOL, Splits, make_splits, shared_examples
+from celtk.tasks._splits import FEWSHOT_POOL, SplitManifest, Splits, make_splits, shared_examples
 
-__all__ = ["FEWSHOT_POOL", "Example", "Pools", "Splits", "Task", "build_context", "continuation_delimiter",
-           "draw_shots", "get_task", "make_splits", "register", "require_opt_in", "shared_examples", "task_classes",
-           "task_names"]
+__all__ = ["FEWSHOT_POOL", "Example", "Pools", "SplitManifest", "Splits", "Task", "build_context",
+           "continuation_delimiter", "draw_shots", "get_task", "make_splits", "register", "require_opt_in",
+           "shared_examples", "task_classes", "task_names"]

@@ -5,10 +5,36 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from celtk.errors import SplitError
 from celtk.tasks._base import Example, Task, draw_shots
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitManifest:
+    """What a run records of its splits: where the examples came from, the sizes, order-sensitive hashes of the
+    discovery and held-out sets' ids and contents, and the few-shot examples' ids (``Splits.manifest()``)."""
+
+    source: str
+    n_discovery: int
+    n_heldout: int
+    discovery_hash: str
+    heldout_hash: str
+    shot_ids: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> SplitManifest:
+        """Read a manifest as a run file holds it; a malformed one raises ``ValueError`` naming what is wrong."""
+        names = [f.name for f in fields(cls)]
+        if not isinstance(data, dict) or set(data) != set(names):
+            shown = sorted(data) if isinstance(data, dict) else type(data).__name__
+            raise ValueError(f"a split manifest has the keys {', '.join(names)}; got {shown}")
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -20,15 +46,10 @@ class Splits:
     # (id, reason) of the task's rows no draw can contain: its few-shot reserve and repeated content
     held_back: tuple[tuple[str, str], ...] = ()
 
-    def manifest(self) -> dict:
-        return {
-            "source": self.source,
-            "n_discovery": len(self.discovery),
-            "n_heldout": len(self.heldout),
-            "discovery_hash": ids_hash(self.discovery),
-            "heldout_hash": ids_hash(self.heldout),
-            "shot_ids": [s.id for s in self.shots],
-        }
+    def manifest(self) -> SplitManifest:
+        return SplitManifest(source=self.source, n_discovery=len(self.discovery), n_heldout=len(self.heldout),
+                             discovery_hash=ids_hash(self.discovery), heldout_hash=ids_hash(self.heldout),
+                             shot_ids=[s.id for s in self.shots])
 
 
 def ids_hash(examples: list[Example]) -> str:

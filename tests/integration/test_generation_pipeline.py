@@ -72,7 +72,7 @@ def test_run_all_selects_planted_head_with_heldout_gain(generate_run):
     assert test.gain_ci[0] > 0 and test.mcnemar_p < 0.05
     # every held-out example records both generations; the ablated ones are the targets themselves
     targets = {json.loads(line).get("id"): json.loads(line)["target"]
-               for line in open(result.screen.task["task"].split(":", 1)[1].split("?")[0])}
+               for line in open(result.screen.task.name.split(":", 1)[1].split("?")[0])}
     for example in test.examples:
         assert example.intact_generation is not None and example.ablated_generation is not None
         assert example.intact_correct == (example.intact_generation.strip() == targets[example.id])

@@ -19,13 +19,16 @@ from celtk.run.documents import (
     DiagnosticsDocument,
     Interaction,
     LookRecord,
+    ModelRecord,
     RacingRecord,
     ScreenDocument,
     ScreenRow,
     SelectionDocument,
     StabilityDocument,
     StableSelection,
+    TaskRecord,
 )
+from celtk.tasks import SplitManifest
 
 CELTK = Path(__file__).resolve().parents[2] / "celtk"
 
@@ -39,9 +42,12 @@ def _screen() -> ScreenDocument:
     racing = RacingRecord(mode="exact", p=1, delta=None, schedule=[2, 2], racing_after=[2, 1], order=None,
                           pool=[Head(10, 0)], uncertified=[], evaluations=6, exhaustive_evaluations=8,
                           saved_fraction=0.25)
-    return ScreenDocument(model={"name": "m", "n_layers": 11, "n_heads": 1, "weight_hash": "w"}, task={"task": "t"},
+    return ScreenDocument(model=ModelRecord({"name": "m", "n_layers": 11, "n_heads": 1, "weight_hash": "w"}),
+                          task=TaskRecord({"task": "t"}),
                           n=4, intact_accuracy=0.5, intact_correct=Correctness("0101"), discovery_ids=list("abcd"),
-                          discovery_hashes=list("wxyz"), splits={}, shard=None, config={},
+                          discovery_hashes=list("wxyz"), shard=None, config={},
+                          splits=SplitManifest(source="s", n_discovery=4, n_heldout=0, discovery_hash="h",
+                                               heldout_hash="g", shot_ids=[]),
                           heads=[_row("L10H0", "1101"), _row("L2H0", "10--")], racing=racing)
 
 
@@ -117,11 +123,27 @@ def test_a_malformed_value_in_a_file_names_the_file_and_the_field(tmp_path, fiel
         SelectionDocument.from_json(data, f"{tmp_path}/selection.json")
 
 
-def test_a_malformed_bit_string_in_a_screen_names_the_field():
+@pytest.mark.parametrize(("field", "value", "shape"), [
+    ("intact_correct", "01x1", "per-example bits"),
+    ("model", {"name": "m", "n_layers": 11, "n_heads": 1}, "an object of model facts"),  # no weight hash
+    ("task", ["t"], "an object of task settings"),
+    ("splits", {"source": "s"}, "a split manifest"),
+])
+def test_a_malformed_value_in_a_screen_names_the_field(field, value, shape):
     data = _screen().to_json()
-    data["intact_correct"] = "01x1"
-    with pytest.raises(RunStoreError, match="field 'intact_correct' should hold per-example bits"):
+    data[field] = value
+    with pytest.raises(RunStoreError, match=f"screen.json: field '{field}' should hold {shape}"):
         ScreenDocument.from_json(data, "screen.json")
+
+
+def test_model_and_task_records_keep_every_key_and_read_the_common_ones():
+    facts = {"name": "m", "source": "gguf", "n_layers": 11, "n_heads": 1, "weight_hash": "w", "quantization": "q4"}
+    doc = _screen()
+    data = doc.to_json() | {"model": facts, "task": {"task": "jsonl:x", "kind": "target", "grading": "teacher"}}
+    back = ScreenDocument.from_json(data)
+    assert back.to_json() == data and back.model.get("quantization") == "q4" and back.model.n_layers == 11
+    assert back.task.name == "jsonl:x" == back.task_name and back.model.name == "m" == back.model_name
+    assert back.splits.heldout_hash == "g" and back.splits.to_json() == data["splits"]
 
 
 def test_correctness_writes_and_reads_its_bits():

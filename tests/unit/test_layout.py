@@ -119,14 +119,16 @@ def test_greedy_searches_past_p_where_algorithm1_refuses():
 
 
 def _screen_doc():
-    from celtk.run.documents import Correctness, ScreenDocument, ScreenRow
+    from celtk.run.documents import Correctness, ModelRecord, ScreenDocument, ScreenRow, TaskRecord
+    from celtk.tasks import SplitManifest
 
     row = ScreenRow(head=Head(0, 1), accuracy=0.5, gain=0.25, gain_count=1, damage=0, fixes=1,
                     correct=Correctness("0110"))
-    return ScreenDocument(model={"name": "m", "n_layers": 1, "n_heads": 2, "weight_hash": "abc"},
-                          task={"task": "t", "kind": "target", "data_path": None}, n=4, intact_accuracy=0.25,
-                          intact_correct=Correctness("0100"), discovery_ids=list("abcd"), discovery_hashes=list("wxyz"),
-                          splits={"discovery_hash": "h", "shot_ids": []}, shard=None, config={"seed": 0}, heads=[row])
+    model = ModelRecord({"name": "m", "n_layers": 1, "n_heads": 2, "weight_hash": "abc"})
+    splits = SplitManifest(source="s", n_discovery=4, n_heldout=0, discovery_hash="h", heldout_hash="g", shot_ids=[])
+    return ScreenDocument(model=model, task=TaskRecord({"task": "t", "kind": "target", "data_path": None}), n=4,
+                          intact_accuracy=0.25, intact_correct=Correctness("0100"), discovery_ids=list("abcd"),
+                          discovery_hashes=list("wxyz"), splits=splits, shard=None, config={"seed": 0}, heads=[row])
 
 
 def test_documents_round_trip_and_carry_their_schema(tmp_path):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from celtk.heads import Head, HeadSet
-from celtk.run.documents import Correctness, ScreenDocument, ScreenRow
+from celtk.run.documents import Correctness, ModelRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.search.scores import HeadScore, rank
+from celtk.tasks import SplitManifest
 
 
 def _row(head: str, correct: str, intact: str) -> ScreenRow:
@@ -22,10 +23,13 @@ def _row(head: str, correct: str, intact: str) -> ScreenRow:
 
 
 def _document(rows: list[ScreenRow], intact: str) -> ScreenDocument:
-    return ScreenDocument(model={"n_layers": 11, "n_heads": 2, "name": "m", "weight_hash": "h"}, task={"task": "t"},
+    return ScreenDocument(model=ModelRecord({"n_layers": 11, "n_heads": 2, "name": "m", "weight_hash": "h"}),
+                          task=TaskRecord({"task": "t"}),
                           n=len(intact), intact_accuracy=intact.count("1") / len(intact),
                           intact_correct=Correctness(intact),
-                          discovery_ids=[str(i) for i in range(len(intact))], discovery_hashes=[], splits={},
+                          discovery_ids=[str(i) for i in range(len(intact))], discovery_hashes=[],
+                          splits=SplitManifest(source="s", n_discovery=4, n_heldout=0, discovery_hash="h",
+                                               heldout_hash="g", shot_ids=[]),
                           shard=None, config={}, heads=rows)
 
 
