@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from celtk.errors import HeadError, RunStoreError
+from celtk.errors import ArgumentError, HeadError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.runstore import file_digest, read_json, write_json
 from celtk.search.scores import head_order
@@ -246,7 +246,7 @@ class Record:
         for f in fields(self):
             codec = f.metadata.get("codec")
             if codec is not None and not _check(getattr(self, f.name), codec, f.metadata["depth"]):
-                raise TypeError(f"{type(self).__name__}.{f.name} holds parsed values ({codec.kind.__name__}"
+                raise ArgumentError(f"{type(self).__name__}.{f.name} holds parsed values ({codec.kind.__name__}"
                                 f"{', in lists' if f.metadata['depth'] else ''}), got {_short(getattr(self, f.name))}; "
                                 f"the file's form ({codec.shape}) is read by {type(self).__name__}.from_json.")
 

@@ -94,7 +94,8 @@ def test_every_heldout_evaluation_is_logged_and_stability_is_exploratory(planted
     out = _copy(tested_run, tmp_path / "run")
     (entry,) = HeldoutLog(out).looks()
     test = json.loads((out / "test.json").read_text())
-    assert entry.what == "test" and entry.heads == [test["heads"]] and entry.heldout_hash == test["heldout_hash"]
+    assert entry.what == "test" and entry.heads == [HeadSet.of(test["heads"])]
+    assert entry.heldout_hash == test["heldout_hash"]
     assert entry.complete and entry.result == "test.json" and not entry.exploratory and entry.frozen
     before = (out / "heldout_log.jsonl").read_text()
     doc = run_stability(out, resamples=3, p=4, k=2, model=model, n_boot=100)
@@ -103,7 +104,8 @@ def test_every_heldout_evaluation_is_logged_and_stability_is_exploratory(planted
     assert last.what == "stability" and last.exploratory is True and last.result == "stability.json"
     assert sorted(map(tuple, last.heads)) == sorted(tuple(r.heads) for r in doc.selections)
     for row in doc.selections:
-        assert row.exploratory == (row.heads != test["heads"])  # the tested selection's row repeats its test
+        # the tested selection's row repeats its test
+        assert row.exploratory == (row.heads != HeadSet.of(test["heads"]))
 
 
 def test_test_refuses_changed_shots_or_discovery(planted, tested_run, tmp_path):

@@ -87,11 +87,11 @@ def test_screen_records_every_heads_generations(generate_run, planted_generate):
     texts = {}
     for path in (out / "generations").glob("L*.json"):
         texts.update(json.loads(path.read_text()))
-    assert set(texts) == {r.head for r in result.screen.heads}
+    assert set(texts) == {str(r.head) for r in result.screen.heads}
     intact = json.loads((out / "generations" / "intact.json").read_text())["intact"]
     assert list(intact) == result.screen.discovery_ids
     assert texts[PLANTED] != intact  # the planted head changes what the model writes
-    row = next(r for r in result.screen.heads if r.head == PLANTED)
+    row = next(r for r in result.screen.heads if str(r.head) == PLANTED)
     assert row.accuracy == 1.0  # its ablation restores every discovery answer
 
 

@@ -161,8 +161,8 @@ def test_the_result_is_written_after_its_log_line(run_copy, planted, monkeypatch
 def test_a_legacy_log_is_read_as_an_unchained_prefix(run_copy, planted):
     model, _ = planted
     test = run_test(run_copy, model=model, n_boot=10)
-    legacy = {"what": "test", "when": "2026-01-01T00:00:00Z", "heads": [test.heads], "heldout_hash": test.heldout_hash,
-              "n": test.n}
+    legacy = {"what": "test", "when": "2026-01-01T00:00:00Z", "heads": [test.heads.names()],
+              "heldout_hash": test.heldout_hash, "n": test.n}
     (run_copy / "heldout_log.jsonl").write_text(json.dumps(legacy) + "\n")  # what celtk wrote before the chain
     (run_copy / "heldout_log.head").unlink()
     (look,) = HeldoutLog(run_copy).looks()
