@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk.errors import ArgumentError, HeadError, RunStoreError
 from celtk.heads import Head, HeadSet
@@ -62,11 +63,11 @@ class Correctness:
             raise ValueError(f"Correctness.of: {len(values)} outcomes but {len(mask)} scored flags.")
         return cls("".join(("1" if v else "0") if s else UNSCORED for v, s in zip(values, mask, strict=True)))
 
-    def outcomes(self) -> np.ndarray:
+    def outcomes(self) -> Bool[np.ndarray, " example"]:
         """Correct (bool ``[n]``); an example not scored counts as not correct (see :meth:`scored`)."""
         return np.array([c == "1" for c in self.bits], dtype=bool)
 
-    def scored(self) -> np.ndarray:
+    def scored(self) -> Bool[np.ndarray, " example"]:
         """Which examples were scored (bool ``[n]``): all of them, except on a racing screen's dropped head."""
         return np.array([c != UNSCORED for c in self.bits], dtype=bool)
 
@@ -764,7 +765,7 @@ class EvalDocument(Document):
     config: dict[str, Any]
     held_back: list[HeldBack] = rows(HeldBack)
 
-    def correct(self) -> np.ndarray:
+    def correct(self) -> Bool[np.ndarray, " example"]:
         """Per example, whether it was right (bool ``[n]``)."""
         return np.array([e.correct for e in self.examples], dtype=bool)
 
