@@ -227,6 +227,7 @@ def optional_record(kind: type) -> Any:
 
 
 def _short(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters, for error messages that quote a stored value."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "…"
 

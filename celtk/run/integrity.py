@@ -8,7 +8,7 @@ from typing import Any
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import all_heads
-from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
+from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument, _short
 from celtk.runstore import read_json
 
 
@@ -20,11 +20,6 @@ def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[Any, Any]]
                            for name in differ[:3])
         raise RunStoreError(f"{Path(out) / second} does not belong to the run of {first} ({detail}). Results are never "
                             f"mixed: rerun the stage that writes {second}, or use a new run directory.")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "…"
 
 
 def check_screen_complete(out: Path, doc: ScreenDocument) -> None:
