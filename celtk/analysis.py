@@ -12,11 +12,13 @@ from celtk.circuits import compare_with_circuit, critical_and_enhancing, head_at
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.run.documents import (
+    HEAD,
     SCHEMA_VERSION,
     Document,
     Record,
     ScreenDocument,
     SelectionDocument,
+    coded,
     optional_record,
     rows,
 )
@@ -134,7 +136,7 @@ class RacingNote(Record):
 
     mode: str
     p: int
-    ranked: list[str]
+    ranked: list[Head] = coded(HEAD, depth=1)  # the pool, best first
     note: str
 
 
@@ -201,12 +203,16 @@ def _selected_heads(out: Path) -> HeadSet:
 def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, batch: int = 8,
                    seed: int = 0) -> HeadAttributesDocument:
     """Previous-token, duplicate-token and induction scores of every head of the run's model."""
+    from celtk.run.directory import RunDirectory
     from celtk.run.session import session_for
 
     out = Path(out)
-    with locked(out):
-        doc = ScreenDocument.load(out)
+    rd = RunDirectory(out)
+    with rd.lock():
+        rd.require("attributes")
+        doc = rd.load(ScreenDocument)
         session = session_for(doc, model)
+        rd.admit("attributes", session, doc)
         scores = head_attribute_scores(session.model, length=length, batch=batch, seed=seed)
         selection = _selected_heads(out)
         document = HeadAttributesDocument(
@@ -239,13 +245,13 @@ def run_compare(out: Path, circuit: str, *, top: int = 10) -> CompareDocument:
                           "exhaustively (screen = 'exhaustive', `--screen exhaustive`) in a new directory to rank "
                           "every head.")
     selection = _selected_heads(out)
-    ranking = [str(next(iter(s.heads.heads))) for s in rank(scores)]
+    ranking = [head for s in rank(scores) for head in s.heads]
     if racing is not None:
         ranking = ranking[:racing.p]
-    # the circuit helpers give the comparison's fields as JSON; they are decoded once, here
+    # the circuit helpers give the comparison's fields as its file writes them; the document decodes them once
     report = CompareDocument.from_json({
-        **compare_with_circuit(loaded, doc.n_layers, doc.n_heads, selection.names(), ranking, top),
-        "critical_vs_enhancing": None if racing else critical_and_enhancing([r.to_json() for r in doc.heads], n=top),
+        **compare_with_circuit(loaded, doc.n_layers, doc.n_heads, list(selection), ranking, top),
+        "critical_vs_enhancing": None if racing else critical_and_enhancing(scores, n=top),
         "run_selection": selection.names()})
     if racing is not None:
         report = replace(report, mean_rank_of_circuit_heads=None, mean_rank_by_chance=None, racing=RacingNote(

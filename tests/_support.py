@@ -134,3 +134,12 @@ def planted_config(task: str, **kw):
     from celtk.run import RunConfig
 
     return RunConfig(model="tiny-planted", task=task, discovery=40, heldout=40, fewshot=0, batch_size=8, p=4, k=2, **kw)
+
+
+def single_head_score(head: str, gain: int, damage: int, fixes: int, n: int = 20):
+    """A screen score of one head on ``n`` discovery examples of which the intact model gets ``n // 2`` right."""
+    from celtk.heads import HeadSet
+    from celtk.search.scores import HeadScore
+
+    n_correct = n // 2 + gain
+    return HeadScore(HeadSet.parse(head), n_correct, gain, damage, fixes, np.arange(n) < n_correct)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -22,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from celtk.errors import DataFormatError, HeadError, suggest
-from celtk.heads import Head, HeadSet
-from celtk.search.scores import head_order
+from celtk.heads import Head
+from celtk.search.scores import HeadScore, head_order
 
 _PACKAGED = {"ioi-gpt2-small": "ioi_gpt2_small.json"}
 
@@ -92,10 +93,11 @@ def hypergeom_tail(overlap: int, population: int, drawn: int, marked: int) -> fl
     return float(hypergeom.sf(overlap - 1, population, marked, drawn))
 
 
-def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selection: list[str],
-                         ranking: list[str], top: int = 10) -> dict[str, Any]:
-    """Overlap of a CEL selection and of the screen's top-``top`` heads with the circuit, each beside
-    the overlap expected by chance (hypergeometric), and the circuit heads' ranks in the screen."""
+def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selection: Sequence[Head],
+                         ranking: Sequence[Head], top: int = 10) -> dict[str, Any]:
+    """Overlap of a CEL selection and of the screen's top-``top`` heads (``ranking``, best first) with the
+    circuit, each beside the overlap expected by chance (hypergeometric), and the circuit heads' ranks in the
+    screen. Returns the fields of :class:`celtk.analysis.CompareDocument` as its file writes them."""
     if (circuit.n_layers, circuit.n_heads) != (n_layers, n_heads):
         raise HeadError(f"Circuit {circuit.name!r} is for a {circuit.n_layers} × {circuit.n_heads} model "
                         f"({circuit.model}); this run's model is {n_layers} × {n_heads}. Compare with a circuit "
@@ -109,8 +111,7 @@ def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selectio
                 "p_at_least": hypergeom_tail(len(shared), population, len(heads), len(marked)),
                 "shared": [{"head": str(h), "role": circuit.roles[h]} for h in shared]}
 
-    sel = [Head.parse(h) for h in selection]
-    ranked = [Head.parse(h) for h in ranking]
+    sel, ranked = list(selection), list(ranking)
     position = {h: i + 1 for i, h in enumerate(ranked)}
     circuit_ranks = {str(h): position.get(h) for h in circuit.heads}
     known = [r for r in circuit_ranks.values() if r is not None]
@@ -126,30 +127,31 @@ def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selectio
     }
 
 
-def critical_and_enhancing(rows: list[dict[str, Any]], n: int = 10) -> dict[str, Any]:
-    """From screen rows (``head``, ``gain_count``, ``damage``, ``fixes``): the ``n`` heads whose
-    removal hurts most (task-critical, Bair et al. 2026) and the ``n`` whose removal helps most
-    (enhancing), their layer histograms, and their overlap."""
-    def order(r: dict[str, Any], sign: int = 1) -> tuple:  # sign -1: every measure negated, so worst first
-        accuracy = r.get("accuracy")
-        return head_order(HeadSet.parse(r["head"]), sign * r["gain_count"], sign * r["damage"],
-                          None if accuracy is None else sign * accuracy)
+def critical_and_enhancing(scores: Sequence[HeadScore], n: int = 10) -> dict[str, Any]:
+    """From single heads' screen scores: the ``n`` heads whose removal hurts most (task-critical, Bair et al. 2026)
+    and the ``n`` whose removal helps most (enhancing), each in the one ranking key's order, their layer
+    histograms, and their overlap. Returns the fields as :class:`celtk.analysis.CompareDocument`'s file writes them."""
+    def order(s: HeadScore, sign: int = 1) -> tuple:  # sign -1: every measure negated, so worst first
+        return head_order(s.heads, sign * s.gain, sign * s.damage, sign * s.n_correct)
 
-    critical = sorted((r for r in rows if r["gain_count"] < 0), key=lambda r: order(r, -1))[:n]
-    enhancing = sorted((r for r in rows if r["gain_count"] > 0), key=order)[:n]
+    def head(s: HeadScore) -> Head:
+        (only,) = s.heads.heads
+        return only
 
-    def layers(group):
-        return dict(sorted(Counter(Head.parse(r["head"]).layer for r in group).items()))
+    critical = sorted((s for s in scores if s.gain < 0), key=lambda s: order(s, -1))[:n]
+    enhancing = sorted((s for s in scores if s.gain > 0), key=order)[:n]
 
-    c, e = {r["head"] for r in critical}, {r["head"] for r in enhancing}
+    def layers(group: list[HeadScore]) -> dict[int, int]:
+        return dict(sorted(Counter(head(s).layer for s in group).items()))
+
+    c, e = {head(s) for s in critical}, {head(s) for s in enhancing}
     # heads both critical for some examples and enhancing for others: many fixes and many damages
-    mixed = sorted((r for r in rows if r["fixes"] > 0 and r["damage"] > 0),
-                   key=lambda r: -(min(r["fixes"], r["damage"])))[:n]
+    mixed = sorted((s for s in scores if s.fixes > 0 and s.damage > 0), key=lambda s: -(min(s.fixes, s.damage)))[:n]
     return {
-        "critical": [{"head": r["head"], "gain_count": r["gain_count"], "damage": r["damage"]} for r in critical],
-        "enhancing": [{"head": r["head"], "gain_count": r["gain_count"], "fixes": r["fixes"]} for r in enhancing],
+        "critical": [{"head": str(head(s)), "gain_count": s.gain, "damage": s.damage} for s in critical],
+        "enhancing": [{"head": str(head(s)), "gain_count": s.gain, "fixes": s.fixes} for s in enhancing],
         "critical_layers": layers(critical), "enhancing_layers": layers(enhancing),
-        "overlap": sorted(c & e), "both_fix_and_damage": [r["head"] for r in mixed],
+        "overlap": [str(h) for h in sorted(c & e)], "both_fix_and_damage": [str(head(s)) for s in mixed],
     }
 
 

@@ -4,6 +4,7 @@ through its file, keeps the keys the files had before they were typed, and refus
 import json
 
 import pytest
+from _support import single_head_score
 
 from celtk.analysis import AttributeProbe, CompareDocument, HeadAttributesDocument
 from celtk.circuits import compare_with_circuit, critical_and_enhancing, load_circuit
@@ -13,14 +14,13 @@ from celtk.runstore import dumps
 
 RANKING = ["L9H9", "L0H0", "L10H7", "L1H1"] + [f"L{l}H{h}" for l in range(12) for h in range(12)
                                                 if f"L{l}H{h}" not in ("L9H9", "L0H0", "L10H7", "L1H1")]
-ROWS = [{"head": "L0H0", "gain_count": -9, "damage": 9, "fixes": 0},
-        {"head": "L0H1", "gain_count": 4, "damage": 1, "fixes": 5},
-        {"head": "L2H0", "gain_count": 7, "damage": 0, "fixes": 7}]
+ROWS = [single_head_score("L0H0", -9, 9, 0), single_head_score("L0H1", 4, 1, 5), single_head_score("L2H0", 7, 0, 7)]
 
 
 def compare_fields(top: int) -> dict:
     """What run_compare decodes: the circuit helpers' JSON, critical/enhancing heads and the selection."""
-    return {**compare_with_circuit(load_circuit("ioi-gpt2-small"), 12, 12, ["L9H9", "L3H3"], RANKING, top=top),
+    return {**compare_with_circuit(load_circuit("ioi-gpt2-small"), 12, 12, [Head.parse("L9H9"), Head.parse("L3H3")],
+                                [Head.parse(h) for h in RANKING], top=top),
             "critical_vs_enhancing": critical_and_enhancing(ROWS, n=2), "run_selection": ["L9H9", "L3H3"]}
 
 

@@ -6,6 +6,7 @@ from math import comb
 
 import numpy as np
 import pytest
+from _support import single_head_score
 
 from celtk.circuits import (
     compare_with_circuit,
@@ -55,11 +56,15 @@ def test_hypergeometric_tail_matches_counting():
         assert hypergeom_tail(k, population, drawn, marked) == pytest.approx(exact)
 
 
+def heads(*names: str) -> list[Head]:
+    return [Head.parse(name) for name in names]
+
+
 def test_compare_counts_overlap_and_ranks():
     ioi = load_circuit("ioi-gpt2-small")
     ranking = ["L9H9", "L0H0", "L10H7", "L1H1"] + [f"L{l}H{h}" for l in range(12) for h in range(12)
                                                     if f"L{l}H{h}" not in ("L9H9", "L0H0", "L10H7", "L1H1")]
-    report = compare_with_circuit(ioi, 12, 12, ["L9H9", "L3H3"], ranking, top=4)
+    report = compare_with_circuit(ioi, 12, 12, heads("L9H9", "L3H3"), heads(*ranking), top=4)
     assert (report["selection"]["overlap"] == 1
             and report["selection"]["shared"] == [{"head": "L9H9", "role": "name mover"}])
     assert report["selection"]["expected_by_chance"] == pytest.approx(2 * 26 / 144)
@@ -67,7 +72,7 @@ def test_compare_counts_overlap_and_ranks():
     assert report["circuit_head_ranks"]["L9H9"] == 1 and report["circuit_head_ranks"]["L10H7"] == 3
     assert report["mean_rank_by_chance"] == 72.5
     with pytest.raises(HeadError, match="12 × 12 model .* this run's model is 30 × 9"):
-        compare_with_circuit(ioi, 30, 9, [], ranking)
+        compare_with_circuit(ioi, 30, 9, [], heads(*ranking))
 
 
 def test_scores_from_exact_patterns():
@@ -89,11 +94,8 @@ def test_scores_from_exact_patterns():
 
 
 def test_critical_and_enhancing():
-    rows = [{"head": "L0H0", "gain_count": -9, "damage": 9, "fixes": 0},
-            {"head": "L0H1", "gain_count": 4, "damage": 1, "fixes": 5},
-            {"head": "L1H0", "gain_count": -2, "damage": 3, "fixes": 1},
-            {"head": "L1H1", "gain_count": 0, "damage": 0, "fixes": 0},
-            {"head": "L2H0", "gain_count": 7, "damage": 0, "fixes": 7}]
+    rows = [single_head_score("L0H0", -9, 9, 0), single_head_score("L0H1", 4, 1, 5),
+            single_head_score("L1H0", -2, 3, 1), single_head_score("L1H1", 0, 0, 0), single_head_score("L2H0", 7, 0, 7)]
     out = critical_and_enhancing(rows, n=2)
     assert [r["head"] for r in out["critical"]] == ["L0H0", "L1H0"]
     assert [r["head"] for r in out["enhancing"]] == ["L2H0", "L0H1"]
@@ -105,7 +107,7 @@ def test_critical_and_enhancing_order_heads_by_number_not_text():
     """Ties (same gain, damage) are broken by the one ranking key, which compares head ids as numbers: L2H0 before
     L10H0 in both lists (string order put L10H0 before L2H0 among critical heads and L3H0 before L2H0 among
     enhancing ones)."""
-    rows = [{"head": h, "gain_count": g, "damage": d, "fixes": 0}
+    rows = [single_head_score(h, g, d, 0)
             for h, g, d in [("L10H0", -3, 3), ("L2H0", -3, 3), ("L1H5", -7, 7),
                             ("L10H1", 2, 0), ("L3H0", 2, 0), ("L2H1", 2, 0), ("L0H0", 5, 0)]]
     out = critical_and_enhancing(rows, n=5)
