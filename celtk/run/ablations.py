@@ -22,8 +22,7 @@ from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import AblationKindsDocument, Correctness, KindRow, TestDocument
 from celtk.run.session import Session, session_for
-from celtk.run.test import check_frozen, score_kinds
-from celtk.runstore import check_fingerprint
+from celtk.run.test import score_kinds
 from celtk.stats import compare_paired
 
 if TYPE_CHECKING:
@@ -50,10 +49,8 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         admitted = rd.require("ablations")
         sel, test = admitted.frozen, admitted.tested
         session = session_for(sel, model, **(rd.heldout_overrides() or {"heldout": test.n}))
-        check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
-        check_frozen(rd, sel, session)
+        rd.admit("ablations", session, sel)
         manifest = session.splits.manifest()
-        rd.check_heldout(manifest, session.splits.heldout, sel)
         heldout_hash = manifest.heldout_hash
         if heldout_hash != test.heldout_hash:
             raise RunStoreError(f"The held-out set drawn now (hash {heldout_hash}) is not the one test.json scored "

@@ -17,11 +17,10 @@ from jaxtyping import Bool
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import AltscreenDocument
-from celtk.run.integrity import check_racing_use
 from celtk.run.memo import SetMemo, memo_for
 from celtk.run.session import ScreenedRun, open_run
-from celtk.runstore import locked
 from celtk.screening.rankers import RankerInput, compare_rankings
 from celtk.screening.registry import RANKERS
 from celtk.search.selection import check_pool_options
@@ -41,6 +40,7 @@ def ranker_input(run: ScreenedRun, method: str, progress: Progress | None = None
             memo.append(memo_for(run, progress, method))
         return memo[0](sets)
 
+    # under "auto", 8: auto_batch sizes forward passes, and the gradient rankers also hold a backward pass
     return RankerInput(model=run.session.model, heads=tuple(next(iter(s.heads.heads)) for s in run.scores),
                        ablation=str(config.ablation),
                        batch_size=config.batch_size if isinstance(config.batch_size, int) else 8,
@@ -55,9 +55,10 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
     ranker = RANKERS.get(method)
     if masks < 1 or not 0 < rate <= 1:  # no masks would report perfect agreement from no data
         raise ConfigError(f"altscreen needs masks ≥ 1 and 0 < rate ≤ 1, got masks = {masks}, rate = {rate}.")
-    with locked(out):
-        run = open_run(out, model)
-        check_racing_use(run.screen, whole=f"comparing the {method} screener's ranking with the screen's")
+    rd = RunDirectory(out)
+    with rd.lock():
+        rd.require("altscreen", whole=f"comparing the {method} screener's ranking with the screen's")
+        run = open_run(out, model, stage="altscreen")
         check_pool_options(k=1, p=p, n_heads=len(run.scores))
         result = ranker(ranker_input(run, method, progress), masks=masks, rate=rate, seed=seed)
         comparison = compare_rankings(run.scores, result, p)

@@ -123,8 +123,7 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
                           f"{sel.strategy} search, whose statistic it does not reproduce. Pass n_candidates "
                           "(--candidates N) for the control (best of N random sets, no p-value), or use the "
                           "permutation null, which covers every strategy.")
-    run = open_run(rd.path, model, **rd.heldout_overrides())
-    rd.check_heldout(run.session.splits.manifest(), run.session.splits.heldout, sel)
+    run = open_run(rd.path, model, stage="calibrate", **rd.heldout_overrides())
     heads = all_heads(run.session.model.n_layers, run.session.model.n_heads)
     memo = memo_for(run, progress, "calibrate")
     n = len(run.intact)

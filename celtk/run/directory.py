@@ -23,26 +23,53 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celtk.errors import ConfigError, RunStoreError, SplitError, suggest
 from celtk.heads import HeadSet
 from celtk.run.documents import (
+    Correctness,
     Document,
     HeldoutContract,
     LookRecord,
     ScreenDocument,
     SelectionDocument,
+    TaskRecord,
     TestDocument,
 )
 from celtk.run.heldout import HeldoutLog, Look
-from celtk.run.integrity import check_test_matches_selection
-from celtk.runstore import file_digest, locked
+from celtk.run.integrity import check_racing_use, check_selection_matches_screen, check_test_matches_selection
+from celtk.runstore import check_fingerprint, file_digest, locked
 from celtk.tasks import Example, SplitManifest, shared_examples
+
+if TYPE_CHECKING:  # the session loads models (torch); a run directory is read without them (the report)
+    from celtk.run.session import Session
 
 D = TypeVar("D", bound=Document)
 
-STAGES = ("select", "test", "stability", "transfer", "calibrate", "ablations", "eval")
+
+@dataclass(frozen=True)
+class ModelChecks:
+    """The model-side same-run checks a stage makes once its session is drawn (:meth:`RunDirectory.admit`)."""
+
+    heldout: bool = False  # it looks: the held-out set drawn is the contract's, disjoint from the discovery set
+    baseline: str | None = None  # "intact": the intact discovery outcomes are screen.json's; "null": and no ablation's
+    frozen: bool = False  # it scores the frozen selection: the discovery set's hash and the shots are the selection's
+
+
+# every stage that reads a run directory, and what it checks once the model is loaded
+MODEL_CHECKS = {
+    "select": ModelChecks(baseline="null"),
+    "test": ModelChecks(heldout=True, baseline="intact", frozen=True),
+    "stability": ModelChecks(heldout=True, baseline="null"),
+    "transfer": ModelChecks(heldout=True),
+    "calibrate": ModelChecks(heldout=True),
+    "ablations": ModelChecks(heldout=True, baseline="intact", frozen=True),
+    "eval": ModelChecks(heldout=True),
+    "altscreen": ModelChecks(),
+    "attributes": ModelChecks(),
+}
+STAGES = tuple(MODEL_CHECKS)
 
 
 @dataclass(frozen=True)
@@ -198,25 +225,32 @@ class RunDirectory:
         return self.load(TestDocument)
 
     # -- one call per stage ----------------------------------------------------------------
-    def require(self, stage: str, *, force: bool = False) -> Admission:
+    def require(self, stage: str, *, force: bool = False, whole: str | None = None, p: int | None = None
+                ) -> Admission:
         """Every check of this directory that ``stage`` needs before a model is loaded, in one call: the log and
-        ``test.json`` are intact (:meth:`verify`), and then
+        ``test.json`` are intact (:meth:`verify`), a racing screen is not put to a use that needs every head on
+        every example (``whole``, naming the use) or a pool larger than it raced for (``p``), and then
 
         * ``select``: no look yet, unless ``force`` (the looks it follows are returned);
-        * ``test``: a frozen selection, and no test yet unless ``force`` (the first test is returned);
+        * ``test``: a frozen selection searched on this directory's screen, and no test yet unless ``force`` (the
+          first test is returned);
         * ``transfer``, ``ablations``: a tested selection (for ``ablations`` the test must be of this selection);
         * ``calibrate``: a selection (and its test, where there is one);
-        * ``stability``, ``eval``: nothing more.
+        * ``stability``, ``eval``, ``altscreen``, ``attributes``: nothing more.
 
-        The model-side checks follow once the session is drawn (:meth:`check_heldout`)."""
+        The model-side checks follow once the session is drawn (:meth:`admit`)."""
         if stage not in STAGES:
             raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
                               f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
         self.verify()
+        if whole is not None or p is not None:
+            check_racing_use(self.load(ScreenDocument), whole=whole, p=p)
         if stage == "select":
             return Admission(prior_looks=self.refuse_select_after_looks(force))
         if stage == "test":
             selection = self.load(SelectionDocument)
+            if self.has(ScreenDocument):
+                check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
             return Admission(selection=selection, test=self.refuse_second_test(force))
         if stage == "transfer":
             test = self.require_tested("transfer")
@@ -230,11 +264,78 @@ class RunDirectory:
             return Admission(selection=self.load(SelectionDocument), test=self.load_if(TestDocument))
         return Admission()
 
+    def admit(self, stage: str | None, session: Session, document: ScreenDocument | SelectionDocument) -> None:
+        """Every model-side same-run check of ``stage`` (``None``: those every stage makes), once its session is
+        drawn on ``document``'s settings (the screen or the selection), in this order:
+
+        * weights: the loaded model's weight hash is the run's;
+        * task: the session's task is the document's;
+        * settings: ``fingerprint.json`` (written by the screen) equals the session's fingerprint;
+        * discovery: the discovery set drawn now is the screen's (its ids) and, for a stage that scores the frozen
+          selection, the selection's (its hash and shots);
+        * baseline: the intact model scores the discovery set as ``screen.json`` stored (``select`` and
+          ``stability``: also through the ablated path, under no ablation), so a run has one baseline;
+        * held-out, for every stage that looks: the held-out set drawn is the contract's and shares no example
+          with the discovery set.
+        """
+        if stage is not None and stage not in MODEL_CHECKS:
+            raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
+                              f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
+        checks = MODEL_CHECKS[stage] if stage is not None else ModelChecks()
+        config, name = session.config, type(document).FILE
+        if session.model.weight_hash != document.model.weight_hash:
+            raise RunStoreError(f"Model {config.model!r} now has weight hash {session.model.weight_hash}, but the run "
+                                f"used {document.model.weight_hash}. Load the same weights, or start a new run.")
+        if TaskRecord(session.task.config()) != document.task:
+            raise RunStoreError(f"{name} was made for task {document.task.name!r}, not {session.task.full_name!r}.")
+        check_fingerprint(self.file("fingerprint.json"), session.fingerprint(), source=name)
+        manifest = session.splits.manifest()
+        if isinstance(document, ScreenDocument) and [e.id for e in session.splits.discovery] != document.discovery_ids:
+            raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
+        if checks.frozen and isinstance(document, SelectionDocument):
+            self._check_frozen(manifest, document)
+        if checks.baseline is not None and self.has(ScreenDocument):
+            self._check_baseline(session, self.load(ScreenDocument).intact_correct, null=checks.baseline == "null")
+        if checks.heldout:
+            self.check_heldout(manifest, session.splits.heldout, document)
+
+    @staticmethod
+    def _check_frozen(manifest: SplitManifest, selection: SelectionDocument) -> None:
+        """The discovery set and shots drawn now are those the selection was frozen on."""
+        if manifest.discovery_hash != selection.discovery_hash:
+            raise RunStoreError(f"The discovery set drawn now (hash {manifest.discovery_hash}) differs from the one "
+                                f"selection.json was frozen on ({selection.discovery_hash}); "
+                                "the task data or split settings changed.")
+        if manifest.shot_ids != selection.shots:
+            raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest.shot_ids) or 'none'}) differ "
+                                f"from those of selection.json ({', '.join(selection.shots) or 'none'}); "
+                                "test with the selection's settings.")
+
+    def _check_baseline(self, session: Session, stored: Correctness, *, null: bool) -> None:
+        """Recompute the intact discovery outcomes (``null``: and the empty ablation's, through the ablated path)
+        and refuse unless they equal the screen's stored ``intact_correct``: one baseline per run."""
+        intact, scored = session.screener("discovery").run([HeadSet()] if null else [])
+        results = [("intact model", intact)] + ([("null ablation", scored[HeadSet()])] if null else [])
+        for what, result in results:
+            now = Correctness.of(result.correct)
+            if now != stored:
+                differ = int((now.outcomes() != stored.outcomes()).sum())
+                raise RunStoreError(f"{self.path}: the {what} now scores {differ} of {len(stored)} discovery examples "
+                                    "differently from the intact result stored in screen.json, so the baseline "
+                                    "changed (model, data, device or numerics). "
+                                    "Rerun the screen in a new run directory on this setup.")
+
     def check_heldout(self, manifest: SplitManifest, heldout: list[Example],
                       discovery: SelectionDocument | ScreenDocument) -> None:
         """The held-out set a stage drew (its ``Splits.manifest()`` and examples) is the contract's, and shares no
         example with the discovery set of ``discovery`` (the selection, or the screen)."""
         self.check_contract(manifest)
+        self.check_disjoint(heldout, discovery)
+
+    @staticmethod
+    def check_disjoint(heldout: list[Example], discovery: SelectionDocument | ScreenDocument) -> None:
+        """``heldout`` (the contract's set, or a transfer variant's) shares no example with the discovery set of
+        ``discovery``."""
         check_no_overlap(discovery.discovery_hashes, discovery.discovery_ids, heldout)
 
     # -- the held-out contract -------------------------------------------------------------

@@ -129,8 +129,8 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
         rd.require("eval")
         doc: Any = rd.load_if(SelectionDocument) or rd.load(ScreenDocument)
         session = session_for(doc, model if isinstance(model, Model) else None, **rd.heldout_overrides())
+        rd.admit("eval", session, doc)
         manifest = session.splits.manifest()
-        rd.check_heldout(manifest, session.splits.heldout, doc)
         session.model.validate_heads(heads)
         examples = session.splits.heldout[:limit] if limit is not None else session.splits.heldout
         seq = rd.begin_look("eval", [heads], manifest.heldout_hash, len(examples), exploratory=True,

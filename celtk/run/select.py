@@ -19,9 +19,8 @@ from celtk.run.documents import (
     SelectionDocument,
     TestDocument,
 )
-from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
-from celtk.run.session import ScreenedRun, open_run, verify_intact
+from celtk.run.session import ScreenedRun, open_run
 from celtk.search.selection import n_subsets
 from celtk.search.strategies import SearchResult, get_strategy
 
@@ -45,10 +44,9 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
     rd = RunDirectory(out)
     with rd.lock():
-        prior = rd.require("select", force=force).prior_looks
-        run = open_run(out, model, **({"heldout": heldout} if heldout is not None else {}))
-        check_racing_use(run.screen, whole=None if strategy == "algorithm1" else f"{strategy} search", p=p)
-        verify_intact(run)
+        whole = None if strategy == "algorithm1" else f"{strategy} search"
+        prior = rd.require("select", force=force, whole=whole, p=p).prior_looks
+        run = open_run(out, model, stage="select", **({"heldout": heldout} if heldout is not None else {}))
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
         result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)
         document = _selection_document(run, result, p, k)

@@ -18,9 +18,9 @@ from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.planning.plan import check_memory
 from celtk.run.config import RunConfig
-from celtk.run.documents import Correctness, ScreenDocument, SelectionDocument
+from celtk.run.directory import RunDirectory
+from celtk.run.documents import ScreenDocument, SelectionDocument
 from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
-from celtk.runstore import check_fingerprint
 from celtk.screening.cached import auto_batch
 from celtk.screening.fused import fused_layers
 from celtk.screening.registry import SCREENERS
@@ -77,20 +77,28 @@ class Session:
         """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk), under
         the run's ablation kind (or ``ablation``, a :class:`celtk.ablation_kinds.Ablation`)."""
         ablation = self.ablation() if ablation is None else ablation
-        if self.task.kind == "generate":  # auto_batch sizes teacher-forced requests, which generation has none of
-            size = self.config.batch_size if isinstance(self.config.batch_size, int) else 16
+        size, rows = self.batch_sizes(prepared)
+        if self.task.kind == "generate":
             return SCREENERS.get("generation")(self.model, prepared, self.task, allow_code=self.config.allow_code,
                                                batch_size=size, share_prefix=self.config.share_prefix,
                                                ablation=ablation)
-
-        sizes: dict[str, Any] = {"batch_size": self.config.batch_size}  # an int here; "auto" is resolved below
-        if self.config.batch_size == "auto":
-            sizes = dict(zip(("batch_size", "rows_per_pass"), auto_batch(self.model, prepared), strict=True))
         screener = SCREENERS.get("cached")(self.model, prepared, share_prefix=self.config.share_prefix,
-                                           ablation=ablation, **sizes)
+                                           ablation=ablation, batch_size=size,
+                                           **({} if rows is None else {"rows_per_pass": rows}))
         check_memory(self.model, prepared, screener.batch_size, screener.rows_per_pass,
                      share_prefix=self.config.share_prefix, what="The cached screener")
         return screener
+
+    def batch_sizes(self, prepared: Prepared) -> tuple[int, int | None]:
+        """The batch size for ``prepared`` and the cached screener's rows per pass (``None``: its default), resolved
+        here for every stage: the configured size, or under ``batch_size = "auto"`` what fits half the device's
+        free memory (:func:`celtk.screening.cached.auto_batch`); a generation-graded task, which has no
+        teacher-forced requests to size, takes 16 under "auto"."""
+        if isinstance(self.config.batch_size, int):
+            return self.config.batch_size, None
+        if self.task.kind == "generate":
+            return 16, None
+        return auto_batch(self.model, prepared)
 
     def ablation(self, kind: Any = None) -> Any:
         """The run's ablation kind (or ``kind``) with its values (a :class:`celtk.ablation_kinds.Ablation`): mean
@@ -158,15 +166,11 @@ def task_for(config: RunConfig) -> Task:
 
 
 def session_for(document: ScreenDocument | SelectionDocument, model: Model | None = None, **overrides: Any) -> Session:
-    """A session on the configuration stored in ``document`` (a screen or selection document),
-    with ``overrides``; refuses a model whose weights differ from the run's."""
+    """A session on the configuration stored in ``document`` (a screen or selection document), with
+    ``overrides``. It only resolves: whether the session is the run's (its weights, task, discovery set,
+    held-out set) is the run directory's to check (:meth:`celtk.run.directory.RunDirectory.admit`)."""
     stored = {k: v for k, v in document.config.items() if k != "celtk_version"}
-    config = RunConfig.from_dict(stored | overrides, type(document).FILE)
-    session = Session.open(config, model)
-    if session.model.weight_hash != document.model.weight_hash:
-        raise RunStoreError(f"Model {config.model!r} now has weight hash {session.model.weight_hash}, but the run used "
-                            f"{document.model.weight_hash}. Load the same weights, or start a new run.")
-    return session
+    return Session.open(RunConfig.from_dict(stored | overrides, type(document).FILE), model)
 
 
 def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]:
@@ -200,29 +204,14 @@ class ScreenedRun:
         check_fields(self)
 
 
-def open_run(out: Path, model: Model | None = None, **overrides: Any) -> ScreenedRun:
-    """Reopen the screened run in ``out`` (``screen.json``) on ``model`` (default: load the run's).
+def open_run(out: Path, model: Model | None = None, *, stage: str | None = None, **overrides: Any) -> ScreenedRun:
+    """Reopen the screened run in ``out`` (``screen.json``) on ``model`` (default: load the run's), refused
+    unless the session is the run's: the same-run checks of ``stage`` (:meth:`RunDirectory.admit`;
+    ``None``: weights, task, settings and discovery set).
 
     ``overrides`` replace stored settings that results do not depend on (batch size, device)."""
     out = Path(out)
     doc, intact, scores = load_screen(out)
     session = session_for(doc, model, **overrides)
-    check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="screen.json")
-    if [e.id for e in session.splits.discovery] != doc.discovery_ids:
-        raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
+    RunDirectory(out).admit(stage, session, doc)
     return ScreenedRun(out, doc, intact, scores, session)
-
-
-def verify_intact(run: ScreenedRun) -> None:
-    """Recompute the intact discovery outcomes (and the null ablation, through the ablated path)
-    and refuse unless both equal the screen's stored ``intact_correct``: one baseline per run."""
-    intact, scored = run.session.screener("discovery").run([HeadSet()])
-    stored = run.screen.intact_correct
-    for name, result in (("intact model", intact), ("null ablation", scored[HeadSet()])):
-        now = Correctness.of(result.correct)
-        if now != stored:
-            differ = int((now.outcomes() != stored.outcomes()).sum())
-            raise RunStoreError(f"{run.out}: the {name} now scores {differ} of {len(stored)} discovery examples "
-                                "differently from the intact result stored in screen.json, so the baseline changed "
-                                "(model, data, device or numerics). "
-                                "Rerun the screen in a new run directory on this setup.")

@@ -12,9 +12,8 @@ from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import StabilityDocument, StableSelection, TestDocument
-from celtk.run.integrity import check_racing_use
 from celtk.run.memo import memo_for
-from celtk.run.session import open_run, verify_intact
+from celtk.run.session import open_run
 from celtk.search.stability import stability
 from celtk.search.strategies import get_strategy
 from celtk.stats import compare_paired, defined
@@ -36,16 +35,13 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
     get_strategy(strategy).check(k=k, p=p, width=width)
     rd = RunDirectory(out)
     with rd.lock():
-        rd.require("stability")
-        run = open_run(out, model, **rd.heldout_overrides())
-        check_racing_use(run.screen, whole="selection on resampled discovery sets")
-        verify_intact(run)
+        rd.require("stability", whole="selection on resampled discovery sets")
+        run = open_run(out, model, stage="stability", **rd.heldout_overrides())
         memo = memo_for(run, progress, "stability")
         result = stability(run.scores, run.intact, memo, n_resamples=resamples, method=method, fraction=fraction,
                            seed=seed, strategy=strategy, p=p, k=k, width=width)
         session = run.session
         manifest = session.splits.manifest()
-        rd.check_heldout(manifest, session.splits.heldout, run.screen)
         distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
         seq = rd.begin_look("stability", list(distinct), manifest.heldout_hash,
                             len(session.splits.heldout), exploratory=True, p=p, k=k, strategy=strategy)

@@ -8,25 +8,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from celtk.ablation_kinds import Ablation
-from celtk.errors import RunStoreError
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.scoring import ablated, aggregate, make_batches, score_requests
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import (
-    Correctness,
     LookRecord,
-    ScreenDocument,
     SelectionDocument,
-    TaskRecord,
     TestDocument,
     TestExample,
 )
-from celtk.run.integrity import check_selection_matches_screen
 from celtk.run.session import Session, session_for
-from celtk.runstore import check_fingerprint
-from celtk.screening.cached import auto_batch
 from celtk.stats import compare_paired, defined
 
 Progress = Callable[[str, int, int], None]
@@ -49,15 +42,8 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         admitted = rd.require("test", force=force)
         sel, first = admitted.frozen, admitted.test
         session = session_for(sel, model, **rd.heldout_overrides(heldout))
-        if TaskRecord(session.task.config()) != sel.task:
-            raise RunStoreError(f"selection.json was made for task {sel.task.name!r}, "
-                                f"not {session.task.full_name!r}.")
-        check_fingerprint(out / "fingerprint.json", session.fingerprint(), source="selection.json")
-        if rd.has(ScreenDocument):
-            check_selection_matches_screen(out, sel, rd.load(ScreenDocument))
-        check_frozen(rd, sel, session)
+        rd.admit("test", session, sel)
         manifest = session.splits.manifest()
-        rd.check_heldout(manifest, session.splits.heldout, sel)
         heads = sel.heads
         seq = rd.begin_look("test", [heads], manifest.heldout_hash, len(session.splits.heldout),
                             exploratory=first is not None, forced=first is not None)
@@ -105,26 +91,6 @@ def _finite(logprob: float | list[float] | None) -> float | list[float] | None:
     return None if isinstance(logprob, float) and math.isnan(logprob) else logprob
 
 
-def check_frozen(rd: RunDirectory, sel: SelectionDocument, session: Session) -> None:
-    """Refuse a test whose discovery set, shots or intact baseline differ from the selection's."""
-    manifest = session.splits.manifest()
-    if manifest.discovery_hash != sel.discovery_hash:
-        raise RunStoreError(f"The discovery set drawn now (hash {manifest.discovery_hash}) differs from the one "
-                            f"selection.json was frozen on ({sel.discovery_hash}); "
-                            "the task data or split settings changed.")
-    if manifest.shot_ids != sel.shots:
-        raise RunStoreError(f"The few-shot examples drawn now ({', '.join(manifest.shot_ids) or 'none'}) differ "
-                            f"from those of selection.json ({', '.join(sel.shots) or 'none'}); "
-                            "test with the selection's settings.")
-    if rd.has(ScreenDocument):
-        stored = rd.load(ScreenDocument).intact_correct
-        intact, _ = session.screener("discovery").run([])  # the path that produced the stored baseline
-        if Correctness.of(intact.correct) != stored:
-            raise RunStoreError(f"{rd.path}: the intact model now scores the discovery set differently from "
-                                "screen.json, so the baseline changed (model, data, device or numerics); "
-                                "test on the screen's setup.")
-
-
 def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalResult, EvalResult]:
     """Two plain passes over a split, intact then under ``heads`` (removed as the run's ablation kind
     says), one batch resident at a time: no layer cache, so the held-out set's size does not bound memory."""
@@ -140,7 +106,7 @@ def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequenc
         runs = [session.screener_on(session.prepared(which), ablation).run([heads]) for ablation in ablations]
         return runs[0][0], [results[heads] for _, results in runs]
     prepared, model = session.prepared(which), session.model
-    size = session.config.batch_size if isinstance(session.config.batch_size, int) else auto_batch(model, prepared)[0]
+    size = session.batch_sizes(prepared)[0]
     batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
     intact = aggregate(prepared, *score_requests(model, prepared, batches))
     return intact, [aggregate(prepared, *score_requests(model, prepared, batches,

@@ -18,7 +18,7 @@ from celtk.errors import CeltkError, ConfigError
 from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
-from celtk.run.directory import RunDirectory, check_no_overlap
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import Correctness, DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
 from celtk.run.session import Session, session_for
 from celtk.stats import compare_paired, holm
@@ -90,7 +90,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         admitted = rd.require("transfer")
         sel, test = admitted.frozen, admitted.tested
         base = session_for(sel, model, **rd.heldout_overrides())
-        rd.check_heldout(base.splits.manifest(), base.splits.heldout, sel)
+        rd.admit("transfer", base, sel)
         variants = variants or variant_grid(base.config.task)
         heads = sel.heads
         planned, dropped = _plan(base, variants, other_models or {}, heldout)
@@ -102,7 +102,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
                 comparisons.append((variant, session, np.array([e.intact_correct for e in test.examples]),
                                     np.array([e.ablated_correct for e in test.examples])))
                 continue
-            check_no_overlap(sel.discovery_hashes, sel.discovery_ids, session.splits.heldout)
+            rd.check_disjoint(session.splits.heldout, sel)
             seqs.append(rd.begin_look("transfer", [heads], session.splits.manifest().heldout_hash,
                                       len(session.splits.heldout), exploratory=True, variant=variant.name))
             intact, results = session.screener("heldout").run([heads])

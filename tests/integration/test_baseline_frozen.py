@@ -186,3 +186,22 @@ def test_generation_prompts_get_one_bos_when_the_template_writes_it(tiny_llama):
     templated, plain = prompt_ids(model, ["<s>user: hi", "hi"])
     assert templated[:2] == [1, ord("u")] and templated.count(1) == 1
     assert plain == [1, ord("h"), ord("i")]
+
+
+def test_the_session_resolves_batch_size_once_for_every_stage(planted, tested_run):
+    """Session.batch_sizes is the one place a batch size is resolved: the configured size, or under "auto" what
+    auto_batch fits; the cached screener and the streamed test passes take it from there."""
+    from celtk.run.documents import SelectionDocument
+    from celtk.run.session import session_for
+    from celtk.screening.cached import auto_batch
+
+    model, _ = planted
+    selection = SelectionDocument.load(tested_run)
+    session = session_for(selection, model)
+    prepared = session.prepared("discovery")
+    assert session.batch_sizes(prepared) == (8, None)  # the planted runs configure 8
+    auto = session_for(selection, model, batch_size="auto")
+    fits = auto_batch(model, prepared)
+    assert auto.batch_sizes(prepared) == fits and fits[0] != 8
+    screener = auto.screener_on(prepared)
+    assert (screener.batch_size, screener.rows_per_pass) == fits

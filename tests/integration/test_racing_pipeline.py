@@ -90,10 +90,29 @@ def test_select_and_test_on_a_racing_screen_equal_the_exhaustive_run(planted, sc
     assert len(scores) == sum(r.n_scored is None for r in doc.heads) < len(doc.heads)
 
 
+def test_racing_refusals_come_before_any_model_loads(screens, monkeypatch):
+    """The racing-use checks are the run directory's (``require``), made before a session loads its model."""
+    from celtk.run import run_altscreen, run_stability
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the racing screen's use was checked")
+
+    monkeypatch.setattr("celtk.run.session.load_model", no_model)
+    racing = screens[3]
+    with pytest.raises(ConfigError, match="greedy search needs every head's outcomes"):
+        run_select(racing, k=2, strategy="greedy", force=True)
+    with pytest.raises(ConfigError, match=r"raced for the top p = 1 heads"):
+        run_select(racing, p=3, k=2, force=True)
+    with pytest.raises(ConfigError, match="resampled discovery sets needs every head's outcomes"):
+        run_stability(racing, p=P, k=1)
+    with pytest.raises(ConfigError, match="gradient screener's ranking"):
+        run_altscreen(racing, method="gradient", p=P)
+
+
 def test_racing_screen_refuses_uses_that_need_every_head(planted, screens, tmp_path):
     model, task = planted
     racing = screens[3]
-    # force: an earlier test of this module ran the held-out test here; the racing check comes after that rule
+    # force: an earlier test of this module ran the held-out test here (the racing check comes first anyway)
     with pytest.raises(ConfigError, match=r"raced for the top p = 1 heads; select with p ≤ 1.*--p 3"):
         run_select(racing, p=3, k=2, model=model, force=True)
     with pytest.raises(ConfigError, match="greedy search needs every head's outcomes"):
@@ -253,7 +272,7 @@ def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
                                    "heads": [{"head": "L1H2", "role": "planted"}, {"head": dropped, "role": "other"}]}))
     report = run_compare(racing, str(circuit), top=P)
     pool = [str(h) for h in raced.racing.pool]
-    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None} and report.racing.ranked == pool
+    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None} and report.racing.ranked == raced.racing.pool
     assert report.mean_rank_of_circuit_heads is None and report.critical_vs_enhancing is None
     assert report.screen_top.overlap == 1
     written = json.loads((racing / "compare-circuit.json").read_text())

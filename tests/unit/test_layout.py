@@ -311,30 +311,3 @@ def test_the_tier_check_finds_a_model_in_a_unit_file(tmp_path):
     offences = _tier_offences(unit / "test_x.py")
     assert len(offences) == 3 and "imports conftest" in offences[0] and "make_tiny" in offences[1], offences
     assert "tiny_llama" in offences[2]
-
-
-def test_each_stage_driver_makes_its_same_run_checks_in_one_require_call():
-    """Item 2 of issue 25: a stage driver asks its run directory once (``rd.require(stage)``) instead of calling
-    verify, the look rules and the test requirement one by one; the rules live in RunDirectory."""
-    import ast
-    from pathlib import Path
-
-    from celtk.run.directory import STAGES
-
-    run = Path(__file__).resolve().parents[2] / "celtk" / "run"
-    seen = {}
-    for stage in STAGES:
-        tree = ast.parse((run / f"{stage}.py").read_text())
-        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
-        names = [c.func.attr for c in calls]
-        seen[stage] = [c.args[0].value for c in calls if c.func.attr == "require" and c.args
-                       and isinstance(c.args[0], ast.Constant)]
-        assert not {"verify", "refuse_select_after_looks", "refuse_second_test", "require_tested"} & set(names), stage
-    assert seen == {stage: [stage] for stage in STAGES}
-
-
-def test_require_names_the_stages_it_knows(tmp_path):
-    from celtk.run.directory import RunDirectory
-
-    with pytest.raises(ConfigError, match=r"Unknown stage 'tset'.*select, test, stability.*Did you mean: 'test'"):
-        RunDirectory(tmp_path).require("tset")
