@@ -8,8 +8,9 @@ Directories written: ``alg1`` (screen, select by Algorithm 1, altscreen, test, t
 nulls, stability, ablation kinds, attributes, report), ``greedy`` (greedy select and test), ``racing`` (a racing
 screen, select and test) and ``eval`` (heads scored on ``alg1``'s held-out set, a logged look).
 
-The task file is written beside OUT (``OUT/task/self.jsonl``) from the clean model's own greedy tokens, so it is the
-same on any commit that builds the model the same way.
+The task file is written beside OUT (``OUT/../parity-task/self.jsonl``, shared by the directories compared, since its
+path is part of every document) from the clean model's own greedy tokens, so it is the same on any commit that builds
+the model the same way.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def main() -> None:
 
     tokenizer = load_smol_tokenizer()
     clean = make_tiny("llama", tokenizer, seed=3)
-    (out / "task").mkdir(exist_ok=True)
-    task = self_consistent_task(clean, out / "task")
+    (out.parent / "parity-task").mkdir(exist_ok=True)
+    task = self_consistent_task(clean, out.parent / "parity-task")
     model = make_tiny("llama", tokenizer, seed=3)
     o = model.bridge.blocks[1].attn.o.original_component.weight
     with torch.no_grad():
@@ -78,7 +79,7 @@ def main() -> None:
     run_select(racing, p=4, k=2, model=model)
     run_test(racing, model=model, n_boot=200)
 
-    run_eval(out / "eval", model=model, run=alg1, heads="L1H2", batch_size=8)
+    run_eval(out / "eval", model=model, run=alg1, heads="L1H2", split="heldout", batch_size=8)
     print(f"wrote {', '.join(d.name for d in (alg1, greedy, racing, out / 'eval'))} under {out}")
 
 
