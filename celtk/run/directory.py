@@ -38,7 +38,13 @@ from celtk.run.documents import (
     TestDocument,
 )
 from celtk.run.heldout import HeldoutLog, Look
-from celtk.run.integrity import check_racing_use, check_selection_matches_screen, check_test_matches_selection
+from celtk.run.integrity import (
+    check_racing_use,
+    check_screen_complete,
+    check_screen_fingerprint,
+    check_selection_matches_screen,
+    check_test_matches_selection,
+)
 from celtk.runstore import check_fingerprint, file_digest, locked
 from celtk.tasks import Example, SplitManifest, shared_examples
 
@@ -124,6 +130,17 @@ class RunDirectory:
 
     def load_if(self, kind: type[D], name: str | None = None) -> D | None:
         return self.load(kind, name) if self.has(kind, name) else None
+
+    def screen(self) -> ScreenDocument:
+        """The merged screen, refused unless it covers every head once on one discovery set and agrees with
+        ``fingerprint.json``."""
+        doc = self.load(ScreenDocument)
+        if doc.shard:
+            raise RunStoreError(f"{self.path}/screen.json is one shard; merge the shards of its parent directory first "
+                                "(celtk.run.merge_shards, `celtk merge`).")
+        check_screen_complete(self.path, doc)
+        check_screen_fingerprint(self.path, doc)
+        return doc
 
     @contextmanager
     def lock(self) -> Iterator[RunDirectory]:

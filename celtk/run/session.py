@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from celtk.ablation_kinds import AblationKind
-from celtk.errors import ConfigError, RunStoreError
+from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, refuse_resample_generation
 from celtk.evaluation.prompts import prepare, prepared_hash
 from celtk.evaluation.scoring import ablation_for
@@ -20,7 +20,6 @@ from celtk.planning.plan import check_memory
 from celtk.run.config import RunConfig
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import ScreenDocument, SelectionDocument
-from celtk.run.integrity import check_screen_complete, check_screen_fingerprint
 from celtk.screening.cached import auto_batch
 from celtk.screening.fused import fused_layers
 from celtk.screening.registry import SCREENERS
@@ -176,12 +175,7 @@ def session_for(document: ScreenDocument | SelectionDocument, model: Model | Non
 def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]:
     """A merged screen: the document, the intact correctness (bool ``[n]``) and one score per head
     (of a racing screen: per head scored on every example, the pool among them)."""
-    doc = ScreenDocument.load(out)
-    if doc.shard:
-        raise RunStoreError(f"{out}/screen.json is one shard; merge the shards of its parent directory first "
-                            "(celtk.run.merge_shards, `celtk merge`).")
-    check_screen_complete(out, doc)
-    check_screen_fingerprint(out, doc)
+    doc = RunDirectory(out).screen()
     intact = doc.intact_correct.outcomes()
     # a racing screen's heads dropped early are left out: a search sees only heads scored on every example
     scores = [HeadScore.compare(HeadSet((r.head,)), r.correct.outcomes(), intact)

@@ -28,10 +28,11 @@ DRIVERS = {
 }
 
 # the checks that belong to the run directory; only it (and, for its own documents, the report) calls them
-SAME_RUN_CHECKS = {"check_fingerprint", "check_racing_use", "check_selection_matches_screen",
-                   "check_test_matches_selection", "check_heldout", "check_contract", "check_frozen",
-                   "check_no_overlap", "verify", "verify_intact", "refuse_second_test", "refuse_select_after_looks",
-                   "require_tested"}
+SAME_RUN_CHECKS = {
+    "check_fingerprint", "check_screen_complete", "check_screen_fingerprint", "check_racing_rows", "check_racing_use",
+    "check_selection_matches_screen", "check_test_matches_selection", "check_heldout", "check_contract",
+    "check_frozen", "check_no_overlap", "verify", "verify_intact", "refuse_second_test", "refuse_select_after_looks",
+    "require_tested"}
 MAY_CALL = {"run/directory.py", "run/integrity.py", "runstore.py", "report/__init__.py",
             "run/screen.py"}  # the screen writes fingerprint.json, and its shards' merge compares them
 

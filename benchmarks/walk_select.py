@@ -1,0 +1,119 @@
+"""Follow a run directory through ``run_select``: which celtk functions receive it, in which modules, and how often
+the walk goes back into a module it had left. The numbers measure how scattered the same-run checks are.
+
+    python benchmarks/walk_select.py                 # this checkout (about a minute: screens the planted tiny Llama)
+    PYTHONPATH=OTHER python benchmarks/walk_select.py --json   # another checkout, to compare
+
+The walk is traced, not read: ``sys.setprofile`` records every call into a ``celtk`` function one of whose
+arguments is the run directory, a path inside it, or an object that holds it (a ``RunDirectory``, a ``HeldoutLog``,
+a ``ScreenedRun``). Reported:
+
+* **steps**: those functions, each counted once, in the order first called (argument validation, ``celtk.validation``,
+  and dataclass-generated ``__init__`` left out);
+* **modules**: the modules they are in;
+* **returns**: steps that go back into a module the walk had left for another (select -> directory -> select);
+* **checks**: steps whose function is a same-run check (its name starts with ``check``, ``verify``, ``refuse``,
+  ``require`` or ``admit``, or it is in ``celtk.run.integrity``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # tests._support; a PYTHONPATH checkout's celtk comes first
+
+CHECK_PREFIXES = ("check", "verify", "refuse", "require", "admit", "_check", "_verify")
+
+
+def holds(value: Any, out: Path, depth: int = 0) -> bool:
+    """``value`` is the run directory or a path inside it, or (one level down) an object with such an attribute."""
+    if isinstance(value, Path) or isinstance(value, str) and value.startswith("/") and len(value) < 4096:
+        try:
+            return Path(value).resolve().is_relative_to(out)
+        except (OSError, ValueError):
+            return False
+    attrs = getattr(value, "__dict__", None)
+    if depth == 0 and isinstance(attrs, dict):
+        return any(holds(v, out, 1) for v in attrs.values() if isinstance(v, (str, Path)))
+    return False
+
+
+def walk(out: Path, call: Any) -> list[tuple[str, str]]:
+    steps: list[tuple[str, str]] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "call":
+            return
+        module = frame.f_globals.get("__name__", "")
+        # argument validation (the public API's checks of its inputs) and dataclass-generated code are not the walk
+        generated = "__create_fn__" in frame.f_code.co_qualname
+        if not module.startswith("celtk") or module == "celtk.validation" or generated:
+            return
+        code = frame.f_code
+        names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        if any(holds(frame.f_locals.get(name), out) for name in names):
+            step = (module, code.co_qualname)
+            if step not in steps:
+                steps.append(step)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return steps
+
+
+def summary(steps: list[tuple[str, str]]) -> dict[str, Any]:
+    modules = list(dict.fromkeys(m for m, _ in steps))
+    returns, left = 0, set()
+    for (before, _), (now, _) in zip(steps, steps[1:], strict=False):
+        if now != before:
+            left.add(before)
+            returns += now in left
+    checks = [f"{m}.{f}" for m, f in steps
+              if f.rpartition(".")[2].startswith(CHECK_PREFIXES) or m == "celtk.run.integrity"]
+    return {"steps": len(steps), "modules": len(modules), "returns": returns, "checks": len(checks),
+            "walk": [f"{m}.{f}" for m, f in steps], "check_steps": checks}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the whole walk as JSON")
+    args = parser.parse_args()
+
+    import torch
+
+    import celtk
+    from celtk.run import run_screen, run_select
+    from tests._support import load_smol_tokenizer, make_tiny, planted_config, self_consistent_task
+
+    tokenizer = load_smol_tokenizer()
+    model = make_tiny("llama", tokenizer, seed=3)
+    with tempfile.TemporaryDirectory() as tmp:
+        task = self_consistent_task(model, Path(tmp))
+        o = model.bridge.blocks[1].attn.o.original_component.weight
+        with torch.no_grad():
+            o[:, 2 * model.d_head:3 * model.d_head] *= 25.0
+        out = (Path(tmp) / "run").resolve()
+        run_screen(planted_config(task), out, model=model)
+        result = summary(walk(out, lambda: run_select(out, p=4, k=2, model=model)))
+    result["celtk"] = str(Path(celtk.__file__).parent)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    print(f"{result['celtk']}: run_select's run directory reaches {result['steps']} functions in "
+          f"{result['modules']} modules; {result['returns']} steps go back into a module the walk had left; "
+          f"{result['checks']} steps are same-run checks")
+    for step in result["walk"]:
+        print("  " + step + ("   [check]" if step in result["check_steps"] else ""))
+
+
+if __name__ == "__main__":
+    main()
