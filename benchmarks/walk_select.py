@@ -13,7 +13,9 @@ a ``ScreenedRun``). Reported:
 * **modules**: the modules they are in;
 * **returns**: steps that go back into a module the walk had left for another (select -> directory -> select);
 * **checks**: steps whose function is a same-run check (its name starts with ``check``, ``verify``, ``refuse``,
-  ``require`` or ``admit``, or it is in ``celtk.run.integrity``).
+  ``require`` or ``admit``, or it is in ``celtk.run.integrity``), and the modules that start one other than through
+  ``RunDirectory.require`` / ``RunDirectory.admit`` (call it from outside any check; a document checking its own
+  file's digest on load is left out).
 """
 
 from __future__ import annotations
@@ -44,8 +46,15 @@ def holds(value: Any, out: Path, depth: int = 0) -> bool:
     return False
 
 
-def walk(out: Path, call: Any) -> list[tuple[str, str]]:
+def is_check(module: str, function: str) -> bool:
+    return function.rpartition(".")[2].startswith(CHECK_PREFIXES) or module == "celtk.run.integrity"
+
+
+def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
+    """The steps, and the modules that start a same-run check other than through the run directory's two entry
+    points (``RunDirectory.require`` and ``RunDirectory.admit``)."""
     steps: list[tuple[str, str]] = []
+    starters: set[str] = set()
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if event != "call":
@@ -61,26 +70,31 @@ def walk(out: Path, call: Any) -> list[tuple[str, str]]:
             step = (module, code.co_qualname)
             if step not in steps:
                 steps.append(step)
+            caller = frame.f_back
+            entry = step[1] in ("RunDirectory.require", "RunDirectory.admit")  # the run directory's two doors
+            if is_check(*step) and not entry and caller is not None:
+                by = (caller.f_globals.get("__name__", ""), caller.f_code.co_qualname)
+                if not is_check(*by) and by[0] != "celtk.run.documents":  # documents check their own digests
+                    starters.add(by[0])
 
     sys.setprofile(profile)
     try:
         call()
     finally:
         sys.setprofile(None)
-    return steps
+    return steps, starters
 
 
-def summary(steps: list[tuple[str, str]]) -> dict[str, Any]:
+def summary(steps: list[tuple[str, str]], starters: set[str]) -> dict[str, Any]:
     modules = list(dict.fromkeys(m for m, _ in steps))
     returns, left = 0, set()
     for (before, _), (now, _) in zip(steps, steps[1:], strict=False):
         if now != before:
             left.add(before)
             returns += now in left
-    checks = [f"{m}.{f}" for m, f in steps
-              if f.rpartition(".")[2].startswith(CHECK_PREFIXES) or m == "celtk.run.integrity"]
+    checks = [f"{m}.{f}" for m, f in steps if is_check(m, f)]
     return {"steps": len(steps), "modules": len(modules), "returns": returns, "checks": len(checks),
-            "walk": [f"{m}.{f}" for m, f in steps], "check_steps": checks}
+            "check_starters": sorted(starters), "walk": [f"{m}.{f}" for m, f in steps], "check_steps": checks}
 
 
 def main() -> None:
@@ -103,14 +117,15 @@ def main() -> None:
             o[:, 2 * model.d_head:3 * model.d_head] *= 25.0
         out = (Path(tmp) / "run").resolve()
         run_screen(planted_config(task), out, model=model)
-        result = summary(walk(out, lambda: run_select(out, p=4, k=2, model=model)))
+        result = summary(*walk(out, lambda: run_select(out, p=4, k=2, model=model)))
     result["celtk"] = str(Path(celtk.__file__).parent)
     if args.json:
         print(json.dumps(result, indent=1))
         return
     print(f"{result['celtk']}: run_select's run directory reaches {result['steps']} functions in "
           f"{result['modules']} modules; {result['returns']} steps go back into a module the walk had left; "
-          f"{result['checks']} steps are same-run checks")
+          f"{result['checks']} steps are same-run checks; started outside require/admit from: "
+          f"{', '.join(result['check_starters']) or 'none'}")
     for step in result["walk"]:
         print("  " + step + ("   [check]" if step in result["check_steps"] else ""))
 
