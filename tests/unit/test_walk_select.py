@@ -1,0 +1,48 @@
+"""benchmarks/walk_select.py on constructed walks: steps, modules, returns into a module left earlier, checks, and the
+modules that start a check outside the run directory's two entry points."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_PATH = Path(__file__).parents[2] / "benchmarks" / "walk_select.py"
+_SPEC = importlib.util.spec_from_file_location("walk_select", _PATH)
+assert _SPEC and _SPEC.loader
+walk_select = importlib.util.module_from_spec(_SPEC)
+sys.modules["walk_select"] = walk_select
+_SPEC.loader.exec_module(walk_select)
+
+
+def test_summary_counts_returns_and_checks():
+    steps = [("celtk.run.select", "run_select"), ("celtk.run.directory", "RunDirectory.require"),
+             ("celtk.run.select", "_selection_document"),  # back into select: a return
+             ("celtk.run.integrity", "_agree"),  # a check by module
+             ("celtk.runstore", "write_json"), ("celtk.run.directory", "RunDirectory.file")]  # back into directory
+    result = walk_select.summary(steps, {"celtk.run.session"})
+    assert (result["steps"], result["modules"], result["returns"], result["checks"]) == (6, 4, 2, 2)
+    assert result["check_steps"] == ["celtk.run.directory.RunDirectory.require", "celtk.run.integrity._agree"]
+    assert result["check_starters"] == ["celtk.run.session"]
+
+
+def test_walk_follows_the_directory_and_records_who_starts_checks(tmp_path):
+    out = tmp_path.resolve()
+
+    def check_thing(path):  # a check, started here (this test module) rather than through require/admit
+        return path
+
+    def uses(path, other=None):
+        return check_thing(path)
+
+    def unrelated(x):
+        return x
+
+    # the profiler records functions of modules named celtk*; run these under such a name
+    for f in (check_thing, uses, unrelated):
+        f.__globals__["__name__"] = "celtk.fake"
+    try:
+        steps, starters = walk_select.walk(out, lambda: (uses(out / "screen.json"), unrelated(3)))
+    finally:
+        globals()["__name__"] = "test_walk_select"
+    assert [f for _, f in steps] == [uses.__qualname__, check_thing.__qualname__]  # unrelated never saw the path
+    assert starters == {"celtk.fake"}
+    assert walk_select.holds(out / "a" / "b", out) and not walk_select.holds(tmp_path.parent, out)
