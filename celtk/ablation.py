@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from einops import rearrange
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Float, Int, Shaped
 from torch import Tensor
 
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec
@@ -71,7 +71,8 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> Any:
     return hook
 
 
-def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int, references: Tensor | None) -> Any:
+def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int,
+               references: Int[Tensor, " batch"] | None) -> Any:
     """Replace ``heads`` of one layer in every row by ``ablation``'s kind (resample: row ``b`` reads
     reference ``references[b]`` at the row's own absolute positions)."""
     mask = torch.zeros(1, n_heads, dtype=torch.bool)
@@ -140,7 +141,7 @@ def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind
         yield model
 
 
-def _references(references: Any, n: int) -> Tensor:
+def _references(references: Any, n: int) -> Int[Tensor, " batch"]:
     """Each row's reference as a long tensor, every one an index into the ``n`` reference examples."""
     try:
         refs = torch.as_tensor(references, dtype=torch.long)
@@ -160,7 +161,8 @@ def ablate_rows(model: Model, layer: int, mask: Bool[Tensor, "batch head_index"]
         yield model
 
 
-def zero_output_columns(model: Model, state: dict[str, Tensor], heads: HeadSet) -> dict[str, Tensor]:
+def zero_output_columns(model: Model, state: dict[str, Shaped[Tensor, " ..."]], heads: HeadSet
+                        ) -> dict[str, Shaped[Tensor, " ..."]]:
     """Copy of ``state`` (HF names) with each head's inputs ``h·d_head:(h+1)·d_head`` of its layer's
     attention output projection zeroed (the projection and its layout are ``model.arch``'s)."""
     out = dict(state)
@@ -176,10 +178,11 @@ def _head_inputs(model: Model, weight: Float[Tensor, "dim0 dim1"], head: int) ->
     return weight[head * d:(head + 1) * d].T if model.arch.output_transposed else weight[:, head * d:(head + 1) * d]
 
 
-def ablated_state(model: Model, state: dict[str, Tensor], heads: HeadSet, ablation: Ablation) -> dict[str, Tensor]:
-    """Copy of ``state`` with ``heads`` removed as ``ablation`` says, in the output projection: inputs
-    zeroed (zero), scaled by α (scale), or zeroed with ``W_O,h·μ_h`` added to the projection's bias,
-    which must be in ``state`` (mean). Resample has no weight form."""
+def ablated_state(model: Model, state: dict[str, Shaped[Tensor, " ..."]], heads: HeadSet, ablation: Ablation
+                  ) -> dict[str, Shaped[Tensor, " ..."]]:
+    """Copy of ``state`` (a state dict: tensors of every shape and dtype) with ``heads`` removed as ``ablation``
+    says, in the output projection: inputs zeroed (zero), scaled by α (scale), or zeroed with ``W_O,h·μ_h`` added
+    to the projection's bias, which must be in ``state`` (mean). Resample has no weight form."""
     kind = ablation.kind
     if kind.name == "resample":
         raise ConfigError("Resample ablation cannot be exported: each example reads its own reference example's z, "
@@ -210,7 +213,8 @@ def _bias_name(weight_name: str) -> str:
     return weight_name.removesuffix("weight") + "bias"
 
 
-def _with_output_bias(model: Model, state: dict[str, Tensor], layers: list[int]) -> tuple[Any, dict[str, Tensor], bool]:
+def _with_output_bias(model: Model, state: dict[str, Shaped[Tensor, " ..."]], layers: list[int]
+                      ) -> tuple[Any, dict[str, Shaped[Tensor, " ..."]], bool]:
     """The HF config and state to export a mean ablation from: unchanged when the output projections of
     ``layers`` have a bias; else, where the config has ``attention_bias``, that setting turned on, every
     bias it adds zero (the same function), so that the fold has a bias to go into. Returns whether it added them."""

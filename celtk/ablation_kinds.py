@@ -117,7 +117,7 @@ class RowSpec:
         return z.masked_fill(where, 0.0)
 
 
-def as_spec(mask: RowSpec | Tensor) -> RowSpec:
+def as_spec(mask: RowSpec | Bool[Tensor, "mask_rows head_index"]) -> RowSpec:
     """A bare boolean mask is zeroing (the paper's kind)."""
     return mask if isinstance(mask, RowSpec) else RowSpec(mask)
 
@@ -263,7 +263,8 @@ def reference_values(model: Any, sequences: Sequence[Sequence[int]], keep: bool
     pad = model.tokenizer.pad_token_id or 0
 
     def recorder(layer: int) -> Any:
-        def hook(z: Tensor, hook: Any) -> Tensor:
+        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+                 ) -> Float[Tensor, "batch pos head_index d_head"]:
             seen[layer] = z.detach()
             return z
         return hook

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
+from jaxtyping import Bool, Float
 from scipy.stats import binom
 
 from celtk.errors import ConfigError, SplitError
@@ -58,7 +59,7 @@ def relative_error_reduction(intact_accuracy: float, gain: float) -> float | Non
     return gain / (1.0 - intact_accuracy) if intact_accuracy < 1.0 else None
 
 
-def holm(pvalues) -> np.ndarray:
+def holm(pvalues) -> Float[np.ndarray, " m"]:
     """Holm–Bonferroni step-down adjusted p-values, in the input's order.
 
     With p sorted ascending, adjusted p_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j)):
@@ -68,7 +69,7 @@ def holm(pvalues) -> np.ndarray:
         pvalues: 1-D sequence of m p-values in [0, 1].
 
     Returns:
-        float array [m].
+        the adjusted p-values, one per input.
     """
     p = np.asarray(pvalues, dtype=float)
     if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):  # NaN fails the range test too
@@ -88,18 +89,14 @@ def bootstrap_chunks(n_boot: int, n: int, max_elements: int = BOOTSTRAP_CHUNK_EL
         yield min(rows, n_boot - start)
 
 
-def bootstrap_gains(intact: np.ndarray, ablated: np.ndarray, *, n_boot: int = 10_000, seed: int = 0,
-                    max_elements: int = BOOTSTRAP_CHUNK_ELEMENTS) -> np.ndarray:
+def bootstrap_gains(intact: Bool[np.ndarray, " n"], ablated: Bool[np.ndarray, " n"], *, n_boot: int = 10_000,
+                    seed: int = 0, max_elements: int = BOOTSTRAP_CHUNK_ELEMENTS) -> Float[np.ndarray, " n_boot"]:
     """Mean paired gain of each of ``n_boot`` resamples of the examples, drawn in row chunks.
 
     Each chunk draws its rows' indices from one generator in row order, so the result equals
     drawing the whole n_boot × n matrix in one call with the same seed (tested), in bounded memory.
 
-    Args:
-        intact, ablated: bool [n], n ≥ 1.
-
-    Returns:
-        float array [n_boot].
+    ``n`` ≥ 1.
     """
     diff = np.asarray(ablated, dtype=np.int8) - np.asarray(intact, dtype=np.int8)
     rng = np.random.default_rng(seed)
@@ -112,8 +109,9 @@ def bootstrap_gains(intact: np.ndarray, ablated: np.ndarray, *, n_boot: int = 10
     return gains
 
 
-def paired_bootstrap_ci(intact: np.ndarray, ablated: np.ndarray, *, n_boot: int = 10_000, level: float = 0.95,
-                        seed: int = 0, max_elements: int = BOOTSTRAP_CHUNK_ELEMENTS) -> tuple[float, float] | None:
+def paired_bootstrap_ci(intact: Bool[np.ndarray, " n"], ablated: Bool[np.ndarray, " n"], *, n_boot: int = 10_000,
+                        level: float = 0.95, seed: int = 0, max_elements: int = BOOTSTRAP_CHUNK_ELEMENTS
+                        ) -> tuple[float, float] | None:
     """Percentile CI of the accuracy gain, resampling examples (pairs) with replacement; ``None`` when n == 0."""
     if len(intact) == 0:
         return None
@@ -122,12 +120,13 @@ def paired_bootstrap_ci(intact: np.ndarray, ablated: np.ndarray, *, n_boot: int 
     return float(lo), float(hi)
 
 
-def compare_paired(intact: np.ndarray, ablated: np.ndarray, *, n_boot: int = 10_000, level: float = 0.95,
-                   seed: int = 0) -> PairedComparison:
+def compare_paired(intact: Bool[np.ndarray, " _n"], ablated: Bool[np.ndarray, " _n"], *, n_boot: int = 10_000,
+                   level: float = 0.95, seed: int = 0) -> PairedComparison:
     """Both accuracies, gain, relative error reduction, exact McNemar and a bootstrap CI.
 
     Args:
-        intact, ablated: bool [n] per-example correctness on the same examples (n may be 0).
+        intact, ablated: per-example correctness on the same examples (n may be 0); unequal lengths are this
+            function's own ConfigError, so the shared length is named ``_n`` (not checked by jaxtyping).
     """
     intact, ablated = np.asarray(intact, dtype=bool), np.asarray(ablated, dtype=bool)
     if intact.shape != ablated.shape or intact.ndim != 1:

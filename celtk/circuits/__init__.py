@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jaxtyping import Float, Int
 
 from celtk.errors import DataFormatError, HeadError, suggest
 from celtk.heads import Head
@@ -159,14 +160,16 @@ def critical_and_enhancing(scores: Sequence[HeadScore], n: int = 10) -> dict[str
 # Head attribute scores on the model being studied
 
 
-def _repeated_random_tokens(vocab: int, length: int, batch: int, seed: int, avoid: set[int]) -> np.ndarray:
+def _repeated_random_tokens(vocab: int, length: int, batch: int, seed: int, avoid: set[int]
+                            ) -> Int[np.ndarray, "batch pos"]:
     rng = np.random.default_rng(seed)
     usable = np.array([t for t in range(min(vocab, 20_000)) if t not in avoid])
     first = np.stack([rng.choice(usable, size=length, replace=False) for _ in range(batch)])
     return np.concatenate([first, first], axis=1)
 
 
-def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
+def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0
+                          ) -> dict[str, Float[np.ndarray, "layer head"]]:
     """Previous-token, duplicate-token and induction scores of every head, ``[layer, head]``, on
     random token sequences repeated once (the usual probe, as TransformerLens's head detector):
 
@@ -185,12 +188,13 @@ def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0
     with torch.no_grad():
         _, cache = model.bridge.run_with_cache(torch.tensor(tokens, device=model.device),
                                                names_filter=lambda n: n in wanted)
-    patterns = np.stack([cache[name].float().cpu().numpy() for name in names])  # [layer, batch, head, q, k]
+    patterns = np.stack([cache[name].float().cpu().numpy() for name in names])
     return scores_from_patterns(patterns, length)
 
 
-def scores_from_patterns(patterns: np.ndarray, length: int) -> dict[str, np.ndarray]:
-    """The three scores from attention patterns ``[layer, batch, head, q, k]`` on sequences made of
+def scores_from_patterns(patterns: Float[np.ndarray, "layer batch head pos pos"], length: int
+                         ) -> dict[str, Float[np.ndarray, "layer head"]]:
+    """The three scores from attention patterns (query position, then key position) on sequences made of
     one random copy of ``length`` tokens followed by the same copy."""
     n = 2 * length
     q_all, q_second = np.arange(1, n), np.arange(length, n)

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk.errors import ConfigError
 from celtk.evaluation.prompts import CHAT_DATE
@@ -47,7 +48,7 @@ class EvalResult:
         check_fields(self)
 
     @property
-    def correct(self) -> np.ndarray:
+    def correct(self) -> Bool[np.ndarray, " example"]:
         return np.array([e.correct for e in self.examples], dtype=bool)
 
     @property

@@ -104,7 +104,7 @@ def score_hidden(model: Model, hidden: Float[Tensor, "rows pos d_model"], batch:
 def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch],
                    progress: Callable[[int, int], None] | None = None,
                    around: Callable[[Batch], AbstractContextManager[Any]] | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
+                   ) -> tuple[Float64[np.ndarray, " request"], Bool[np.ndarray, " request"]]:
     """Run every batch through the model as it stands (hooks included), each inside ``around(batch)``
     when given (:func:`ablated`): per-request summed target log-probability and all-greedy flag."""
     lp = np.zeros(len(prepared.requests))
@@ -124,7 +124,8 @@ def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch],
     return lp, greedy
 
 
-def aggregate(prepared: Prepared, lp: np.ndarray, greedy: np.ndarray) -> EvalResult:
+def aggregate(prepared: Prepared, lp: Float64[np.ndarray, " request"], greedy: Bool[np.ndarray, " request"]
+              ) -> EvalResult:
     """Per-request scores -> per-example results."""
     by_example: dict[int, list[int]] = {}
     for r, req in enumerate(prepared.requests):

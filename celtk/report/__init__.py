@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+from jaxtyping import Bool, Float
 
 from celtk.analysis import HeadAttributesDocument
 from celtk.errors import RunStoreError
@@ -36,15 +37,16 @@ from celtk.runstore import atomic_write_text, locked
 
 D = TypeVar("D", bound=Document)
 
-def _grid(values: list[tuple[Head, float | int]], n_layers: int, n_heads: int) -> np.ndarray:
-    """``[(head, value)]`` → a ``[n_layers, n_heads]`` array (NaN where a head has no value)."""
+def _grid(values: list[tuple[Head, float | int]], n_layers: int, n_heads: int) -> Float[np.ndarray, "layer head"]:
+    """``[(head, value)]`` → a layer × head array (NaN where a head has no value)."""
     grid = np.full((n_layers, n_heads), np.nan)
     for head, value in values:
         grid[head.layer, head.head] = value
     return grid
 
 
-def screen_grids(screen: ScreenDocument) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def screen_grids(screen: ScreenDocument) -> tuple[Float[np.ndarray, "layer head"], Float[np.ndarray, "layer head"],
+                                                   Bool[np.ndarray, "layer head"]]:
     """The heatmaps' values: single-head gain (accuracy points) and damage (examples), each
     ``[n_layers, n_heads]``, and the heads a racing screen dropped early (bool, same shape). A dropped
     head's figures are on part of the discovery set only, so its cells are NaN, never a measured value."""
@@ -66,8 +68,8 @@ def _dropped_caption(screen: ScreenDocument) -> str:
             f"{scored} of {screen.n} examples: no gain on the whole set)")
 
 
-def _heatmap(path: Path, grid: np.ndarray, title: str, cmap: str, label: str, mark: list[Head], center: bool,
-             hatched: np.ndarray | None = None) -> None:
+def _heatmap(path: Path, grid: Float[np.ndarray, "layer head"], title: str, cmap: str, label: str, mark: list[Head],
+             center: bool, hatched: Bool[np.ndarray, "layer head"] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

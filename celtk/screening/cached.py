@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 from einops import repeat
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Float64
 from torch import Tensor
 
 from celtk.ablation import ablate, ablate_rows, as_ablation
@@ -56,7 +56,8 @@ from celtk.validation import validated
 MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 REPLAYS = ("auto", "fused", "bridge")
 # how a group of tree nodes turns its boolean masks (and its size) into what _layer takes
-_Specs = Callable[[dict[int, Tensor], int], dict[int, "Tensor | RowSpec"]]
+_Specs = Callable[[dict[int, Bool[Tensor, "rows_g head_index"]], int],
+                  dict[int, "Bool[Tensor, 'rows_g head_index'] | RowSpec"]]
 
 
 class _RecordKV:
@@ -67,7 +68,9 @@ class _RecordKV:
         self.values: dict[int, Tensor] = {}
         self.consulted: set[int] = set()
 
-    def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    def update(self, k: Float[Tensor, "rows kv_head pos d_head"], v: Float[Tensor, "rows kv_head pos d_head"],
+               layer_idx: int, *args: Any, **kwargs: Any
+               ) -> tuple[Float[Tensor, "rows kv_head pos d_head"], Float[Tensor, "rows kv_head pos d_head"]]:
         self.consulted.add(layer_idx)
         self.keys[layer_idx], self.values[layer_idx] = k, v
         return k, v
@@ -79,11 +82,15 @@ class _PrefixKV:
     are written once into one buffer (the prefix broadcast over the batch), the same numbers as
     concatenating a per-row copy of the prefix with the row's own, without making that copy."""
 
-    def __init__(self, keys: dict[int, Tensor], values: dict[int, Tensor]) -> None:
+    def __init__(self, keys: dict[int, Float[Tensor, "g kv_head prefix d_head"]],
+                 values: dict[int, Float[Tensor, "g kv_head prefix d_head"]]) -> None:
         self.keys, self.values = keys, values
         self.consulted: set[int] = set()
 
-    def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    def update(self, k: Float[Tensor, "rows kv_head pos d_head"], v: Float[Tensor, "rows kv_head pos d_head"],
+               layer_idx: int, *args: Any, **kwargs: Any
+               ) -> tuple[Float[Tensor, "rows kv_head prefix_pos d_head"],
+                          Float[Tensor, "rows kv_head prefix_pos d_head"]]:
         self.consulted.add(layer_idx)
         return _prefixed(self.keys[layer_idx], k), _prefixed(self.values[layer_idx], v)
 
@@ -137,7 +144,7 @@ def check_cache_filled(model: Model, cache: Any, expected: int) -> None:
             raise _ignored(model, index, model.arch.cache_keyword)
 
 
-def _layer_output(out: Any) -> Tensor:
+def _layer_output(out: Any) -> Float[Tensor, "rows pos d_model"]:
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -200,7 +207,7 @@ def _row_masks(model: Model, sets: Sequence[HeadSet], rows: int) -> dict[int, Bo
     return {layer: repeat(mask, "g head_index -> (batch g) head_index", batch=rows) for layer, mask in per_set.items()}
 
 
-def with_masks(model: Model, masks: dict[int, Tensor | RowSpec]) -> ExitStack:
+def with_masks(model: Model, masks: dict[int, Bool[Tensor, "rows head_index"] | RowSpec]) -> ExitStack:
     """Hooks zeroing (a :class:`RowSpec`: replacing), per layer, the heads each row's mask marks
     (entered as one context)."""
     stack = ExitStack()
@@ -340,8 +347,8 @@ class CachedScreener:
         return self.fused[index](hidden, _expand(kwargs.get("attention_mask"), rows, copies),
                                  _expand(kwargs.get("position_embeddings"), rows, copies), cache, mask)
 
-    def _specs(self, masks: dict[int, Tensor], batch: Batch | None, copies: int, pos: int
-               ) -> dict[int, Tensor | RowSpec]:
+    def _specs(self, masks: dict[int, Bool[Tensor, "rows_g head_index"]], batch: Batch | None, copies: int, pos: int
+               ) -> dict[int, Bool[Tensor, "rows_g head_index"] | RowSpec]:
         """What each layer's boolean mask (rows ``(batch g)``, ``g = copies``) stands for under this screener's
         ablation: the masks themselves for zero; else each layer's :class:`RowSpec` for the ``pos`` positions
         the rows hold: ``batch``'s own tokens after the shared prefix, or (``batch=None``) the prefix itself,
@@ -449,14 +456,16 @@ class CachedScreener:
             return None
         kv = _TreeKV()
 
-        def step(group: _Group, hidden: Tensor, index: int) -> Tensor:
+        def step(group: _Group, hidden: Float[Tensor, "rows_g pos d_model"], index: int
+                 ) -> Float[Tensor, "rows_g pos d_model"]:
             record = _RecordKV()
             out = self._layer(index, hidden, prefix.layer_kwargs[index], 1, len(group.nodes), record,
                               group.masks.get(index))
             kv.keys[group.key, index], kv.values[group.key, index] = record.keys[index], record.values[index]
             return out
 
-        def specs(masks: dict[int, Tensor], g: int) -> dict[int, Tensor | RowSpec]:
+        def specs(masks: dict[int, Bool[Tensor, "rows_g head_index"]], g: int
+                  ) -> dict[int, Bool[Tensor, "rows_g head_index"] | RowSpec]:
             return self._specs(masks, None, g, prefix.length)
 
         self._walk(self._group(nodes, 1, specs), prefix.resid[layer].expand(len(nodes), -1, -1), layer, step,
@@ -464,11 +473,13 @@ class CachedScreener:
         return kv
 
     def _score_chunk(self, state: _BatchState, layer: int, nodes: list[Node],
-                     prefix_kv: _TreeKV | None) -> list[tuple[HeadSet, tuple[Tensor, Tensor]]]:
+                     prefix_kv: _TreeKV | None
+                     ) -> list[tuple[HeadSet, tuple[Float64[Tensor, " request"], Bool[Tensor, " request"]]]]:
         """One batch through the subtrees of ``nodes``: ``(set, (log-probabilities, greedy))`` per set below them."""
         rows, scored = state.resid.shape[0], []
 
-        def step(group: _Group, hidden: Tensor, index: int) -> Tensor:
+        def step(group: _Group, hidden: Float[Tensor, "rows_g pos d_model"], index: int
+                 ) -> Float[Tensor, "rows_g pos d_model"]:
             cache = None
             if prefix_kv is not None:  # row b·g + j attends to node j's prefix
                 cache = _PrefixKV({index: prefix_kv.keys[group.key, index]},
@@ -476,13 +487,14 @@ class CachedScreener:
             return self._layer(index, hidden, state.layer_kwargs[index], rows, len(group.nodes), cache,
                                group.masks.get(index))
 
-        def finish(group: _Group, hidden: Tensor) -> None:
+        def finish(group: _Group, hidden: Float[Tensor, "rows_g pos d_model"]) -> None:
             final, g = self.model.arch.final_norm(hidden), len(group.nodes)
             for j, node in enumerate(group.nodes):
                 assert node.set is not None  # only requested sets run through the last layer
                 scored.append((node.set, score_hidden(self.model, final, state.batch, rows=state.batch.rows * g + j)))
 
-        def specs(masks: dict[int, Tensor], g: int) -> dict[int, Tensor | RowSpec]:
+        def specs(masks: dict[int, Bool[Tensor, "rows_g head_index"]], g: int
+                  ) -> dict[int, Bool[Tensor, "rows_g head_index"] | RowSpec]:
             return self._specs(masks, state.batch, g, state.resid.shape[1])
 
         hidden = repeat(state.resid, "batch pos d_model -> (batch g) pos d_model", g=len(nodes))
@@ -494,7 +506,8 @@ class CachedScreener:
         return _Group(nodes, tuple(n.index for n in nodes), masks, rows, specs)
 
     def _walk(self, group: _Group, hidden: Float[Tensor, "rows_g pos d_model"], layer: int,
-              step: Callable[[_Group, Tensor, int], Tensor], finish: Callable[[_Group, Tensor], None]) -> None:
+              step: Callable[[_Group, Float[Tensor, "rows_g pos d_model"], int], Float[Tensor, "rows_g pos d_model"]],
+              finish: Callable[[_Group, Float[Tensor, "rows_g pos d_model"]], None]) -> None:
         """Run ``group`` (tree nodes whose states, ``(rows g)`` rows, are at the input of ``layer``, the
         layer each branches at) through the layers each needs, and its subtrees depth first.
 
@@ -537,7 +550,8 @@ class _Group:
 
     nodes: list[Node]
     key: tuple[int, ...]  # the nodes' preorder indices: names the group in the prefix's keys/values
-    masks: dict[int, Tensor | RowSpec]  # _row_masks of the nodes' heads, as the screener's ablation kind says
+    # _row_masks of the nodes' heads, as the screener's ablation kind says
+    masks: dict[int, Bool[Tensor, "rows_g head_index"] | RowSpec]
     rows: int
     specs: _Specs  # how a group's boolean masks become what _layer takes (for its batch and width)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Shaped
 from torch import Tensor
 
 from celtk.ablation_kinds import RowSpec, as_spec
@@ -70,16 +70,19 @@ class FusedLayer:
     scaling: float
     rope: bool
 
-    def __call__(self, hidden: Float[Tensor, "rows pos d_model"], attention_mask: Tensor | None,
-                 position_embeddings: tuple[Tensor, Tensor] | None, cache: Any = None,
+    def __call__(self, hidden: Float[Tensor, "rows pos d_model"], attention_mask: Shaped[Tensor, " ..."] | None,
+                 position_embeddings: tuple[Float[Tensor, "cos_rows pos d_head"],
+                                            Float[Tensor, "cos_rows pos d_head"]] | None,
+                 cache: Any = None,
                  head_mask: Bool[Tensor, "rows head_index"] | RowSpec | None = None
                  ) -> Float[Tensor, "rows pos d_model"]:
         """The layer's output on ``hidden`` with the heads ``head_mask`` marks zeroed in each row (a
         :class:`celtk.ablation_kinds.RowSpec`: replaced as its kind says, as the bridge's hook_z hook would).
 
         ``attention_mask`` is the decoder's additive (or boolean) mask for this layer, broadcastable
-        to ``[rows, head_index, pos, keys]``; ``cache``, when given, is asked for the keys and values
-        to attend to, as an HF cache is (``update(k, v, layer_idx)``)."""
+        to ``[rows, head_index, pos, keys]`` (its rank checked by :func:`grouped_attention`);
+        ``position_embeddings`` the decoder's rotary ``(cos, sin)`` of these positions; ``cache``, when given, is
+        asked for the keys and values to attend to, as an HF cache is (``update(k, v, layer_idx)``)."""
         m = self.modules
         rows, pos, _ = hidden.shape
         x = m["input_layernorm"](hidden)
@@ -104,7 +107,7 @@ class FusedLayer:
 
 
 def grouped_attention(q: Float[Tensor, "rows head_index pos d_head"], k: Float[Tensor, "rows kv_head keys d_head"],
-                      v: Float[Tensor, "rows kv_head keys d_head"], mask: Tensor | None, scaling: float
+                      v: Float[Tensor, "rows kv_head keys d_head"], mask: Shaped[Tensor, " ..."] | None, scaling: float
                       ) -> Float[Tensor, "rows head_index pos d_head"]:
     """Eager attention as HF's and the bridge's (scores scaled after the product, the additive mask,
     a float32 softmax), with each key/value head's query heads stacked along the positions instead

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -55,12 +56,16 @@ from celtk.tasks import Task, require_opt_in
 class _KV:
     """A stand-in layer cache: records each layer's new keys/values and prepends fixed ones (if any)."""
 
-    def __init__(self, before: dict[int, tuple[Tensor, Tensor]] | None = None) -> None:
+    def __init__(self, before: dict[int, tuple[Float[Tensor, "row kv_head prefix d_head"],
+                                               Float[Tensor, "row kv_head prefix d_head"]]] | None = None) -> None:
         self.before = before or {}
         self.new: dict[int, tuple[Tensor, Tensor]] = {}
         self.consulted: set[int] = set()  # checked by celtk.screening.cached.call_layer
 
-    def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    def update(self, k: Float[Tensor, "row kv_head pos d_head"], v: Float[Tensor, "row kv_head pos d_head"],
+               layer_idx: int, *args: Any, **kwargs: Any
+               ) -> tuple[Float[Tensor, "row kv_head seen d_head"], Float[Tensor, "row kv_head seen d_head"]]:
+        """These tokens' keys/values recorded; returned after the fixed ones (``seen`` = theirs + these)."""
         self.consulted.add(layer_idx)
         self.new[layer_idx] = (k, v)
         if layer_idx in self.before:
@@ -100,8 +105,8 @@ def _read_cache() -> Any:
     return DynamicCache()
 
 
-def run_layers(model: Model, start: int, hidden: Tensor, kwargs: list[dict[str, Any]], rows: int, copies: int,
-               cache: _KV) -> Tensor:
+def run_layers(model: Model, start: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: list[dict[str, Any]],
+               rows: int, copies: int, cache: _KV) -> Float[Tensor, "rows pos d_model"]:
     """Decoder layers ``start …`` on ``hidden`` (``rows × copies`` rows) with the kept keyword arguments."""
     for index in range(start, len(kwargs)):
         hidden = call_layer(model, index, hidden, kwargs[index], rows, copies, cache)
@@ -121,7 +126,8 @@ def row_masks(model: Model, row_sets: Sequence[HeadSet], ablation: Ablation | No
     return with_masks(model, masks)
 
 
-def left_padded(kv: Tensor, lengths: Sequence[int], prefix: int, room: int = 0) -> Tensor:
+def left_padded(kv: Float[Tensor, "row head width d"], lengths: Sequence[int], prefix: int, room: int = 0
+                ) -> Float[Tensor, "row head column d"]:
     """Keys or values ``[rows, heads, prefix + S, d]`` of right-padded prompts, moved so that each row's
     padding comes first (HF's left-padded layout, in which decoding appends at the end), at the front
     of a buffer with ``room`` spare columns (``[rows, heads, prefix + S + room, d]``, the spare ones unset)."""
@@ -145,19 +151,23 @@ class RoomyLayer(DynamicLayer):
     operations (beam reordering, repeats, reset, offloading) are refused. The views it returns share
     the buffers: after a ``crop``, the next ``update`` overwrites columns an earlier view still covers."""
 
-    def __init__(self, keys: Tensor, values: Tensor, width: int) -> None:
+    def __init__(self, keys: Float[Tensor, "row kv_head column d_head"],
+                 values: Float[Tensor, "row kv_head column d_head"], width: int) -> None:
         """``keys``/``values``: buffers ``[rows, heads, columns, d]`` whose first ``width`` columns are set."""
         super().__init__()
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self._keys, self._values = keys, values
         self._expose(width)
 
-    def _expose(self, width: int) -> tuple[Tensor, Tensor]:
+    def _expose(self, width: int
+                ) -> tuple[Float[Tensor, "row kv_head pos d_head"], Float[Tensor, "row kv_head pos d_head"]]:
         self.width = width
         self.keys, self.values = keys, values = self._keys[:, :, :width], self._values[:, :, :width]
         return keys, values
 
-    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    def update(self, key_states: Float[Tensor, "row kv_head new d_head"],
+               value_states: Float[Tensor, "row kv_head new d_head"], *args: Any, **kwargs: Any
+               ) -> tuple[Float[Tensor, "row kv_head pos d_head"], Float[Tensor, "row kv_head pos d_head"]]:
         start, end = self.width, self.width + key_states.shape[-2]
         if end > self._keys.shape[-2]:
             self._keys, self._values = (_with_room(t[:, :, :start], max(end, 2 * start) - start)
@@ -166,7 +176,7 @@ class RoomyLayer(DynamicLayer):
         self._values[:, :, start:end] = value_states
         return self._expose(end)
 
-    def batch_select_indices(self, indices: Tensor) -> None:
+    def batch_select_indices(self, indices: Int[Tensor, " kept"]) -> None:
         self._keys, self._values = self._keys[indices], self._values[indices]
         self._expose(self.width)
 
@@ -185,8 +195,8 @@ class RoomyLayer(DynamicLayer):
     reorder_cache = batch_repeat_interleave = reset = offload = prefetch = _refused
 
 
-def _with_room(t: Tensor, room: int) -> Tensor:
-    """``t`` ``[rows, heads, width, d]`` copied to the front of a buffer with ``room`` more columns."""
+def _with_room(t: Float[Tensor, "row head width d"], room: int) -> Float[Tensor, "row head column d"]:
+    """``t`` copied to the front of a buffer with ``room`` more columns."""
     out = t.new_empty(t.shape[0], t.shape[1], t.shape[2] + room, t.shape[3])
     out[:, :, :t.shape[2]] = t
     return out
@@ -305,8 +315,11 @@ class GenerationScreener:
         return _Batch(group, [len(r) for r in rows], read)
 
     # -- decoding ------------------------------------------------------------------
-    def _full_kv(self, prefix: _Pass | None, index: int, suffix: tuple[Tensor, Tensor],
-                 prefix_kv: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor]:
+    def _full_kv(self, prefix: _Pass | None, index: int,
+                 suffix: tuple[Float[Tensor, "row kv_head pos d_head"], Float[Tensor, "row kv_head pos d_head"]],
+                 prefix_kv: tuple[Float[Tensor, "row kv_head prefix d_head"],
+                                  Float[Tensor, "row kv_head prefix d_head"]] | None
+                 ) -> tuple[Float[Tensor, "row kv_head prompt d_head"], Float[Tensor, "row kv_head prompt d_head"]]:
         """One layer's prompt keys/values for every row: the prefix's (intact or per-row ablated),
         then the row's own."""
         if prefix is None:
@@ -333,7 +346,9 @@ class GenerationScreener:
         return record
 
     def _prompt_rows(self, prefix: _Pass | None, prefix_kv: _KV | None, batch: _Batch, layer: int,
-                     sets: list[HeadSet]) -> tuple[dict[int, tuple[Tensor, Tensor]], Tensor, list[HeadSet]]:
+                     sets: list[HeadSet]) -> tuple[dict[int, tuple[Float[Tensor, "row kv_head prompt d_head"],
+                                                                   Float[Tensor, "row kv_head prompt d_head"]]],
+                                                   Int[Tensor, " row"], list[HeadSet]]:
         """Rows ``b·g + j`` (example ``b`` under ``sets[j]``, all starting at ``layer``): the prompt's
         keys/values per layer (intact below ``layer``) and each row's first generated token."""
         b, g = len(batch.lengths), len(sets)
@@ -354,9 +369,12 @@ class GenerationScreener:
         return kv, first, row_sets
 
     def _decode_rows(self, pool: ThreadPoolExecutor, batch: _Batch,
-                     parts: list[tuple[dict[int, tuple[Tensor, Tensor]], Tensor, list[HeadSet]]],
+                     parts: list[tuple[dict[int, tuple[Float[Tensor, "_row kv_head prompt d_head"],
+                                                       Float[Tensor, "_row kv_head prompt d_head"]]],
+                                       Int[Tensor, " _row"], list[HeadSet]]],
                      futures: dict[HeadSet, list[Future | None]]) -> None:
-        """Decode the rows of every start layer's part of a chunk as one batch."""
+        """Decode the rows of every start layer's part of a chunk as one batch (parts differ in rows, so their row
+        count is left unchecked)."""
         kv = {i: (torch.cat([p[0][i][0] for p in parts]), torch.cat([p[0][i][1] for p in parts])) for i in parts[0][0]}
         first = torch.cat([p[1] for p in parts])
         row_sets = [s for p in parts for s in p[2]]
@@ -366,8 +384,11 @@ class GenerationScreener:
         self._decode(pool, kv, first, lengths, row_sets, examples,
                      lambda r, fut: futures[row_sets[r]].__setitem__(examples[r], fut))
 
-    def _decode(self, pool: ThreadPoolExecutor, kv: dict[int, tuple[Tensor, Tensor]], first: Tensor, lengths: list[int],
-                row_sets: list[HeadSet], examples: list[int], emit: Callable[[int, Future], None]) -> None:
+    def _decode(self, pool: ThreadPoolExecutor,
+                kv: dict[int, tuple[Float[Tensor, "row kv_head prompt d_head"],
+                                    Float[Tensor, "row kv_head prompt d_head"]]],
+                first: Int[Tensor, " row"], lengths: list[int], row_sets: list[HeadSet], examples: list[int],
+                emit: Callable[[int, Future], None]) -> None:
         """Greedy decoding of every row from its prompt keys/values; each finished row is graded and leaves."""
         tok, p = self.model.tokenizer, self.prefix_len
         cache, width = new_cache(self.model), kv[0][0].shape[-2]

@@ -25,29 +25,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from jaxtyping import Bool, Float, Int
 
 from celtk.heads import Head, HeadSet
 from celtk.search.scores import HeadScore, rank
 from celtk.search.selection import subsets
 
-Evaluate = Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]]
+Evaluate = Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]]
 
 
-def p_value(null_best: np.ndarray, observed: float) -> float:
+def p_value(null_best: Float[np.ndarray, " repeat"], observed: float) -> float:
     """The share of null draws at or above ``observed``, with the +1 correction (never 0)."""
     null_best = np.asarray(null_best, dtype=float)
     return float((1 + np.sum(null_best >= observed - 1e-12)) / (1 + len(null_best)))
 
 
-def permutation_null(discordant: np.ndarray, n_disc: int, n_held: int, repeats: int,
-                     seed: int) -> tuple[np.ndarray, np.ndarray, int]:
+def permutation_null(discordant: Int[np.ndarray, " m"], n_disc: int, n_held: int, repeats: int, seed: int
+                     ) -> tuple[Float[np.ndarray, " repeat"], Float[np.ndarray, " repeat"], int]:
     """Best relabelled gain per repeat and the chosen candidate's null held-out gain.
 
     Args:
-        discordant: int [m], fixes + damage of each candidate on the ``n_disc`` discovery examples.
+        discordant: fixes + damage of each of the m candidates on the ``n_disc`` discovery examples.
 
     Returns:
-        (discovery gains [repeats], held-out gains [repeats], m), gains as fractions.
+        (discovery gains, held-out gains, m), one gain per repeat, as fractions.
     """
     rng = np.random.default_rng(seed)
     fixes = rng.binomial(discordant[None, :], 0.5, size=(repeats, len(discordant)))
@@ -64,8 +65,8 @@ def random_pools(heads: Sequence[Head], p: int, repeats: int, seed: int) -> list
     return [sorted(heads[i] for i in rng.choice(len(heads), p, replace=False)) for _ in range(repeats)]
 
 
-def random_pool_null(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, pools: list[list[Head]],
-                     k: int) -> list[HeadScore]:
+def random_pool_null(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate,
+                     pools: list[list[Head]], k: int) -> list[HeadScore]:
     """Algorithm 1 with each of ``pools`` in place of the screened top p: per pool, the best by the
     ranking key of every single head (``single``, the screen) and every subset of size 2..``k`` of
     the pool, each scored by ``evaluate`` (correctness per example) against ``intact``."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
@@ -33,8 +34,10 @@ class HeadScore:
         return self.n_correct / len(self.correct)
 
     @classmethod
-    def compare(cls, heads: HeadSet, correct: np.ndarray, intact: np.ndarray) -> HeadScore:
-        """Score ``correct`` (bool, shape ``[n]``) against the intact model's ``intact`` (shape ``[n]``)."""
+    def compare(cls, heads: HeadSet, correct: Bool[np.ndarray, " _example"], intact: Bool[np.ndarray, " _example"]
+                ) -> HeadScore:
+        """Score ``correct`` against the intact model's ``intact`` on the same examples (unequal lengths are this
+        method's own ConfigError, so the shared length is not checked by jaxtyping)."""
         if correct.shape != intact.shape:
             raise ConfigError(f"Correctness vectors differ in length: {correct.shape} vs intact {intact.shape}; "
                               "score a head set on the same examples as the intact model.")

@@ -9,6 +9,7 @@ from itertools import combinations
 from math import comb
 
 import numpy as np
+from jaxtyping import Bool, Shaped
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
@@ -22,7 +23,7 @@ NOISE_RULE = ("descriptive, not a test: |gap| > 1.96 * sqrt(fixes + damage) of t
               "null spread also holds the singles' noise, and no correction is made for the number of subsets")
 
 
-def check_scores(single: list[HeadScore], intact: np.ndarray) -> None:
+def check_scores(single: list[HeadScore], intact: Shaped[np.ndarray, " ..."]) -> None:
     """The screen a search starts from: one head per score, and every score and the intact outcomes
     bool vectors over the same examples."""
     if intact.dtype != bool or intact.ndim != 1:
@@ -76,7 +77,8 @@ class Selection:
     diagnostics: dict = field(default_factory=dict)
 
 
-def select(single: Iterable[HeadScore], intact: np.ndarray, evaluate_set: Callable[[HeadSet], np.ndarray],
+def select(single: Iterable[HeadScore], intact: Bool[np.ndarray, " example"],
+           evaluate_set: Callable[[HeadSet], Bool[np.ndarray, " example"]],
            p: int = 10, k: int = 3, progress: Callable[[int, int], None] | None = None) -> Selection:
     """Algorithm 1, stage 2: pool the top-``p`` heads, evaluate every subset of size 2..``k``
     with ``evaluate_set`` (returns per-example correctness), choose by the ranking key."""
@@ -94,7 +96,8 @@ def select(single: Iterable[HeadScore], intact: np.ndarray, evaluate_set: Callab
     return Selection(ranked[0], ranked, pool, p, k, interaction_diagnostics(pool, scores, intact))
 
 
-def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], intact: np.ndarray) -> dict:
+def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], intact: Bool[np.ndarray, " example"]
+                            ) -> dict:
     """Additivity gaps, the pairwise interaction matrix, and fix/damage overlaps between pool heads,
     all in numbers of examples (keys ``gain_count``, ``additive_gain_count``, ``gap``, ``noise``).
 

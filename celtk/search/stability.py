@@ -15,6 +15,7 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
+from jaxtyping import Bool, Int
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
@@ -35,7 +36,8 @@ class StabilityResult:
     n_evaluations: int  # distinct interventions scored on the discovery set, the screen's included
 
 
-def resample_indices(n: int, n_resamples: int, method: str, fraction: float, seed: int) -> list[np.ndarray]:
+def resample_indices(n: int, n_resamples: int, method: str, fraction: float, seed: int
+                     ) -> list[Int[np.ndarray, " draw"]]:
     rng = np.random.default_rng(seed)
     if method == "bootstrap":
         return [rng.integers(0, n, size=n) for _ in range(n_resamples)]
@@ -52,8 +54,8 @@ def jaccard(a: HeadSet, b: HeadSet) -> float:
     return len(set(a.heads) & set(b.heads)) / len(union) if union else 1.0
 
 
-def stability(single: Sequence[HeadScore], intact: np.ndarray,
-              evaluate: Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]],
+def stability(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"],
+              evaluate: Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]],
               *, n_resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
               strategy: str = "algorithm1", **options: Any) -> StabilityResult:
     """Run ``strategy`` on ``n_resamples`` resamples of the discovery examples (and once on all)."""
@@ -62,11 +64,11 @@ def stability(single: Sequence[HeadScore], intact: np.ndarray,
     search = get_strategy(strategy)
     scored: set[HeadSet] = {s.heads for s in single}
 
-    def run(idx: np.ndarray | None) -> SearchResult:
+    def run(idx: Int[np.ndarray, " draw"] | None) -> SearchResult:
         take = (lambda a: a) if idx is None else (lambda a: a[idx])
         rescored = [HeadScore.compare(s.heads, take(s.correct), take(intact)) for s in single]
 
-        def evaluate_resampled(sets: list[HeadSet]) -> dict[HeadSet, np.ndarray]:
+        def evaluate_resampled(sets: list[HeadSet]) -> dict[HeadSet, Bool[np.ndarray, " draw"]]:
             scored.update(sets)
             return {s: take(v) for s, v in evaluate(sets).items()}
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
@@ -25,7 +26,7 @@ from celtk.search.registry import STRATEGIES
 from celtk.search.scores import HeadScore, rank, ranking_key
 from celtk.search.selection import candidate_pool, check_pool_options, n_subsets, select, subsets
 
-Evaluate = Callable[[list[HeadSet]], dict[HeadSet, np.ndarray]]
+Evaluate = Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]]
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class SearchResult:
     diagnostics: dict = field(default_factory=dict)
 
 
-def algorithm1(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3, p: int = 10,
-               **_: object) -> SearchResult:
+def algorithm1(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *, k: int = 3,
+               p: int = 10, **_: object) -> SearchResult:
     """The paper's Algorithm 1: pool the top ``p`` single heads, score every subset of size ≤ ``k``."""
     pool = candidate_pool(single, p)
     check_pool_options(k=k, p=p, n_heads=len(single))
@@ -67,8 +68,8 @@ def check_search_options(*, k: int, width: int = 1, n_heads: int | None = None, 
         raise ConfigError(f"k = {k} exceeds the {n_heads} screened heads; use k ≤ {n_heads}.")
 
 
-def beam(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3, width: int = 3,
-         **_: object) -> SearchResult:
+def beam(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *, k: int = 3,
+         width: int = 3, **_: object) -> SearchResult:
     """Beam search over all heads: keep the ``width`` best sets of each size; extend each by every
     head not in it; stop at size ``k`` or when no extension beats the best set found so far.
     ``width = 1`` is greedy forward selection. The result is the best set scored, by the ranking key."""
@@ -99,7 +100,7 @@ def beam(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *,
     return SearchResult(name, best, rank(scored.values()), n_evaluations, k, {"width": width}, rounds)
 
 
-def greedy(single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3,
+def greedy(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *, k: int = 3,
            **_: object) -> SearchResult:
     """Greedy forward selection over all heads: start from the best single head, add the head
     that most improves the current set (re-scored from the current ablated model), up to ``k``;
@@ -122,8 +123,8 @@ class Strategy:
         """Raise :class:`ConfigError` naming the bad option, before any model work."""
         self.check_options(k=k, p=p, width=width, n_heads=n_heads)
 
-    def __call__(self, single: Sequence[HeadScore], intact: np.ndarray, evaluate: Evaluate, *, k: int = 3,
-                 p: int = 10, width: int = 3) -> SearchResult:
+    def __call__(self, single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *,
+                 k: int = 3, p: int = 10, width: int = 3) -> SearchResult:
         self.check(k=k, p=p, width=width, n_heads=len(single))
         return self.search(single, intact, evaluate, k=k, p=p, width=width)
 
