@@ -192,8 +192,9 @@ def test_run_config_is_validated_at_construction():
         celtk.RunConfig(discovery="3")  # type: ignore[arg-type]  # deliberately the wrong type: the check under test
     with pytest.raises(CeltkError, match=r"stop must be list\[str\] or None, got \[1\]"):
         celtk.RunConfig(stop=[1], grading="generate")  # type: ignore[list-item]  # deliberately wrong, as above
-    # a Path is a path, kept as the file holds it (the field's annotation, str | None, does not say so)
-    assert celtk.RunConfig(data=Path("/x/y.jsonl")).data == "/x/y.jsonl"  # type: ignore[arg-type]
+    # a Path is a path, kept as the file holds it
+    config = celtk.RunConfig(data=Path("/x/y.jsonl"))  # type: ignore[arg-type]  # typed str | None, takes a Path too
+    assert config.data == "/x/y.jsonl"
 
 
 @as_users_call_it
