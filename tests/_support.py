@@ -6,10 +6,32 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # conftest imports this module before celtk may load (the jaxtyping hook)
+    from celtk.evaluation.results import EvalResult
+
+T = TypeVar("T")
+
+
+def not_none(value: T | None) -> T:
+    """``value``, asserted to be set: where a test relies on an optional field having a value (and says so to the
+    type checker)."""
+    assert value is not None
+    return value
+
+
+def logprobs(result: EvalResult) -> list[float | list[float]]:
+    """Each example's log-probability in ``result`` (one per choice for multiple choice), asserted present: every
+    result a test compares this way is scored by log-likelihood."""
+    out: list[float | list[float]] = []
+    for e in result.examples:
+        assert e.logprob is not None
+        out.append(e.logprob)
+    return out
 
 
 def edit_document(directory: Path, name: str, change: Any) -> dict:
@@ -60,11 +82,13 @@ def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3, 
     import transformers as tf
 
     hidden = 64 if n_heads == 4 else 8 * n_heads
-    common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=128, num_hidden_layers=n_layers,
-                  num_attention_heads=n_heads, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-                  initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0,
-                  bos_token_id=None, eos_token_id=None)
-    plain = dict(vocab_size=vocab_size, initializer_range=0.2, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    common: dict[str, Any] = dict(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=128, num_hidden_layers=n_layers,
+        num_attention_heads=n_heads, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+        initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    plain: dict[str, Any] = dict(vocab_size=vocab_size, initializer_range=0.2, pad_token_id=0, bos_token_id=None,
+                                 eos_token_id=None)
+    config: tf.PreTrainedConfig
     if arch == "llama":
         config = tf.LlamaConfig(**common)
     elif arch == "qwen2":
@@ -82,7 +106,8 @@ def tiny_hf_model(arch: str, vocab_size: int, seed: int = 0, n_layers: int = 3, 
         config = tf.GPT2Config(**plain, n_embd=hidden, n_layer=n_layers, n_head=n_heads, n_inner=128, n_positions=512)
     elif arch == "gpt_neox":  # Pythia's layout: a quarter of each head rotary, parallel residual
         config = tf.GPTNeoXConfig(**plain, hidden_size=hidden, num_hidden_layers=n_layers, num_attention_heads=n_heads,
-                                  intermediate_size=128, max_position_embeddings=512, rotary_pct=0.25,
+                                  intermediate_size=128, max_position_embeddings=512,
+                                  rotary_pct=0.25,  # type: ignore[call-arg]  # HF takes it via **kwargs, untyped
                                   use_parallel_residual=True, tie_word_embeddings=False)
     else:
         raise ValueError(arch)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _support import planted_config
+from _support import not_none, planted_config
 
 from celtk.errors import RunStoreError
 from celtk.evaluation import evaluate
@@ -60,10 +60,11 @@ def test_ablations_of_a_tested_run_log_first_reproduce_the_test_and_draw_the_cur
         fixes, damage = int((ablated & ~intact).sum()), int((intact & ~ablated).sum())
         assert (r.fixes, r.damage) == (fixes, damage) and r.mcnemar_p == mcnemar_exact(fixes, damage)
         assert r.gain == pytest.approx((fixes - damage) / doc.n)
-    dose = [rows[f"scale:{a}"].gain for a in ("1.0", "0.75", "0.5", "0.25", "0.0")]
+    dose = [not_none(rows[f"scale:{a}"].gain) for a in ("1.0", "0.75", "0.5", "0.25", "0.0")]
     # neighbouring doses: zipped with the list shifted by one, which is one shorter
     assert all(a <= b for a, b in zip(dose, dose[1:], strict=False)) and dose[-1] > 0.2
-    assert rows["mean"].gain < rows["zero"].gain and rows["resample"].gain < rows["zero"].gain  # the ×25 plant: see
+    zero, mean, resample = (not_none(rows[kind].gain) for kind in ("zero", "mean", "resample"))
+    assert mean < zero and resample < zero  # the ×25 plant: see
     assert doc.reference["set"] == "discovery" and doc.reference["n"] == 40  # test_ablation_kinds.py
     look = RunDirectory(tmp_path).looks()[-1]
     assert look.what == "ablation-kinds" and look.heads == [test.heads] and look.n == doc.n and look.frozen

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from _support import edit_document, planted_config
+from _support import edit_document, logprobs, not_none, planted_config
 
 from celtk.errors import RunStoreError
 from celtk.evaluation.prompts import prepare
@@ -45,12 +45,10 @@ def test_null_ablation_is_the_intact_result_through_the_ablated_path(tiny_model,
     null = results[HeadSet()]
     assert null is not intact  # scored by the replay, not copied from the intact pass
     assert np.array_equal(null.correct, intact.correct)
-    np.testing.assert_allclose([e.logprob for e in null.examples], [e.logprob for e in intact.examples],
-                               atol=1e-6, rtol=0)
+    np.testing.assert_allclose(logprobs(null), logprobs(intact), atol=1e-6, rtol=0)
     # the intact log-probabilities of the cached and the plain path agree
     plain, _ = screen_plain(tiny_model, prepared, [], batch_size=5)
-    np.testing.assert_allclose([e.logprob for e in intact.examples], [e.logprob for e in plain.examples],
-                               atol=1e-5, rtol=0)
+    np.testing.assert_allclose(logprobs(intact), logprobs(plain), atol=1e-5, rtol=0)
 
 
 def test_screen_reports_the_null_control(tested_run):
@@ -79,7 +77,7 @@ def test_select_after_test_refused_unless_forced_and_recorded(planted, tested_ru
     with pytest.raises(RunStoreError, match="already been looked at on its held-out set \\(test at .*--force"):
         run_select(out, p=4, k=2, model=model)
     forced = run_select(out, p=4, k=2, model=model, force=True)
-    assert forced.forced_after_test is True and [r.what for r in forced.prior_looks] == ["test"]
+    assert forced.forced_after_test is True and [r.what for r in not_none(forced.prior_looks)] == ["test"]
     assert json.loads((out / "selection.json").read_text())["forced_after_test"] is True
     log = HeldoutLog(out)
     assert [look.what for look in log.looks()] == ["test"]
@@ -137,8 +135,7 @@ def test_streamed_test_equals_the_cached_path(planted, tested_run):
     assert [e["intact_correct"] for e in test["examples"]] == [bool(c) for c in intact.correct]
     assert [e["ablated_correct"] for e in test["examples"]] == [bool(c) for c in results[heads].correct]
     for name, result in (("intact_logprob", intact), ("ablated_logprob", results[heads])):
-        np.testing.assert_allclose([e[name] for e in test["examples"]], [e.logprob for e in result.examples],
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose([e[name] for e in test["examples"]], logprobs(result), atol=1e-5, rtol=0)
 
 
 def test_a_changed_prompt_or_chat_date_refuses_the_run_directory(planted, tested_run, tmp_path, monkeypatch):

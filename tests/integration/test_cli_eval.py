@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -68,7 +69,8 @@ def test_cli_eval_equals_one_library_call(tiny_dir, tmp_path):
     """`celtk eval` writes exactly what `celtk.run_eval` returns for the same arguments."""
     from celtk.run import run_eval
 
-    args = dict(model=str(tiny_dir), task="arithmetic:2da", limit=7, fewshot=2, heads="L1H0", batch_size=4, seed=3)
+    args: dict[str, Any] = dict(model=str(tiny_dir), task="arithmetic:2da", limit=7, fewshot=2, heads="L1H0",
+                                batch_size=4, seed=3)
     result = CliRunner().invoke(main, ["eval", "--model", args["model"], "--task", args["task"], "--limit", "7",
                                        "--fewshot", "2", "--ablate", "L1H0", "--batch-size", "4", "--seed", "3",
                                        "--out", str(tmp_path / "cli")])

@@ -691,7 +691,7 @@ def c_plan_mean_prompt_longer(ctx):
 
 def c_api_wrong_type(ctx):
     import celtk
-    celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)
+    celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)  # type: ignore[arg-type]  # deliberately the wrong type
 
 
 def c_api_out_of_range(ctx):
@@ -713,7 +713,7 @@ def c_api_config_at_construction(ctx):
 
 def c_api_unknown_argument(ctx):
     import celtk
-    celtk.run.run_test(ctx.tmp, held_out=3)
+    celtk.run.run_test(ctx.tmp, held_out=3)  # type: ignore[call-arg]  # deliberately a misspelt keyword
 
 
 def c_sandbox_tools_missing(ctx):

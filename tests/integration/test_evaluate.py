@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _support import logprobs
 
 from celtk.ablation import ablate
 from celtk.errors import SandboxRefusedError
@@ -37,7 +38,7 @@ def test_evaluator_equals_bridge_forward(tiny_model, heads):
     prepared = prepare(tiny_model, task, splits.discovery, splits.shots)
     with ablate(tiny_model, HeadSet.parse(heads)):
         ref = _reference_logprobs(tiny_model, prepared)
-    assert np.allclose([e.logprob for e in result.examples], ref, atol=1e-4)
+    assert np.allclose(logprobs(result), ref, atol=1e-4)
     assert [e.id for e in result.examples] == [e.id for e in splits.discovery]
 
 
@@ -48,7 +49,7 @@ def test_batch_size_invariance(tiny_llama):
             for b in (1, 7, 64)]
     for other in runs[1:]:
         assert np.array_equal(other.correct, runs[0].correct)
-        assert np.allclose([e.logprob for e in other.examples], [e.logprob for e in runs[0].examples], atol=1e-4)
+        assert np.allclose(logprobs(other), logprobs(runs[0]), atol=1e-4)
 
 
 def test_unembedding_only_at_scored_positions(tiny_llama):
@@ -69,6 +70,7 @@ def test_multiple_choice_scoring(tiny_llama):
     splits = make_splits(task, 3, 5, fewshot=1)
     result = evaluate(tiny_llama, task, splits.heldout, splits.shots, config=EvalConfig(batch_size=4))
     for ex, res in zip(splits.heldout, result.examples, strict=True):
+        assert isinstance(res.logprob, list) and ex.choices is not None  # multiple choice: one log-prob per choice
         assert len(res.logprob) == 4
         norm = [ll / len(c) for ll, c in zip(res.logprob, ex.choices, strict=True)]
         assert res.correct == (int(np.argmax(norm)) == ex.label)
@@ -124,4 +126,5 @@ def test_empty_prompt_is_scored_after_end_of_text_as_lm_eval_does(tiny_llama, tm
     alone = evaluate(tiny_llama, task, [e for e in examples if e.id == "empty"], config=EvalConfig(batch_size=1))
     batched = evaluate(tiny_llama, task, examples, config=EvalConfig(batch_size=6))
     in_batch = next(r for r in batched.examples if r.id == "empty")
+    assert isinstance(in_batch.logprob, float) and isinstance(alone.examples[0].logprob, float)
     assert abs(in_batch.logprob - alone.examples[0].logprob) < 1e-4

@@ -6,9 +6,11 @@ to the bridge."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
-from _support import make_tiny, tiny_hf_model
+from _support import make_tiny, not_none, tiny_hf_model
 
 from celtk.ablation import ablate, ablate_rows
 from celtk.errors import ConfigError
@@ -31,7 +33,7 @@ def test_fused_layers_cover_the_llama_family_and_nothing_else(smol_tokenizer):
         with pytest.raises(ConfigError, match="fused replay does not cover .*replay='bridge'"):
             CachedScreener(model, _empty(), replay="fused")
     smol = make_tiny("smollm3", smol_tokenizer)
-    assert [layer.rope for layer in fused_layers(smol)] == [True, False, True]  # its NoPE layer
+    assert [layer.rope for layer in not_none(fused_layers(smol))] == [True, False, True]  # its NoPE layer
     with pytest.raises(ConfigError, match="Unknown replay 'sdpa'; choose one of auto, fused, bridge"):
         CachedScreener(smol, _empty(), replay="sdpa")
 
@@ -72,7 +74,7 @@ def _check_layers(model):
             fused = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"), None, mask)
             real = attention.bool()  # padded positions' outputs are never read
             # rounding only: the grouped score product may sum in another order than repeat_kv's (equal on these shapes)
-            tight = dict(rtol=1e-6, atol=1e-6) if fused.dtype == torch.float32 else {}
+            tight: dict[str, Any] = dict(rtol=1e-6, atol=1e-6) if fused.dtype == torch.float32 else {}
             torch.testing.assert_close(fused[real], bridge[real], **tight)
             intact = layer(resid[index], kw.get("attention_mask"), kw.get("position_embeddings"))
             # the mask bites, per row
@@ -83,6 +85,7 @@ def test_each_fused_layer_equals_the_bridge_block_under_every_ablation_kind(fuse
     from celtk.ablation_kinds import RowSpec
 
     layers = fused_layers(fused_model)
+    assert layers is not None
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(5, 500, (3, 20), generator=gen)
     attention = torch.ones_like(ids)

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from _support import edit_document, planted_config
+from _support import edit_document, not_none, planted_config
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
@@ -53,11 +53,11 @@ def test_stability_before_select_or_test_is_a_look_and_select_is_then_refused(ru
     with pytest.raises(RunStoreError, match=r"already been looked at on its held-out set \(stability at"):
         run_select(run_copy, p=3, k=1, model=model)
     forced = run_select(run_copy, p=3, k=1, model=model, force=True)
-    assert forced.forced_after_test and [r.what for r in forced.prior_looks] == ["stability"]
+    assert forced.forced_after_test and [r.what for r in not_none(forced.prior_looks)] == ["stability"]
     assert HeldoutLog(run_copy).events("select-forced")[0]["after_looks"] == [0]
     # the test that follows lists the earlier look beside itself
     test = run_test(run_copy, model=model, n_boot=50)
-    assert [(r.what, r.complete) for r in test.looks] == [("stability", True), ("test", True)]
+    assert [(r.what, r.complete) for r in not_none(test.looks)] == [("stability", True), ("test", True)]
     assert test.look == HeldoutLog(run_copy).looks()[-1].seq  # the log's seq of the test's own look line
     assert "stability" in write_report(run_copy).read_text()
 
@@ -75,6 +75,7 @@ def test_a_second_test_is_refused_and_a_forced_one_keeps_the_first_result(run_co
     # the result is the first test's, field for field; only the list of looks grew
     assert {k: v for k, v in now.items() if k != "looks"} == {k: v for k, v in first_bytes.items() if k != "looks"}
     assert kept.gain == first.gain and kept.look == first.look
+    assert kept.looks is not None
     assert [(r.what, r.forced, r.exploratory) for r in kept.looks] == [("test", False, False), ("test", True, True)]
     repeat = TestDocument.load(run_copy, kept.looks[-1].result)
     assert kept.looks[-1].result == f"test-repeat-{kept.looks[-1].seq}.json" and repeat.n == first.n
@@ -155,7 +156,7 @@ def test_the_result_is_written_after_its_log_line(run_copy, planted, monkeypatch
     assert look.what == "test" and not look.complete
     monkeypatch.setattr(TestDocument, "save", original)
     test = run_test(run_copy, model=model, n_boot=10)
-    assert [(r.what, r.complete) for r in test.looks] == [("test", False), ("test", True)]
+    assert [(r.what, r.complete) for r in not_none(test.looks)] == [("test", False), ("test", True)]
 
 
 def test_a_legacy_log_is_read_as_an_unchained_prefix(run_copy, planted):

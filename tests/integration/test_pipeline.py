@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from _support import planted_config
+from _support import logprobs, planted_config
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluation.prompts import prepare
@@ -29,14 +29,12 @@ def test_cached_screener_equals_plain_for_every_head(tiny_model, share_prefix):
                                   replay=replay)
         assert (screener.prefix_len > 0) == share_prefix and screener.replay == replay
         intact_c, cached = screener.run(sets)
-        np.testing.assert_allclose([e.logprob for e in intact_c.examples], [e.logprob for e in intact_p.examples],
-                                   atol=1e-5)
+        np.testing.assert_allclose(logprobs(intact_c), logprobs(intact_p), atol=1e-5)
         assert np.array_equal(intact_c.correct, intact_p.correct)
         for s in sets:
             assert np.array_equal(cached[s].correct, plain[s].correct), s
-            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples],
-                                       atol=1e-5)
-        assert any(not np.allclose([e.logprob for e in cached[s].examples], [e.logprob for e in intact_c.examples])
+            np.testing.assert_allclose(logprobs(cached[s]), logprobs(plain[s]), atol=1e-5)
+        assert any(not np.allclose(logprobs(cached[s]), logprobs(intact_c))
                    for s in sets)
 
 
@@ -53,8 +51,7 @@ def test_cached_screener_exact_on_gemma3_sliding_window(smol_tokenizer):
         _, cached = CachedScreener(model, prepared, batch_size=5, share_prefix=share).run(sets)
         for s in sets:
             assert np.array_equal(cached[s].correct, plain[s].correct)
-            np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples],
-                                       atol=1e-5)
+            np.testing.assert_allclose(logprobs(cached[s]), logprobs(plain[s]), atol=1e-5)
 
 
 def test_planted_head_is_selected_with_heldout_gain(planted, tmp_path):
@@ -153,6 +150,7 @@ def _child(code):
     import sys
 
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
     return child
 
@@ -262,8 +260,7 @@ def test_auto_batch_fits_memory_and_changes_no_result(tiny_llama):
         _, results = CachedScreener(tiny_llama, prepared, batch_size=batch, rows_per_pass=rows).run(sets)
         for s in sets:
             assert np.array_equal(results[s].correct, reference[s].correct)
-            np.testing.assert_allclose([e.logprob for e in results[s].examples],
-                                       [e.logprob for e in reference[s].examples], atol=1e-5)
+            np.testing.assert_allclose(logprobs(results[s]), logprobs(reference[s]), atol=1e-5)
     with pytest.raises(ConfigError, match="positive integer or 'auto'"):
         RunConfig(batch_size="big").validated()
     assert RunConfig(batch_size="auto").validated().batch_size == "auto"

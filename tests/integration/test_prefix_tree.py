@@ -11,6 +11,7 @@ import pytest
 from _support import MORE_ARCHS, TINY_ARCHS, make_tiny
 
 from celtk.evaluation.prompts import prepare
+from celtk.evaluation.results import EvalResult
 from celtk.heads import HeadSet
 from celtk.run.memo import SetMemo
 from celtk.screening.cached import CachedScreener
@@ -75,8 +76,11 @@ def test_each_start_layer_is_reported_whole_and_the_memo_resumes_after_it(tiny_l
     prepared = prepare(tiny_llama, task, splits.discovery, splits.shots)
     sets = [HeadSet(c) for size in (1, 2) for c in combinations(HeadSet.parse("L0H1,L1H0,L1H3,L2H2").heads, size)]
     reported: dict[int, list[HeadSet]] = {}
-    _, reference = CachedScreener(tiny_llama, prepared, batch_size=4).run(
-        sets, on_layer=lambda layer, done: reported.setdefault(layer, sorted(done)))
+
+    def on_layer(layer: int, done: dict[HeadSet, EvalResult]) -> None:
+        reported.setdefault(layer, sorted(done))
+
+    _, reference = CachedScreener(tiny_llama, prepared, batch_size=4).run(sets, on_layer=on_layer)
     assert reported == {layer: sorted(s for s in sets if s.heads[0].layer == layer) for layer in (0, 1, 2)}
 
     class Interrupted(Exception):
@@ -91,7 +95,7 @@ def test_each_start_layer_is_reported_whole_and_the_memo_resumes_after_it(tiny_l
                 raise Interrupted
             return score(prefix, states, layer, nodes)
 
-        screener._score_start_layer = once
+        setattr(screener, "_score_start_layer", once)  # this instance only: a test double
         return screener
 
     intact = reference[sets[0]].correct * 0 == 0  # any bool [n] of the right length
@@ -102,7 +106,12 @@ def test_each_start_layer_is_reported_whole_and_the_memo_resumes_after_it(tiny_l
     def recording():
         screener = CachedScreener(tiny_llama, prepared, batch_size=4)
         run = screener.run
-        screener.run = lambda todo, **kw: (asked.extend(todo), run(todo, **kw))[1]
+
+        def recorded(todo, **kw):
+            asked.extend(todo)
+            return run(todo, **kw)
+
+        setattr(screener, "run", recorded)  # this instance only: a test double
         return screener
 
     resumed = SetMemo(tmp_path, intact, recording)(sets)

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from _support import self_consistent_task
+from _support import not_none, self_consistent_task
 
 from celtk import probe
 from celtk.analysis import CompareDocument, HeadAttributesDocument, run_attributes, run_compare
@@ -34,7 +34,8 @@ def test_effect_lists_fixes_and_breaks(planted):
                          if a and not i]
     assert eff.breaks == [e.id for e, a, i in zip(splits.heldout, ablated.correct, intact.correct, strict=True)
                           if i and not a]
-    assert eff.fixes and eff.summary.gain > 0
+    assert eff.fixes and not_none(eff.summary.gain) > 0
+    assert isinstance(ablated.examples[0].logprob, float) and isinstance(intact.examples[0].logprob, float)
     assert eff.examples[0].delta_logprob == pytest.approx(ablated.examples[0].logprob - intact.examples[0].logprob)
 
 
@@ -100,7 +101,8 @@ def test_compare_with_ioi_circuit_on_same_shape(gpt2_shaped_run):
     assert report.selection.overlap == len(set(selection) & ioi) and report.run_selection == selection
     screen = json.loads((out / "screen.json").read_text())["heads"]
     assert len(screen) == 144 and report.population == 144
-    assert set(report.circuit_head_ranks) == ioi and all(1 <= r <= 144 for r in report.circuit_head_ranks.values())
+    assert set(report.circuit_head_ranks) == ioi and all(r is not None and 1 <= r <= 144
+                                                         for r in report.circuit_head_ranks.values())
     assert report.top == 10 and report.screen_top.n == 10 and report.critical_vs_enhancing is not None
     # the file is the document: screen_top written as screen_top10, and read back to the same record
     text = (out / "compare-ioi-gpt2-small.json").read_text()

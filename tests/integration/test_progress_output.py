@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from _support import not_none
 from click.testing import CliRunner
 
 from celtk.ablation import export_ablated
@@ -48,7 +49,7 @@ def test_a_run_redirected_to_a_file_shows_progress_lines(tiny_dir, tmp_path):
     assert done.returncode == 0, text[-2000:]
     # the tiny Llama has 3 layers of 4 heads; the screen reports as each layer's heads are written
     assert re.findall(r"^\S+Z screen: (\d+)/12 heads", text, re.M) == ["0", "4", "8", "12"], text[:2000]
-    last = re.search(r"^.*screen: 12/12 heads.*$", text, re.M).group(0)
+    last = not_none(re.search(r"^.*screen: 12/12 heads.*$", text, re.M)).group(0)
     assert re.search(r"\(100%\), [\d.e+]+ heads/s, [\d.e+]+ examples/s, elapsed \d+:\d\d, ETA 0:00$", last), last
     assert not re.search(BAR, text) and "\r" not in text  # no bar drawn into the file
     assert "Top single-head ablations" in text  # the results still print

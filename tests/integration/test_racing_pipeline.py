@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _support import edit_document, planted_config
+from _support import edit_document, not_none, planted_config
 
 from celtk.analysis import run_compare
 from celtk.errors import ConfigError, RunStoreError
@@ -185,7 +185,7 @@ def test_an_interrupted_racing_screen_resumes_to_the_same_document(planted, scre
         p.unlink()
     resumed = run_screen(config(task, screen="racing"), out, model=model)
     assert (out / "screen.json").read_text() == (racing / "screen.json").read_text()
-    assert resumed.racing.pool == screens[1].racing.pool
+    assert not_none(resumed.racing).pool == screens[1].racing.pool
     # the first chunk was served from its parts: every head, none scored again
     assert (json.loads((out / "timing.json").read_text())["heads"]
             < json.loads((racing / "timing.json").read_text())["heads"])
@@ -195,6 +195,7 @@ def test_confidence_racing_is_recorded_and_keeps_pool_heads_complete(planted, sc
     model, task = planted
     doc = run_screen(config(task, screen="racing", racing_mode="confidence"), tmp_path, model=model)
     racing = doc.racing
+    assert racing is not None and racing.order is not None  # a confidence race records its example order
     assert racing.mode == "confidence" and racing.delta == 0.05
     assert sorted(racing.order) == list(range(doc.n)) and racing.order != list(range(doc.n))
     rows = {r.head: r for r in doc.heads}
@@ -272,7 +273,8 @@ def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
                                    "heads": [{"head": "L1H2", "role": "planted"}, {"head": dropped, "role": "other"}]}))
     report = run_compare(racing, str(circuit), top=P)
     pool = [str(h) for h in raced.racing.pool]
-    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None} and report.racing.ranked == raced.racing.pool
+    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None}
+    assert not_none(report.racing).ranked == not_none(raced.racing).pool
     assert report.mean_rank_of_circuit_heads is None and report.critical_vs_enhancing is None
     assert report.screen_top.overlap == 1
     written = json.loads((racing / "compare-circuit.json").read_text())
@@ -280,7 +282,8 @@ def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
     with pytest.raises(ConfigError, match=r"raced for the top p = 1 heads.*--top 1"):
         run_compare(racing, str(circuit), top=3)
     exhaustive_report = run_compare(exhaustive, str(circuit), top=3)
-    assert exhaustive_report.circuit_head_ranks["L1H2"] == 1 and exhaustive_report.circuit_head_ranks[dropped] > 1
+    ranks = exhaustive_report.circuit_head_ranks
+    assert ranks["L1H2"] == 1 and not_none(ranks[dropped]) > 1
     assert exhaustive_report.racing is None and exhaustive_report.critical_vs_enhancing is not None
     assert "racing" not in json.loads((exhaustive / "compare-circuit.json").read_text())
 

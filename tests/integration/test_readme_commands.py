@@ -110,7 +110,12 @@ def test_readme_python_runs_on_a_tiny_model(code, line, smol_tokenizer, tmp_path
     names_heads = re.search(r"L\d+H\d+", code)
     tiny = _smollm2_shaped_tiny(smol_tokenizer) if names_heads else request.getfixturevalue("tiny_llama")
     loaded = []
-    monkeypatch.setattr(celtk, "load_model", lambda source, *a, **k: loaded.append(source) or tiny)
+
+    def load_model(source, *a, **k):
+        loaded.append(source)
+        return tiny
+
+    monkeypatch.setattr(celtk, "load_model", load_model)
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__readme__"})
     assert loaded, "the block never loaded a model, so it ran nothing the test stands in for"

@@ -118,7 +118,7 @@ def test_a_handle_reopens_a_run_from_its_settings_and_refuses_others(planted, tm
     with pytest.raises(ConfigError, match="No example 'nope'"):
         again.prompt("nope")
     with pytest.raises(ArgumentError, match=r"Run.select: p must be int or None, got '3' \(str\)"):
-        again.select(p="3")
+        again.select(p="3")  # type: ignore[arg-type]  # deliberately the wrong type: the check under test
     looked = again.eval("L1H2", limit=5)  # an exploratory look at the held-out set, logged in the run
     assert looked.n == 5 and looked.heads == HeadSet.parse("L1H2") and looked.config["run"] == str(tmp_path / "run")
 

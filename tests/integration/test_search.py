@@ -3,6 +3,7 @@ misses and greedy / beam search find; the gradient screener equals finite differ
 screener and the stability report find a planted harmful head."""
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -59,7 +60,8 @@ def test_planted_interaction_missed_by_algorithm1_found_by_greedy_and_beam(inter
     alg1 = run_select(_copy(out, tmp_path / "a1"), p=4, k=2, model=model)
     assert alg1.pool is not None and Head.parse(B) not in alg1.heads and Head.parse(B) not in alg1.pool
     found = {}
-    for name, opts in (("greedy", {}), ("beam", {"width": 2})):
+    strategies: tuple[tuple[str, dict[str, Any]], ...] = (("greedy", {}), ("beam", {"width": 2}))
+    for name, opts in strategies:
         run = _copy(out, tmp_path / name)
         doc = run_select(run, p=4, k=2, strategy=name, model=model, **opts)
         assert doc.heads == HeadSet.parse(f"{A},{B}"), name

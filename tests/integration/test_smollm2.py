@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from _support import logprobs
 
 from celtk.ablation import ablate, zero_output_columns
 from celtk.evaluation import evaluate
@@ -98,5 +99,4 @@ def test_cached_screener_equals_plain_on_sample_heads(smollm2):
     _, plain = screen_plain(smollm2, prepared, sample, batch_size=12)
     for s in sample:
         assert np.array_equal(cached[s].correct, plain[s].correct), s
-        np.testing.assert_allclose([e.logprob for e in cached[s].examples], [e.logprob for e in plain[s].examples],
-                                   atol=1e-4)
+        np.testing.assert_allclose(logprobs(cached[s]), logprobs(plain[s]), atol=1e-4)

@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-from _support import make_tiny, planted_config
+from _support import make_tiny, not_none, planted_config
 
 from celtk.ablation import ablate
 from celtk.errors import ConfigError, RunStoreError
@@ -28,14 +28,14 @@ def _last_logits(model, ids, heads=None):
     Returns:
         float [n_prompts, vocab].
     """
-    out = [None] * len(ids)
+    out: list[torch.Tensor | None] = [None] * len(ids)
     for length in {len(i) for i in ids}:
         rows = [j for j, i in enumerate(ids) if len(i) == length]
         with torch.no_grad(), (ablate(model, heads) if heads else nullcontext()):
             logits = model.bridge(torch.tensor([ids[j] for j in rows]))[:, -1]
         for j, row in zip(rows, logits, strict=True):
             out[j] = row
-    return torch.stack(out)
+    return torch.stack([not_none(row) for row in out])
 
 
 def _task(tokenizer, path, prompts, ids, tokens, keep, n=40):
@@ -91,17 +91,19 @@ def test_transfer_to_hurt_task_not_to_unaffected_one(selected):
     grid = [Variant("original", "original"), Variant("hurt", "task", task=hurt), Variant("same", "task", task=same)]
     doc = run_transfer(out, grid, model, n_boot=500)
     rows = {r.variant: r for r in doc.variants}
-    assert rows["original"].gain > 0 and rows["original"].mcnemar_p < 0.05
-    assert rows["hurt"].gain > 0 and rows["hurt"].holm_p < 0.05 and rows["hurt"].gain_ci[0] > 0
+    assert not_none(rows["original"].gain) > 0 and not_none(rows["original"].mcnemar_p) < 0.05
+    assert (not_none(rows["hurt"].gain) > 0 and not_none(rows["hurt"].holm_p) < 0.05
+            and not_none(rows["hurt"].gain_ci)[0] > 0)
     assert rows["same"].gain == 0 and rows["same"].mcnemar_p == 1.0 and rows["same"].fixes == rows["same"].damage == 0
     for r in doc.variants:  # the table's p-values follow from its own per-example vectors
         a, b = r.intact_correct.outcomes(), r.ablated_correct.outcomes()
         assert r.n == len(a) == 40
         assert r.mcnemar_p == mcnemar_exact(int((~a & b).sum()), int((a & ~b).sum()))
     assert [r.holm_p for r in doc.variants] == list(holm([r.mcnemar_p for r in doc.variants]))
-    p1, p2 = sorted([rows["original"].mcnemar_p, rows["hurt"].mcnemar_p])  # Holm by hand: 3·p(1), max(., 2·p(2)), 1
-    assert sorted([rows["original"].holm_p, rows["hurt"].holm_p]) == pytest.approx([min(1, 3 * p1),
-                                                                                    min(1, max(3 * p1, 2 * p2))])
+    # Holm by hand: 3·p(1), max(., 2·p(2)), 1
+    p1, p2 = sorted([not_none(rows["original"].mcnemar_p), not_none(rows["hurt"].mcnemar_p)])
+    assert sorted([not_none(rows["original"].holm_p), not_none(rows["hurt"].holm_p)]) == pytest.approx(
+        [min(1, 3 * p1), min(1, max(3 * p1, 2 * p2))])
     assert rows["same"].holm_p == 1.0
     # each scored variant is a look, logged before it is scored; the original row is the test's own comparison,
     # read from test.json, not a second look at the frozen selection
@@ -135,6 +137,7 @@ def test_zero_shot_grid_has_no_duplicate_rows_and_lm_loss_is_paired(selected, tm
     with pytest.raises(ConfigError, match="no shots.*Leave out shot seeds"):
         run_transfer(out, variant_grid("jsonl:x", shot_seeds=[2]), model, n_boot=10)
     loss = doc.lm_loss
+    assert loss is not None
     assert loss.n_tokens > 100 and loss.delta == pytest.approx(loss.ablated_nll - loss.intact_nll)
     assert loss.delta_ci[0] <= loss.delta <= loss.delta_ci[1]
     # removing the ×25 head brings the model nearer its clean self: the loss on plain text changes

@@ -30,6 +30,7 @@ def test_compare_document_round_trips_with_its_screen_top_key():
     assert doc.top == 4 and doc.screen_top.overlap == 2 and doc.selection.shared[0].role == "name mover"
     movers = doc.by_role["name mover"]
     assert dict(zip(movers.heads, movers.ranks, strict=True))["L9H9"] == 1  # ranked first
+    assert doc.critical_vs_enhancing is not None
     assert (doc.critical_vs_enhancing.critical_layers == {0: 1}
             and doc.critical_vs_enhancing.enhancing_layers == {0: 1, 2: 1})
     # the same keys, in the same order, as the dicts the file was written from
@@ -37,6 +38,7 @@ def test_compare_document_round_trips_with_its_screen_top_key():
     text = dumps(doc.to_json())
     assert "screen_top4" in json.loads(text) and "top" not in json.loads(text) and "schema_version" not in text
     again = CompareDocument.from_json(json.loads(text))  # layer keys come back as ints, by_role as records
+    assert again.critical_vs_enhancing is not None
     assert again == doc and again.critical_vs_enhancing.critical_layers == {0: 1}
     assert CompareDocument.file("packaged_circuit") == "compare-packaged-circuit.json"
     assert CompareDocument.file("/some/dir/my_circuit.json") == "compare-my-circuit.json"

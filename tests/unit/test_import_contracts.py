@@ -15,6 +15,7 @@ the test fails on any violation not listed and on any listed exception that no l
 from __future__ import annotations
 
 import ast
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,7 +160,7 @@ def _within(module: str, package: str) -> bool:
 
 def violations(root: Path, rooms: dict[str, tuple[str, ...]], floors: list[set[str]],
                sibling_arrows: set[tuple[str, str]], *, cli: str = "cli", theory: str | None = "theory",
-               theory_may_import: set[str] = frozenset(), theory_imported_by: set[str] = frozenset(),
+               theory_may_import: AbstractSet[str] = frozenset(), theory_imported_by: AbstractSet[str] = frozenset(),
                ) -> dict[tuple[str, str], list[str]]:
     """Broken contracts: (importer module, target module) -> what each breaks, with where."""
     found: dict[tuple[str, str], list[str]] = {}
@@ -250,7 +251,8 @@ def test_the_checker_finds_each_kind_of_broken_contract(tmp_path):
         "pkg/theory/__init__.py": "from pkg.base import thing\nfrom pkg.low import up\n\ndef fit():\n    pass\n",
         "pkg/other.py": "from pkg.theory import fit\nfrom pkg.low._impl import _helper\n",
     })
-    rooms = {"top": ("pkg",), "cli": ("pkg.cli",), "high": ("pkg.high",), "side": ("pkg.side",),
+    rooms: dict[str, tuple[str, ...]] = {"top": ("pkg",), "cli": ("pkg.cli",),
+ "high": ("pkg.high",), "side": ("pkg.side",),
              "other": ("pkg.other",), "low": ("pkg.low",), "base": ("pkg.base",), "theory": ("pkg.theory",)}
     floors = [{"top"}, {"cli"}, {"high", "side", "other"}, {"low"}, {"base"}]
     found = violations(root, rooms, floors, {("high", "side")}, theory_may_import={"theory", "base"},

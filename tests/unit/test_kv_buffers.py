@@ -41,6 +41,7 @@ def test_roomy_layer_equals_dynamic_layer_through_appends_overflow_selects_and_c
         if step == 3:
             plain.crop(-2)
             roomy.crop(-2)
+    assert plain.keys is not None and roomy.keys is not None and plain.values is not None and roomy.values is not None
     assert torch.equal(plain.keys, roomy.keys) and torch.equal(plain.values, roomy.values)
     assert not torch.isnan(roomy.keys).any()  # no unset spare column was ever exposed
 
@@ -76,6 +77,7 @@ def test_roomy_layer_refuses_cache_operations_it_does_not_keep_in_step() -> None
         with pytest.raises(NotImplementedError, match="DynamicLayer"):
             call()
     layer.crop(-5)  # past its length: empty, as DynamicLayer's crop leaves it
+    assert layer.keys is not None
     assert layer.get_seq_length() == 0 and layer.keys.shape[-2] == 0
 
 

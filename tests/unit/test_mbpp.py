@@ -37,7 +37,9 @@ def test_shots_are_lm_evals_task_ids_2_3_4(data):
 
 def test_program_is_code_evals_generation_then_tests_without_setup(data):
     task = get_task("mbpp", data_path=data)
-    example = next(e for e in task.load_pools().heldout if e.id == "test-99")
+    heldout = task.load_pools().heldout
+    assert heldout is not None
+    example = next(e for e in heldout if e.id == "test-99")
     assert program_for(example, "x = 1\n[DONE]junk") == ("x = 1\n\nassert g(1, 2) == 3\nassert g(0, 0) == 0\n"
                                                          "assert g(2, 2) == 4")
     # lm-eval does not prepend test_setup_code: an empty answer fails even though the setup defines g
@@ -49,5 +51,7 @@ def test_program_is_code_evals_generation_then_tests_without_setup(data):
                                    "import atexit, os\natexit.register(lambda: os._exit(0))"])
 def test_wrong_code_that_exits_early_is_graded_wrong(data, trick):
     task = get_task("mbpp", data_path=data)
-    example = next(e for e in task.load_pools().heldout if e.id == "test-99")
+    heldout = task.load_pools().heldout
+    assert heldout is not None
+    example = next(e for e in heldout if e.id == "test-99")
     assert not task.grade_generation(example, f"def g(a, b):\n    return a - b\n{trick}\n[DONE]", allow_code=True)

@@ -10,6 +10,7 @@ from celtk.run.config import CHAT_DATE, RunConfig, resolve_config
 from celtk.run.presets import PAPER
 from celtk.tasks import get_task, make_splits
 from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks.mbpp import MBPP
 
 
 def test_paper_preset_sets_the_papers_sizes_per_task():
@@ -107,4 +108,5 @@ def test_smaller_heldout_is_a_seeded_random_sample_of_the_official_split():
 def test_paper_sizes_match_the_paper():
     assert {f: (v["discovery"], v["heldout"]) for f, v in PAPER.items()} == {
         "arithmetic": (2000, 1000), "boolq": (2000, 3270), "hellaswag": (2000, 10042), "mbpp": (374, 500)}
-    assert get_task("mbpp").fewshot_sampler == "first_n"
+    mbpp = get_task("mbpp")
+    assert isinstance(mbpp, MBPP) and mbpp.fewshot_sampler == "first_n"

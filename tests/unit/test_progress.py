@@ -3,6 +3,7 @@
 import json
 import re
 
+from _support import not_none
 from click.testing import CliRunner
 
 from celtk.cli import main
@@ -18,7 +19,8 @@ class Clock:
 
 
 def _lines(every: float, steps, json_lines: bool = False, **kw) -> list[str]:
-    clock, out = Clock(), []
+    clock = Clock()
+    out: list[str] = []
     progress = ProgressLines(out.append, every=every, json_lines=json_lines, clock=clock, **kw)
     for t, stage, done, total in steps:
         clock.now = float(t)
@@ -29,7 +31,7 @@ def _lines(every: float, steps, json_lines: bool = False, **kw) -> list[str]:
 def test_a_stage_prints_its_first_line_then_at_most_one_per_interval_and_its_last():
     steps = [(0, "screen", 0, 10)] + [(t, "screen", t, 10) for t in range(1, 10)] + [(10.5, "screen", 10, 10)]
     lines = _lines(4.0, steps)
-    assert [re.search(r"screen: (\d+)/10", l).group(1) for l in lines] == ["0", "4", "8", "10"]
+    assert [not_none(re.search(r"screen: (\d+)/10", l)).group(1) for l in lines] == ["0", "4", "8", "10"]
     assert len(_lines(0.0, steps)) == len(steps)  # --progress-every 0: every call
     assert len(_lines(100.0, steps)) == 2  # first and last only
     assert len(_lines(100.0, steps + [(11, "screen", 10, 10)])) == 2  # the end is reported once
@@ -50,8 +52,8 @@ def test_the_rate_counts_from_where_a_resumed_stage_started():
 
 def test_a_new_round_of_a_stage_restarts_its_rate():
     lines = _lines(100.0, [(0, "select", 0, 5), (5, "select", 5, 5), (6, "select", 0, 3), (9, "select", 3, 3)])
-    assert [re.search(r"select: \S+", l).group(0) for l in lines] == ["select: 0/5", "select: 5/5", "select: 0/3",
-                                                                       "select: 3/3"]
+    assert [not_none(re.search(r"select: \S+", l)).group(0) for l in lines] == ["select: 0/5", "select: 5/5",
+                                                                                 "select: 0/3", "select: 3/3"]
     assert "1 head sets/s" in lines[3]  # 3 sets in the 3 s since the round began
 
 

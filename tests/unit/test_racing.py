@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,7 +82,7 @@ def test_race_key_orders_exactly_like_selection_ranking_key():
             correct = rng.random(n) < 0.5
             scores.append(HeadScore.compare(h, correct, intact))
             keys[h] = race_key(h, int(correct.sum()), int((intact & ~correct).sum()), int(intact.sum()))
-        assert [s.heads for s in sorted(scores, key=ranking_key)] == sorted(keys, key=keys.get)
+        assert [s.heads for s in sorted(scores, key=ranking_key)] == sorted(keys, key=keys.__getitem__)
 
 
 # -- exact mode ------------------------------------------------------------------------
@@ -147,8 +148,8 @@ def test_exact_mode_returns_the_exhaustive_pool_on_random_instances(seed):
     outcomes = {h: flipped(rng, intact, r) for h, r in zip(heads_of(count), rates, strict=True)}
     for h in list(outcomes)[: count // 3]:  # exact copies of other heads: ties everywhere
         outcomes[h] = outcomes[list(outcomes)[-1]].copy()
-    cuts = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(0, 8))),
-                              replace=False)) if n > 1 else []
+    cuts: np.ndarray | list[int] = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(0, 8))),
+                                                      replace=False)) if n > 1 else []
     schedule = np.diff([0, *cuts, n]).tolist()
     order = rng.permutation(n) if seed % 2 else None
     result = check_exact(outcomes, intact, p, schedule=schedule, order=order)
@@ -237,7 +238,7 @@ def test_pool_agreement():
 ])
 def test_bad_input_names_what_is_wrong(change, message):
     heads = heads_of(4)
-    args = dict(heads=heads, intact=np.ones(10, dtype=bool), p=2)
+    args: dict[str, Any] = dict(heads=heads, intact=np.ones(10, dtype=bool), p=2)
     args.update(change)
     table = Table({h: np.ones(10, dtype=bool) for h in heads})
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -51,9 +51,8 @@ def _stage_arg(call: ast.Call, position: int) -> str | None:
     for kw in call.keywords:
         if kw.arg == "stage" and isinstance(kw.value, ast.Constant):
             return str(kw.value.value)
-    if len(call.args) > position and isinstance(call.args[position], ast.Constant):
-        return str(call.args[position].value)
-    return None
+    arg = call.args[position] if len(call.args) > position else None
+    return str(arg.value) if isinstance(arg, ast.Constant) else None
 
 
 def _function(path: Path, name: str) -> ast.FunctionDef:

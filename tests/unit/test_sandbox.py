@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def native(program: str, limits: SandboxLimits = FAST) -> sandbox.SandboxResult:
 
 def sandbox_user_process(token: str) -> subprocess.Popen:
     """A process unrelated to any sandbox, of the user sandboxed programs run as, with ``token`` in its command line."""
-    kwargs = {"user": 65534, "group": 65534, "extra_groups": []} if ROOT else {}
+    kwargs: dict[str, Any] = {"user": 65534, "group": 65534, "extra_groups": []} if ROOT else {}
     return subprocess.Popen(["sh", "-c", "sleep 60; :", token], **kwargs)
 
 

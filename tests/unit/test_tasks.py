@@ -27,6 +27,7 @@ def test_registry_lists_tasks_and_suggests():
 def test_generator_formats_and_ranges(sub):
     examples = generate(sub, 300, seed=0)
     for e in examples:
+        assert e.target is not None
         assert e.context.startswith("Question: What is ") and e.context.endswith("?\nAnswer:")
         assert e.target.startswith(" ") and not e.target.startswith("  ")
         question = e.context[len("Question: What is "):-len("?\nAnswer:")]
@@ -91,6 +92,7 @@ def test_generator_1dc_reads_like_the_official_data():
         match = ONE_DC.match(e.context)
         assert match, e.context
         a, o1, b, o2, c = match.groups()
+        assert e.target is not None
         assert eval(f"({a} {o1} {b}) {o2} {c}") == int(e.target)  # noqa: S307 - our own arithmetic
 
 
@@ -127,6 +129,7 @@ def test_hellaswag_fixture_preprocessing():
     pools = task.load_pools()
     ex = pools.discovery[0]
     assert ex.context == "Making tea: A person boils water in a kettle. (0) They"
+    assert ex.choices is not None and pools.heldout is not None
     assert ex.choices[0] == "pour the water into a cup. with a tea bag."  # ' [title]' -> '. ', brackets removed
     assert ex.label == 0 and len(pools.heldout) == 5
 
@@ -138,6 +141,7 @@ def test_mbpp_fixture_prompt():
     ex = splits.heldout[0]
     assert ex.context.startswith("You are an expert Python programmer, and here is your task: ")
     assert ex.context.endswith("[BEGIN]\n") and "Your code should pass these tests:\n\n" in ex.context
+    assert splits.shots[0].shot_text is not None
     assert splits.shots[0].shot_text.endswith("\n[DONE]")
 
 

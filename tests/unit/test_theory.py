@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from _support import not_none
 from jaxtyping import TypeCheckError
 
 from celtk.runstore import dumps
@@ -59,10 +60,12 @@ def test_closed_form_equals_literal_attention(setting):
     for _ in range(3):
         theta = rng.normal(scale=0.8, size=(4, setting.n_heads, 3))
         r_a, r_b = risks(coefficients(theta).sum(0), setting)
+        assert isinstance(r_a, float) and isinstance(r_b, float)  # one aggregate w: the risks are numbers
         t = torch.tensor(theta, requires_grad=True)
         l_a, l_b = literal_risks(t, setting)
         ((l_a + l_b) / 4).backward()
         assert abs(l_a.item() - r_a) < 1e-10 and abs(l_b.item() - r_b) < 1e-10
+        assert t.grad is not None
         assert np.abs(t.grad.numpy() - grad_joint(theta, setting)).max() < 1e-10
 
 
@@ -100,7 +103,7 @@ def test_null_controls_fail_discriminating_checks_and_pass_the_symmetric_one(tra
         shared=CheckVerdicts(localisation=False, deletion=False, symmetry=True),
     )
     assert checks.untrained.localisation.localised_fraction == 0.0
-    assert abs(checks.untrained.deletion.delta_a_mean) < 0.01 * s.t ** 2  # deleting a tiny head does nothing
+    assert abs(not_none(checks.untrained.deletion.delta_a_mean)) < 0.01 * s.t ** 2  # deleting a tiny head does nothing
     # shared: deleting one of three equal heads moves R_A by (4t² + b²)/9 − t², not −t²
     assert checks.shared.deletion.delta_a_mean == pytest.approx((4 * s.t ** 2 + s.b ** 2) / 9 - s.t ** 2, abs=1e-4)
 
@@ -119,7 +122,7 @@ def test_symmetric_check_can_fail():
     c = coefficients(init(300, s, 0.1, 3))
     c[:, 0] *= 10  # head 0 wins nearly every feature: not exchangeable
     sym = symmetry(c, s)
-    assert not sym.passes and sym.holm_min_p < 1e-6 and not sym.pr_e.ci_contains_predicted
+    assert not sym.passes and not_none(sym.holm_min_p) < 1e-6 and not sym.pr_e.ci_contains_predicted
 
 
 def test_checks_refuse_too_few_seeds():
@@ -129,9 +132,9 @@ def test_checks_refuse_too_few_seeds():
     c[:, 1] = [0, s.b, 0]
     c[:, 2] = [0, 0, s.c]
     d = deletion(c, s)
-    assert d.n_on_e == 5 and not d.passes and "insufficient" in d.reason
+    assert d.n_on_e == 5 and not d.passes and "insufficient" in not_none(d.reason)
     assert localisation(c, s).localised_fraction == 1.0 and not localisation(c, s).passes
-    assert not symmetry(c, s).passes and "insufficient" in symmetry(c, s).reason
+    assert not symmetry(c, s).passes and "insufficient" in not_none(symmetry(c, s).reason)
     assert symmetry(c[:0], s).uniform_p is None and not symmetry(c[:0], s).passes
 
 
@@ -142,10 +145,11 @@ def test_deletion_effect_settles_after_a_checkpoint(trained):
     assert [r.step for r in rows] == list(CHECKPOINTS)
     assert all(r.n_on_e >= MIN_SEEDS for r in rows)
     t2 = s.t ** 2
-    assert abs(rows[0].delta_a_mean) < 0.01 * t2 and not rows[0].passes  # at initialisation: no effect
-    assert 0 < traj.settled_step < CHECKPOINTS[-1]
-    assert all(r.passes == (r.step >= traj.settled_step) for r in rows)
-    effect = [r.delta_a_mean for r in rows]
+    assert abs(not_none(rows[0].delta_a_mean)) < 0.01 * t2 and not rows[0].passes  # at initialisation: no effect
+    settled = not_none(traj.settled_step)
+    assert 0 < settled < CHECKPOINTS[-1]
+    assert all(r.passes == (r.step >= settled) for r in rows)
+    effect = [not_none(r.delta_a_mean) for r in rows]
     # neighbouring checkpoints: zipped with the list shifted by one, which is one shorter
     assert all(later <= earlier + 1e-3 for earlier, later in zip(effect, effect[1:], strict=False))  # grows towards −t²
     assert rows[-1].delta_a_mean == pytest.approx(-t2, rel=0.02)
@@ -157,6 +161,7 @@ def test_checkpoints_equal_a_run_stopped_there():
     theta0 = init(6, s, 0.1, 7)
     long = train(theta0, s, 0.2, max_steps=600, checkpoints=(0, 300))
     short = train(theta0, s, 0.2, max_steps=300)
+    assert long.snapshots is not None
     np.testing.assert_array_equal(long.snapshots[300], short.c)
     np.testing.assert_array_equal(long.snapshots[0], coefficients(theta0))
 
@@ -178,7 +183,7 @@ def test_run_theory_small_has_every_field_and_no_nan(tmp_path):
     assert doc.loser_growth.alphas == [0.12, 0.24] and len(doc.loser_growth.median_ratio) == 2
     assert doc.deletion_settled_step in (1000, 20_000)
     assert doc.settings[0].checks.trained.deletion.n_on_e >= MIN_SEEDS
-    assert [(tmp_path / name).read_bytes()[:4] for name in doc.settings[0].figures] == [b"\x89PNG"] * 5
+    assert [(tmp_path / name).read_bytes()[:4] for name in not_none(doc.settings[0].figures)] == [b"\x89PNG"] * 5
     # the document round-trips through its file: the same record back, and the same bytes again
     again = TheoryDocument.from_json(json.loads(text))
     assert again == doc and dumps(again.to_json()) == dumps(doc.to_json())
@@ -229,7 +234,7 @@ def test_losers_grow_by_an_alpha_independent_factor():
     # … and is not 1: losers do not stay at their initial size, they change by an α-independent factor
     assert all(m > 1.5 for m in sweep.growth_median)
     assert all(q[0] < 1 < 5 < q[1] for q in sweep.growth_quartiles)
-    assert sweep.residual_a[0] < sweep.residual_a[-1]
+    assert not_none(sweep.residual_a[0]) < not_none(sweep.residual_a[-1])
 
 
 def test_theory_runs_without_torch_and_loads_the_literal_form_on_use():
