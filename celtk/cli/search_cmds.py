@@ -74,7 +74,7 @@ def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed)
     heads.add_column("head")
     heads.add_column("frequency", justify="right")
     for head, freq in list(doc.head_frequency.items())[:15]:
-        heads.add_row(head, f"{freq:.0%}")
+        heads.add_row(str(head), f"{freq:.0%}")
     console().print(heads)
     table = Table(title=f"Distinct selections on {doc.n_heldout} held-out examples "
                         f"(intact {doc.heldout_intact_accuracy:.1%}); held-out figures marked 'exploratory' "

@@ -183,10 +183,14 @@ TASK = Codec(TaskRecord, "an object of task settings (Task.config())", TaskRecor
 SPLITS = Codec(SplitManifest, "a split manifest (Splits.manifest())", SplitManifest.to_json, SplitManifest.from_json)
 
 
+KEYS = -1  # a coded field's depth for an object whose keys are the coded values (e.g. a frequency per head)
+
+
 def coded(codec: Codec, *, depth: int = 0, omit_none: bool = False, default_factory: Any = MISSING) -> Any:
-    """A field holding parsed values (:class:`Head`, :class:`HeadSet`, :class:`Correctness`): one, or
-    lists nested ``depth`` deep. :meth:`Record.from_json` decodes it, :meth:`Record.to_json` encodes it,
-    and a record built with the on-disk form instead (a string for a head) is refused."""
+    """A field holding parsed values (:class:`Head`, :class:`HeadSet`, :class:`Correctness`): one, lists
+    nested ``depth`` deep, or (``depth=KEYS``) the keys of an object whose values are kept as they are.
+    :meth:`Record.from_json` decodes it, :meth:`Record.to_json` encodes it, and a record built with the
+    on-disk form instead (a string for a head) is refused."""
     metadata = {"codec": codec, "depth": depth, "omit_none": omit_none}
     if omit_none:
         return field(default=None, metadata=metadata)
@@ -196,6 +200,10 @@ def coded(codec: Codec, *, depth: int = 0, omit_none: bool = False, default_fact
 def _map(function: Callable[[Any], Any], value: Any, depth: int) -> Any:
     if value is None:
         return None
+    if depth == KEYS:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {type(value).__name__}")
+        return {function(k): v for k, v in value.items()}
     if depth == 0:
         return function(value)
     if not isinstance(value, list):
@@ -206,9 +214,16 @@ def _map(function: Callable[[Any], Any], value: Any, depth: int) -> Any:
 def _check(value: Any, codec: Codec, depth: int) -> bool:
     if value is None:
         return True
+    if depth == KEYS:
+        return isinstance(value, dict) and all(isinstance(k, codec.kind) for k in value)
     if depth == 0:
         return isinstance(value, codec.kind)
     return isinstance(value, (list, tuple)) and all(_check(v, codec, depth - 1) for v in value)
+
+
+def _where(depth: int, before: str = "", after: str = "") -> str:
+    """Where a coded field's values sit, for messages: nothing for one value."""
+    return "" if depth == 0 else f"{before}{'as object keys' if depth == KEYS else 'in lists'}{after}"
 
 
 def rows(kind: type, *, default: Any = MISSING) -> Any:
@@ -249,7 +264,7 @@ class Record:
             codec = f.metadata.get("codec")
             if codec is not None and not _check(getattr(self, f.name), codec, f.metadata["depth"]):
                 raise ArgumentError(f"{type(self).__name__}.{f.name} holds parsed values ({codec.kind.__name__}"
-                                f"{', in lists' if f.metadata['depth'] else ''}), got {_short(getattr(self, f.name))}; "
+                                f"{_where(f.metadata['depth'], ', ')}), got {_short(getattr(self, f.name))}; "
                                 f"the file's form ({codec.shape}) is read by {type(self).__name__}.from_json.")
 
     def to_json(self) -> dict[str, Any]:
@@ -278,7 +293,7 @@ class Record:
                     values[name] = _map(codec.decode, value, known[name].metadata["depth"])
                 except (HeadError, RunStoreError, TypeError, ValueError) as error:
                     raise RunStoreError(f"{where or cls.__name__}: field {name!r} should hold {codec.shape}"
-                                        f"{' (in lists)' if known[name].metadata['depth'] else ''}, got "
+                                        f"{_where(known[name].metadata['depth'], ' (', ')')}, got "
                                         f"{_short(value)} ({error}); it was not written by celtk. "
                                         "Rerun the stage that writes it.") from None
                 continue
@@ -684,7 +699,7 @@ class StabilityDocument(Document):
     seed: int
     reference_selection: HeadSet = coded(HEADS)
     reference_frequency: float
-    head_frequency: dict[str, float]
+    head_frequency: dict[Head, float] = coded(HEAD, depth=KEYS)  # most often chosen first
     mean_pairwise_jaccard: float
     n_distinct_selections: int
     heldout_gain_over_resamples: dict[str, float]  # mean, min, q05, median, q95, max

@@ -57,7 +57,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
         for heads in distinct:
             cmp = compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot, seed=session.config.seed)
             rows.append(StableSelection(
-                heads=heads, frequency=result.subset_frequency.get(str(heads), 0.0),
+                heads=heads, frequency=result.subset_frequency.get(heads, 0.0),
                 is_reference=heads == result.reference, discovery_gain=float(full[heads].mean() - run.intact.mean()),
                 heldout_gain=defined(cmp.gain, "gain"), heldout_gain_ci=list(defined(cmp.gain_ci, "gain CI")),
                 heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), exploratory=heads != frozen))

@@ -18,7 +18,7 @@ import numpy as np
 from jaxtyping import Bool, Int
 
 from celtk.errors import ConfigError
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.search.scores import HeadScore
 from celtk.search.strategies import SearchResult, get_strategy
 
@@ -27,8 +27,8 @@ from celtk.search.strategies import SearchResult, get_strategy
 class StabilityResult:
     selections: list[HeadSet]  # one per resample
     reference: HeadSet  # the selection on the whole discovery set
-    head_frequency: dict[str, float]
-    subset_frequency: dict[str, float]
+    head_frequency: dict[Head, float]  # most often chosen first
+    subset_frequency: dict[HeadSet, float]
     mean_jaccard: float
     reference_frequency: float
     n_resamples: int
@@ -76,13 +76,13 @@ def stability(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"],
 
     reference = run(None).best.heads
     selections = [run(idx).best.heads for idx in resample_indices(len(intact), n_resamples, method, fraction, seed)]
-    heads = Counter(str(h) for s in selections for h in s.heads)
-    subsets = Counter(str(s) for s in selections)
+    heads = Counter(h for s in selections for h in s.heads)
+    subsets = Counter(selections)
     pairs = [jaccard(a, b) for a, b in combinations(selections, 2)]
     return StabilityResult(
         selections=selections, reference=reference,
         head_frequency={h: c / n_resamples for h, c in heads.most_common()},
         subset_frequency={s: c / n_resamples for s, c in subsets.most_common()},
-        mean_jaccard=float(np.mean(pairs)), reference_frequency=subsets[str(reference)] / n_resamples,
+        mean_jaccard=float(np.mean(pairs)), reference_frequency=subsets[reference] / n_resamples,
         n_resamples=n_resamples, method=method, n_evaluations=len(scored),
     )

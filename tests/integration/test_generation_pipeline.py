@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from celtk.ablation import ablate
 from celtk.errors import ConfigError
 from celtk.evaluation.generation import generate_greedy
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.run import run_all, run_screen, run_select, run_stability, run_test
 from celtk.run.screen import merge_shards
 
@@ -116,7 +116,7 @@ def test_stability_and_report_on_generate_run(generate_run, planted_generate):
     out, _ = generate_run
     model, _ = planted_generate
     doc = run_stability(out, resamples=3, p=4, k=2, model=model, n_boot=200)
-    assert doc.head_frequency[PLANTED] == 1.0
+    assert doc.head_frequency[Head.parse(PLANTED)] == 1.0
     page = write_report(out)
     assert PLANTED in page.read_text()
 

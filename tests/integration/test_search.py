@@ -168,13 +168,13 @@ def test_a_ranker_is_one_function_plus_one_registry_line(planted_run):
 def test_stability_on_planted_head(planted_run):
     model, out = planted_run
     doc = run_stability(out, resamples=6, method="bootstrap", p=4, k=2, model=model, n_boot=200)
-    assert doc.head_frequency["L1H2"] == 1.0
+    assert doc.head_frequency[Head(1, 2)] == 1.0
     assert 0 < doc.mean_pairwise_jaccard <= 1
     assert len(doc.per_resample) == 6 and doc.n_distinct_selections == len({tuple(s) for s in doc.per_resample})
     assert all(r.heldout_gain > 0 for r in doc.selections if "L1H2" in r.heads)
     assert json.loads((out / "stability.json").read_text()) == doc.to_json()
     sub = run_stability(out, resamples=4, method="subsample", fraction=0.5, p=4, k=2, model=model, n_boot=200)
-    assert sub.resampling == "subsample" and sub.head_frequency["L1H2"] == 1.0
+    assert sub.resampling == "subsample" and sub.head_frequency[Head(1, 2)] == 1.0
 
 
 def test_cli_verbs_beyond_the_paper(planted, tmp_path):

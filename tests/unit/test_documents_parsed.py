@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -72,14 +73,25 @@ def test_selection_diagnostics_stability_calibration_and_looks_round_trip():
     assert DiagnosticsDocument.from_json(diagnostics.to_json()) == diagnostics
     stability = StabilityDocument(
         strategy="greedy", p=2, k=2, resampling="bootstrap", n_resamples=2, fraction=None, seed=0,
-        reference_selection=b, reference_frequency=0.5, head_frequency={"L1H2": 1.0}, mean_pairwise_jaccard=0.5,
+        reference_selection=b, reference_frequency=0.5, head_frequency={Head(1, 2): 1.0}, mean_pairwise_jaccard=0.5,
         n_distinct_selections=2, heldout_gain_over_resamples={}, heldout_intact_accuracy=0.5, n_heldout=4,
         selections=[StableSelection(heads=a, frequency=0.5, is_reference=False, discovery_gain=0.1, heldout_gain=0.0,
                                     heldout_gain_ci=[0.0, 0.0], heldout_mcnemar_p=1.0)],
         per_resample=[a, b])
     data = stability.to_json()
     assert data["per_resample"] == [["L1H2"], ["L1H2", "L14H8"]] and data["reference_selection"] == ["L1H2", "L14H8"]
+    assert data["head_frequency"] == {"L1H2": 1.0}
     assert StabilityDocument.from_json(data) == stability
+    # an object keyed by heads keeps its order (most often chosen first) and refuses keys that are not head names
+    ordered = replace(stability, head_frequency={Head(14, 8): 1.0, Head(2, 0): 0.5, Head(10, 0): 0.5})
+    assert list(ordered.to_json()["head_frequency"]) == ["L14H8", "L2H0", "L10H0"]
+    assert list(StabilityDocument.from_json(ordered.to_json()).head_frequency) == [Head(14, 8), Head(2, 0), Head(10, 0)]
+    for bad in ({"layer one": 1.0}, ["L1H2"]):
+        with pytest.raises(RunStoreError, match=r"field 'head_frequency' should hold a head name .*\(as object keys\)"):
+            StabilityDocument.from_json({**data, "head_frequency": bad})
+    object.__setattr__(ordered, "head_frequency", {"L1H2": 1.0})
+    with pytest.raises(TypeError, match=r"head_frequency holds parsed values \(Head, as object keys\), got"):
+        ordered.__post_init__()
     calibration = CalibrationDocument(null="random-heads", repeats=1, seed=0, n_candidates=3, set_size=2,
                                       null_discovery_gains=[0.1], null_heldout_gains=[0.0], observed_discovery_gain=0.2,
                                       observed_heldout_gain=None, p_value=0.5, validity="valid", null_sets=[b])
