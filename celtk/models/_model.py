@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 import torch
+from jaxtyping import Shaped
 
 from celtk.errors import ArchitectureError
 from celtk.heads import HeadSet
@@ -132,13 +133,13 @@ class Model:
         config = self._hf_config()
         return next((k for k in CONTEXT_KEYS if isinstance(getattr(config, k, None), int)), "config")
 
-    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+    def hf_state_dict(self) -> dict[str, Shaped[torch.Tensor, ...]]:  # every weight: any shape and dtype
         """The weights under their plain HF names (the bridge's wrapper names stripped)."""
         from transformers import AutoModelForCausalLM
 
         with torch.device("meta"):
             expected = set(AutoModelForCausalLM.from_config(self.hf_model.config).state_dict())
-        out: dict[str, torch.Tensor] = {}
+        out: dict[str, Shaped[torch.Tensor, ...]] = {}
         for key, value in self.hf_model.state_dict().items():
             clean = key.replace("._original_component", "").replace("_original_component.", "")
             if clean in expected and clean not in out:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from jaxtyping import Float
 
 from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.errors import ConfigError, RunStoreError
@@ -104,7 +105,7 @@ def _check_reproduces_test(out: Path, test: TestDocument, intact: EvalResult, re
                             "set differently from test.json; ask on the test's setup.")
 
 
-def _correct_logprobs(result: EvalResult, session: Session) -> np.ndarray | None:
+def _correct_logprobs(result: EvalResult, session: Session) -> Float[np.ndarray, " example"] | None:
     """Per example, the summed target log-probability (the correct choice's); ``None`` for generation."""
     values = []
     for r, example in zip(result.examples, session.splits.heldout, strict=True):

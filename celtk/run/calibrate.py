@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jaxtyping import Int
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
@@ -97,7 +98,7 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
         return _random_heads(rd, sel, base, n_candidates, model, progress)
 
 
-def _discordant(rd: RunDirectory, sel: SelectionDocument) -> np.ndarray:
+def _discordant(rd: RunDirectory, sel: SelectionDocument) -> Int[np.ndarray, " candidate"]:
     """fixes + damage of every candidate the search scored: each screened head and each ranked set."""
     counts = screen_discordant(rd.load(ScreenDocument))
     counts.update({r.heads: r.fixes + r.damage for r in sel.ranking})

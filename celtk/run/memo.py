@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
@@ -40,7 +41,7 @@ class SetMemo:
     """
 
     @validated
-    def __init__(self, directory: Path, intact: np.ndarray,
+    def __init__(self, directory: Path, intact: Bool[np.ndarray, " example"],
                  screener: Callable[[], CachedScreener | GenerationScreener],
                  progress: Progress | None = None, stage: str = "select", key: str | None = None) -> None:
         directory = Path(directory)
@@ -49,9 +50,9 @@ class SetMemo:
         self.directory, self._screener = directory, screener
         self._instance: CachedScreener | GenerationScreener | None = None
         self.progress, self.stage = progress, stage
-        self.known: dict[HeadSet, np.ndarray] = load_subset_parts(directory, intact)
+        self.known: dict[HeadSet, Bool[np.ndarray, " example"]] = load_subset_parts(directory, intact)
 
-    def __call__(self, sets: list[HeadSet]) -> dict[HeadSet, np.ndarray]:
+    def __call__(self, sets: list[HeadSet]) -> dict[HeadSet, Bool[np.ndarray, " example"]]:
         """Correctness (bool ``[n]``) of each set in ``sets``, scoring only those not known yet."""
         missing = [s for s in dict.fromkeys(sets) if s not in self.known]
         if missing:
@@ -91,9 +92,10 @@ def claim_parts(directory: Path, key: str) -> None:
     atomic_write_text(marker, key + "\n")
 
 
-def load_subset_parts(parts: Path, intact: np.ndarray) -> dict[HeadSet, np.ndarray]:
+def load_subset_parts(parts: Path, intact: Bool[np.ndarray, " example"]
+                      ) -> dict[HeadSet, Bool[np.ndarray, " example"]]:
     """Set outcomes finished by an earlier, interrupted search (one file per batch and start layer)."""
-    known: dict[HeadSet, np.ndarray] = {}
+    known: dict[HeadSet, Bool[np.ndarray, " example"]] = {}
     for path in sorted(parts.glob("*.json")) if parts.is_dir() else []:
         doc = read_json(path)
         try:

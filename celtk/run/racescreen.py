@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from jaxtyping import Bool, Int
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
@@ -89,13 +90,14 @@ class ChunkScorer:
     """
 
     def __init__(self, session: Session, parts: Path, progress: Progress | None, total: int,
-                 intact: np.ndarray) -> None:
+                 intact: Bool[np.ndarray, " example"]) -> None:
         self.session, self.parts, self.progress, self.total = session, parts, progress, total
         self.intact = np.asarray(intact, dtype=bool)
         self.prepared = session.prepared("discovery")
         self.chunk, self.done, self.evaluated = 0, 0, 0
 
-    def __call__(self, heads: list[HeadSet], indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
+    def __call__(self, heads: list[HeadSet], indices: Int[np.ndarray, " chunk"]
+                 ) -> dict[HeadSet, Bool[np.ndarray, " chunk"]]:
         chunk, self.chunk = self.chunk, self.chunk + 1
         known = self._stored(chunk, indices)
         missing = [h for h in heads if h not in known]
@@ -118,7 +120,8 @@ class ChunkScorer:
             self.evaluated += len(missing)
         return {h: known[h] for h in heads}
 
-    def _check_intact(self, chunk: int, indices: np.ndarray, correct: np.ndarray) -> None:
+    def _check_intact(self, chunk: int, indices: Int[np.ndarray, " chunk"], correct: Bool[np.ndarray, " chunk"]
+                      ) -> None:
         expected = self.intact[indices]
         if not np.array_equal(correct, expected):
             differ = int((correct != expected).sum())
@@ -128,8 +131,8 @@ class ChunkScorer:
                                 "against another baseline. "
                                 "Screen exhaustively (--screen exhaustive), or race in float32.")
 
-    def _stored(self, chunk: int, indices: np.ndarray) -> dict[HeadSet, np.ndarray]:
-        known: dict[HeadSet, np.ndarray] = {}
+    def _stored(self, chunk: int, indices: Int[np.ndarray, " chunk"]) -> dict[HeadSet, Bool[np.ndarray, " chunk"]]:
+        known: dict[HeadSet, Bool[np.ndarray, " chunk"]] = {}
         for path in sorted(self.parts.glob(f"chunk{chunk}-L*.json")):
             part = read_json(path)
             if part["indices"] != indices.tolist():

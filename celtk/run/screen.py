@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk._version import __version__
 from celtk.errors import ConfigError, RunStoreError
@@ -50,7 +51,8 @@ def shard_dir(out: Path, shard: tuple[int, int] | None) -> Path:
     return out if shard is None else out / f"shard-{shard[0]}-of-{shard[1]}"
 
 
-def screen_row(heads: HeadSet, correct: np.ndarray, intact: np.ndarray, scored: np.ndarray | None = None) -> ScreenRow:
+def screen_row(heads: HeadSet, correct: Bool[np.ndarray, " example"], intact: Bool[np.ndarray, " example"],
+               scored: Bool[np.ndarray, " example"] | None = None) -> ScreenRow:
     """One head's row from its correctness (bool ``[n]``) on the examples ``scored`` (bool ``[n]``;
     ``None``: all). A racing screen's head dropped early has figures on its scored examples only,
     ``-`` for the rest of its bits, and ``n_scored`` set; a head scored on every example has it unset."""

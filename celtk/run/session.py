@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from jaxtyping import Bool
 
 from celtk.ablation_kinds import AblationKind
 from celtk.errors import ConfigError
@@ -172,7 +173,7 @@ def session_for(document: ScreenDocument | SelectionDocument, model: Model | Non
     return Session.open(RunConfig.from_dict(stored | overrides, type(document).FILE), model)
 
 
-def load_screen(out: Path) -> tuple[ScreenDocument, np.ndarray, list[HeadScore]]:
+def load_screen(out: Path) -> tuple[ScreenDocument, Bool[np.ndarray, " example"], list[HeadScore]]:
     """A merged screen: the document, the intact correctness (bool ``[n]``) and one score per head
     (of a racing screen: per head scored on every example, the pool among them)."""
     doc = RunDirectory(out).screen()
@@ -190,7 +191,7 @@ class ScreenedRun:
 
     out: Path
     screen: ScreenDocument
-    intact: np.ndarray  # bool [n_discovery]
+    intact: Bool[np.ndarray, " example"]  # on the discovery set
     scores: list[HeadScore]  # one per head, in screen order (racing screens: the heads scored on every example)
     session: Session
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Float, Int
 
 from celtk.ablation import ablate, as_ablation
 from celtk.errors import CeltkError, ConfigError
@@ -208,8 +209,8 @@ def data_source(session: Session) -> str:
     return session.config.data or session.splits.source
 
 
-def _rows(comparisons: list[tuple[Variant, Session, np.ndarray, np.ndarray]], n_boot: int,
-          seed: int) -> list[TransferRow]:
+def _rows(comparisons: list[tuple[Variant, Session, Bool[np.ndarray, " _example"], Bool[np.ndarray, " _example"]]],
+          n_boot: int, seed: int) -> list[TransferRow]:
     """One row per variant; Holm across the rows whose McNemar p is defined."""
     stats = [compare_paired(a, b, n_boot=n_boot, seed=seed) for _, _, a, b in comparisons]
     defined = [i for i, s in enumerate(stats) if s.mcnemar_p is not None]
@@ -238,15 +239,14 @@ def bos_id(tokenizer: Any) -> int | None:
     return bos if bos is not None and len(with_special) > len(plain) and with_special[0] == bos else None
 
 
-def window_nll(model: Model, text: str, window: int = 128) -> tuple[np.ndarray, np.ndarray]:
+def window_nll(model: Model, text: str, window: int = 128
+               ) -> tuple[Float[np.ndarray, " window"], Int[np.ndarray, " window"]]:
     """Summed next-token NLL (nats) and predicted-token count of each ``window``-token piece of ``text``.
 
     Where the tokenizer begins a text with BOS (Llama, Gemma), every window begins with it, as the
     model saw text in training, and all of the window's tokens are predicted; otherwise a window's
     first token is its context.
 
-    Returns:
-        (float [n_windows], int [n_windows]).
     """
     bos = bos_id(model.tokenizer)
     ids = torch.tensor(model.tokenizer(text, add_special_tokens=False).input_ids, dtype=torch.long)
@@ -262,7 +262,7 @@ def window_nll(model: Model, text: str, window: int = 128) -> tuple[np.ndarray, 
         nll = -torch.log_softmax(logits, dim=-1).gather(1, tokens[1:, None].to(device)).squeeze(1)
         sums.append(float(nll.sum()))
         counts.append(len(tokens) - 1)
-    return np.array(sums), np.array(counts)
+    return np.array(sums, dtype=float), np.array(counts, dtype=int)
 
 
 def read_plain_text(path: str | Path) -> str:
