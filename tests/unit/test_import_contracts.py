@@ -70,8 +70,9 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     # evaluation refuses, before any pass, a batch that would not fit; the estimate is planning's (celtk plan's)
     # model of activations. Moving the memory model below evaluation is item 5's next step.
     ("celtk.evaluation", "celtk.planning.plan"): "check_memory before scoring",
-    # the report and the analysis read run documents and the held-out log: they sit above run in practice. The
-    # fix is the RunDirectory of issue 25 item 2 exposing documents from a layer below run (or report moving up).
+    # the report and the analysis read run documents and the held-out log: they sit above run in practice. The way
+    # out (docs/architecture.md): documents and the run directory's read side on a floor below the stages, or the
+    # report above run (celtk.run re-exports run_attributes/run_compare, so the analysis cannot simply move up).
     ("report", "run"): "the report renders run documents",
     ("analysis", "run"): "attributes/compare read the run's documents and open its session",
     # the theory's results are documents: its Document base class lives in celtk.run.documents
