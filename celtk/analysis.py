@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from celtk.circuits import compare_with_circuit, critical_and_enhancing, head_attribute_scores, load_circuit
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import (
     HEAD,
     SCHEMA_VERSION,
@@ -203,7 +204,6 @@ def _selected_heads(out: Path) -> HeadSet:
 def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, batch: int = 8,
                    seed: int = 0) -> HeadAttributesDocument:
     """Previous-token, duplicate-token and induction scores of every head of the run's model."""
-    from celtk.run.directory import RunDirectory
     from celtk.run.session import session_for
 
     out = Path(out)
