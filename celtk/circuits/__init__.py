@@ -103,6 +103,10 @@ def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selectio
         raise HeadError(f"Circuit {circuit.name!r} is for a {circuit.n_layers} × {circuit.n_heads} model "
                         f"({circuit.model}); this run's model is {n_layers} × {n_heads}. Compare with a circuit "
                         "found on a model of the same shape.")
+    strays = [h for h in [*selection, *ranking] if not isinstance(h, Head)]
+    if strays:
+        raise HeadError(f"compare_with_circuit takes heads (celtk.heads.Head), got {strays[0]!r}; parse names "
+                        "with Head.parse.")
     population = n_layers * n_heads
     marked = set(circuit.roles)
 

@@ -61,6 +61,8 @@ class ModelChecks:
     heldout: bool = False  # it looks: the held-out set drawn is the contract's, disjoint from the discovery set
     baseline: str | None = None  # "intact": the intact discovery outcomes are screen.json's; "null": and no ablation's
     frozen: bool = False  # it scores the frozen selection: the discovery set's hash and the shots are the selection's
+    tested: bool = False  # it rescores the test's examples: the held-out set drawn is the one test.json scored
+    records: bool = True  # it writes fingerprint.json where the directory has none (the stages that always did)
 
 
 # every stage that reads a run directory, and what it checks once the model is loaded
@@ -68,12 +70,12 @@ MODEL_CHECKS = {
     "select": ModelChecks(baseline="null"),
     "test": ModelChecks(heldout=True, baseline="intact", frozen=True),
     "stability": ModelChecks(heldout=True, baseline="null"),
-    "transfer": ModelChecks(heldout=True),
+    "transfer": ModelChecks(heldout=True, records=False),
     "calibrate": ModelChecks(heldout=True),
-    "ablations": ModelChecks(heldout=True, baseline="intact", frozen=True),
-    "eval": ModelChecks(heldout=True),
+    "ablations": ModelChecks(heldout=True, baseline="intact", frozen=True, tested=True),
+    "eval": ModelChecks(heldout=True, records=False),
     "altscreen": ModelChecks(),
-    "attributes": ModelChecks(),
+    "attributes": ModelChecks(records=False),
 }
 STAGES = tuple(MODEL_CHECKS)
 
@@ -252,7 +254,7 @@ class RunDirectory:
         * ``test``: a frozen selection searched on this directory's screen, and no test yet unless ``force`` (the
           first test is returned);
         * ``transfer``, ``ablations``: a tested selection (for ``ablations`` the test must be of this selection);
-        * ``calibrate``: a selection (and its test, where there is one);
+        * ``calibrate``: a selection searched on this directory's screen (and its test, where there is one);
         * ``stability``, ``eval``, ``altscreen``, ``attributes``: nothing more.
 
         The model-side checks follow once the session is drawn (:meth:`admit`)."""
@@ -277,8 +279,11 @@ class RunDirectory:
             test = self.require_tested("celtk ablations")
             check_test_matches_selection(self.path, test, selection)
             return Admission(selection=selection, test=test)
-        if stage == "calibrate":
-            return Admission(selection=self.load(SelectionDocument), test=self.load_if(TestDocument))
+        if stage == "calibrate":  # its nulls mix the selection's statistic with the screen's scores
+            selection = self.load(SelectionDocument)
+            if self.has(ScreenDocument):
+                check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
+            return Admission(selection=selection, test=self.load_if(TestDocument))
         return Admission()
 
     def admit(self, stage: str | None, session: Session, document: ScreenDocument | SelectionDocument) -> None:
@@ -287,13 +292,15 @@ class RunDirectory:
 
         * weights: the loaded model's weight hash is the run's;
         * task: the session's task is the document's;
-        * settings: ``fingerprint.json`` (written by the screen) equals the session's fingerprint;
+        * settings: ``fingerprint.json`` (written by the screen) equals the session's fingerprint (eval, transfer and
+          attributes compare it where there is one, and never write one);
         * discovery: the discovery set drawn now is the screen's (its ids) and, for a stage that scores the frozen
           selection, the selection's (its hash and shots);
         * baseline: the intact model scores the discovery set as ``screen.json`` stored (``select`` and
           ``stability``: also through the ablated path, under no ablation), so a run has one baseline;
         * held-out, for every stage that looks: the held-out set drawn is the contract's and shares no example
-          with the discovery set.
+          with the discovery set, and for ``ablations``, which rescores the test's examples, the one ``test.json``
+          scored.
         """
         if stage is not None and stage not in MODEL_CHECKS:
             raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
@@ -305,7 +312,8 @@ class RunDirectory:
                                 f"used {document.model.weight_hash}. Load the same weights, or start a new run.")
         if TaskRecord(session.task.config()) != document.task:
             raise RunStoreError(f"{name} was made for task {document.task.name!r}, not {session.task.full_name!r}.")
-        check_fingerprint(self.file("fingerprint.json"), session.fingerprint(), source=name)
+        if checks.records or self.file("fingerprint.json").exists():
+            check_fingerprint(self.file("fingerprint.json"), session.fingerprint(), source=name)
         manifest = session.splits.manifest()
         if isinstance(document, ScreenDocument) and [e.id for e in session.splits.discovery] != document.discovery_ids:
             raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
@@ -315,6 +323,11 @@ class RunDirectory:
             self._check_baseline(session, self.load(ScreenDocument).intact_correct, null=checks.baseline == "null")
         if checks.heldout:
             self.check_heldout(manifest, session.splits.heldout, document)
+        if checks.tested and self.has(TestDocument):
+            tested = self.load(TestDocument).heldout_hash
+            if manifest.heldout_hash != tested:
+                raise RunStoreError(f"The held-out set drawn now (hash {manifest.heldout_hash}) is not the one "
+                                    f"test.json scored ({tested}); the task data or split settings changed.")
 
     @staticmethod
     def _check_frozen(manifest: SplitManifest, selection: SelectionDocument) -> None:

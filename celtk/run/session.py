@@ -62,11 +62,15 @@ class Session:
         """The tokenised ``discovery`` or ``heldout`` split (an :class:`celtk.evaluation.prompts.Prepared`): an
         example longer than the model's context is refused, and so is a plain pass over it (the least
         any stage does with it) that the device's free memory cannot hold."""
-        examples = self.splits.discovery if which == "discovery" else self.splits.heldout
-        prepared = prepare(self.model, self.task, examples, self.splits.shots, self.config.chat, self.config.chat_date)
+        prepared = self._tokenised(which)
         if self.task.kind != "generate" and isinstance(self.config.batch_size, int):
             check_memory(self.model, prepared, self.config.batch_size, cached=False, what=f"Scoring the {which} set")
         return prepared
+
+    def _tokenised(self, which: str) -> Prepared:
+        """:meth:`prepared` without the memory check: for hashing prompts, which runs no pass."""
+        examples = self.splits.discovery if which == "discovery" else self.splits.heldout
+        return prepare(self.model, self.task, examples, self.splits.shots, self.config.chat, self.config.chat_date)
 
     def screener(self, which: str) -> CachedScreener | GenerationScreener:
         """A :class:`celtk.screening.cached.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
@@ -91,9 +95,10 @@ class Session:
 
     def batch_sizes(self, prepared: Prepared) -> tuple[int, int | None]:
         """The batch size for ``prepared`` and the cached screener's rows per pass (``None``: its default), resolved
-        here for every stage: the configured size, or under ``batch_size = "auto"`` what fits half the device's
-        free memory (:func:`celtk.screening.cached.auto_batch`); a generation-graded task, which has no
-        teacher-forced requests to size, takes 16 under "auto"."""
+        here for the screeners and the streamed test passes: the configured size, or under ``batch_size = "auto"``
+        what fits half the device's free memory (:func:`celtk.screening.cached.auto_batch`); a generation-graded
+        task, which has no teacher-forced requests to size, takes 16 under "auto". (The gradient rankers take 8
+        under "auto", since they also hold a backward pass; ``eval`` takes its own ``batch_size``.)"""
         if isinstance(self.config.batch_size, int):
             return self.config.batch_size, None
         if self.task.kind == "generate":
@@ -135,7 +140,7 @@ class Session:
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
                 "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
                 "discovery": self.splits.manifest().discovery_hash, "shots": [s.id for s in self.splits.shots],
-                "prompt_hash": prepared_hash(self.prepared("discovery")), "share_prefix_exact": True,
+                "prompt_hash": prepared_hash(self._tokenised("discovery")), "share_prefix_exact": True,
                 "screen": c.screen, **racing, **kind}
 
 

@@ -73,6 +73,9 @@ def test_compare_counts_overlap_and_ranks():
     assert report["mean_rank_by_chance"] == 72.5
     with pytest.raises(HeadError, match="12 × 12 model .* this run's model is 30 × 9"):
         compare_with_circuit(ioi, 30, 9, [], heads(*ranking))
+    # head names instead of heads would silently overlap nothing: refused (by jaxtyping's checker under pytest)
+    with pytest.raises((TypeError, HeadError)):
+        compare_with_circuit(ioi, 12, 12, ["L9H9"], heads(*ranking))  # type: ignore[list-item]  # deliberately names
 
 
 def test_scores_from_exact_patterns():

@@ -103,6 +103,9 @@ def test_the_model_checks_cover_what_each_stage_scores():
     assert {s for s, c in MODEL_CHECKS.items() if c.frozen} == {"test", "ablations"}  # they score selection.json
     assert MODEL_CHECKS["select"].baseline == MODEL_CHECKS["stability"].baseline == "null"
     assert MODEL_CHECKS["altscreen"] == ModelChecks()
+    assert {s for s, c in MODEL_CHECKS.items() if c.tested} == {"ablations"}  # it rescores the test's examples
+    # the stages that never wrote fingerprint.json still do not (they compare one where there is one)
+    assert {s for s, c in MODEL_CHECKS.items() if not c.records} == {"eval", "transfer", "attributes"}
 
 
 def test_unknown_stage_is_refused_with_the_stages_named(tmp_path):
