@@ -50,6 +50,11 @@ class RunStoreError(CeltkError):
     """A run directory is unreadable, locked, or belongs to another configuration."""
 
 
+class NothingToFreezeError(CeltkError):
+    """The search found no head set that gains on the discovery set, so no selection was frozen (and the
+    held-out set was not spent on one); the message says why and what to try."""
+
+
 class ConfigError(CeltkError, ValueError):
     """A configuration value is invalid (k > p, unknown key, bad dtype or device...)."""
 

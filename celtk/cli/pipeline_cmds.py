@@ -100,6 +100,14 @@ def _print_screen(doc: ScreenDocument, top: int = 10) -> None:
     if doc.config.get("synthetic"):
         console().print(f"[bold yellow]Synthetic data:[/] {doc.config.get('preset') or 'these'} settings on celtk's "
                         "generated data, not the official rows (synthetic = true in config.json).")
+    from celtk.run.select import screen_regime
+
+    regime = screen_regime(doc.intact_accuracy, doc.n)
+    if regime:
+        console().print(f"[bold yellow]{regime}[/]")
+    if not any(r.gain_count > 0 for r in doc.complete_rows()):
+        console().print("[bold yellow]No single head gains on the discovery set when removed[/]: a subset may still "
+                        "(select searches them), but a selection that gains nothing is not frozen.")
     if doc.racing:
         race = doc.racing
         dropped = len(doc.dropped_rows())
@@ -118,6 +126,9 @@ def _print_selection(doc: SelectionDocument) -> None:
         looks = ", ".join(f"{look.what} (look {look.seq})" for look in doc.prior_looks or []) or "the test"
         console().print("[bold red]Selected again after the held-out set was looked at (--force: " + looks + "): the "
                         "held-out set is no longer untouched for this selection.[/]")
+    if doc.forced_no_gain:
+        console().print("[bold red]Frozen with --force although it gains nothing on the discovery set: a test of it "
+                        "looks for an effect the search did not find.[/]")
     if doc.strategy == "algorithm1":
         console().print(f"Selected [bold]{doc.heads}[/] from pool {', '.join(map(str, doc.pool or []))} "
                         f"({doc.n_evaluated_subsets} subsets evaluated): {change}. "
@@ -199,9 +210,14 @@ def _progress_units(config) -> dict:
 def screen_cmd(config_file, out, shard, **flags) -> None:
     """Stage 1: ablate every head alone on the discovery set (resumable); --screen racing: only until it
     cannot enter the top p."""
-    from celtk.run.screen import parse_shard, run_screen
+    from celtk.run.screen import parse_shard, run_screen, stored_screen
 
     config = resolve_config(config_file, _flags(**flags))
+    stored = stored_screen(config, Path(out), shard=parse_shard(shard))
+    if stored is not None:
+        _stored_note("screen.json", Path(out))
+        _print_screen(stored)
+        return
     with progress_bar(**_progress_units(config)) as progress:
         doc = run_screen(config, Path(out), shard=parse_shard(shard), progress=progress)
     _print_screen(doc)
@@ -216,11 +232,32 @@ def merge_cmd(out) -> None:
     _print_screen(merge_shards(Path(out)))
 
 
+def _out_options(fn):
+    """A run directory as the argument OUT or as ``--out OUT`` (the word every verb that writes a run uses)."""
+    fn = click.option("--out", "out_option", default=None, type=click.Path(file_okay=False, exists=True),
+                      help="Run directory (the same as the argument OUT).")(fn)
+    return click.argument("out", required=False, type=click.Path(file_okay=False, exists=True))(fn)
+
+
+def _run_dir(out: str | None, out_option: str | None) -> Path:
+    if out is not None and out_option is not None and Path(out).resolve() != Path(out_option).resolve():
+        raise click.UsageError(f"Two run directories given: OUT {out!r} and --out {out_option!r}; give one.")
+    if out is None and out_option is None:
+        raise click.UsageError("Missing the run directory: give it as OUT or --out OUT.")
+    return Path(out if out is not None else out_option)  # type: ignore[arg-type]  # one of them is set (above)
+
+
+def _stored_note(what: str, path: Path) -> None:
+    console().print(f"[bold]{path}/{what} is already there for these settings[/]: nothing was recomputed or "
+                    "rewritten. The stored result:")
+
+
 @click.command("select")
-@click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Candidate pool size (algorithm1).")
-@click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True, help="Largest subset size.")
+@_out_options
+@click.option("--p", "p", type=click.IntRange(min=1), default=None,
+              help="Candidate pool size (algorithm1; default: the run's p, 10 unless it was set).")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help="Largest subset size (default: the run's k, 3 unless it was set).")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True,
               help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads "
                    "(no pool, --p unused).")
@@ -228,31 +265,49 @@ def merge_cmd(out) -> None:
 @click.option("--heldout", type=click.IntRange(min=1), default=None,
               help="Held-out examples frozen with the selection, which every test scores (default: as configured).")
 @click.option("--force", is_flag=True, default=False,
-              help="Reselect after the held-out set has been looked at (recorded in selection.json, the held-out log "
-                   "and the report).")
-def select_cmd(out, p, k, strategy, width, heldout, force) -> None:
-    """Stage 2: search for the best head set, freeze it and its held-out set in OUT/selection.json."""
-    from celtk.run.select import run_select
+              help="Reselect after the held-out set has been looked at, or freeze a selection that gains nothing on "
+                   "the discovery set (recorded in selection.json, the held-out log and the report).")
+def select_cmd(out, out_option, p, k, strategy, width, heldout, force) -> None:
+    """Stage 2: search for the best head set, freeze it and its held-out set in OUT/selection.json (a selection
+    already frozen with these options is printed, not searched again)."""
+    from celtk.run.config import recorded_config
+    from celtk.run.select import run_select, stored_selection
 
+    path = _run_dir(out, out_option)
+    recorded = recorded_config(path)
+    p = p if p is not None else recorded.p if recorded else 10
+    k = k if k is not None else recorded.k if recorded else 3
+    stored = None if force else stored_selection(path, p=p, k=k, strategy=strategy, width=width, heldout=heldout)
+    if stored is not None:
+        _stored_note("selection.json", path)
+        _print_selection(stored)
+        return
     with progress_bar() as progress:
-        doc = run_select(Path(out), p=p, k=k, strategy=strategy, width=width, heldout=heldout, force=force,
+        doc = run_select(path, p=p, k=k, strategy=strategy, width=width, heldout=heldout, force=force,
                          progress=progress)
     _print_selection(doc)
 
 
 @click.command("test")
-@click.argument("out", type=click.Path(file_okay=False, exists=True))
+@_out_options
 @click.option("--heldout", type=click.IntRange(min=1), default=None,
               help="Held-out examples: must equal the size frozen with the selection (default: that size).")
 @click.option("--force", is_flag=True, default=False,
               help="Look again after the first test: test.json keeps the first result and lists every look.")
-def test_cmd(out, heldout, force) -> None:
-    """Held-out comparison of the frozen selection with the intact model (once: the first test is the result)."""
-    from celtk.run.test import run_test
+def test_cmd(out, out_option, heldout, force) -> None:
+    """Held-out comparison of the frozen selection with the intact model (once: the first test is the result; a
+    rerun prints it)."""
+    from celtk.run.test import run_test, stored_test
 
+    path = _run_dir(out, out_option)
+    stored = None if force else stored_test(path, heldout)
+    if stored is not None:
+        _stored_note("test.json", path)
+        _print_test(stored, path)
+        return
     with progress_bar() as progress:
-        doc = run_test(Path(out), heldout=heldout, force=force, progress=progress)
-    _print_test(doc, Path(out))
+        doc = run_test(path, heldout=heldout, force=force, progress=progress)
+    _print_test(doc, path)
 
 
 @click.command("run")
@@ -270,11 +325,14 @@ def run_cmd(config_file, out, **flags) -> None:
     config = resolve_config(config_file, _flags(**flags))
     with progress_bar(**_progress_units(config)) as progress:
         result = run_all(config, Path(out), progress=progress)
+    if result.stored:
+        console().print(f"[bold]{out} already holds this run, finished[/] (screen.json, selection.json, test.json for "
+                        "these settings): nothing was recomputed or rewritten. The stored results:")
     _print_screen(result.screen)
     _print_selection(result.selection)
     _print_test(result.test)
-    console().print(f"Done in {result.seconds:.0f} s. Results in {out}/ (screen.json, selection.json, "
-                    "diagnostics.json, test.json).")
+    took = f"Computed in {result.seconds:.0f} s when it ran" if result.stored else f"Done in {result.seconds:.0f} s"
+    console().print(f"{took}. Results in {out}/ (screen.json, selection.json, diagnostics.json, test.json).")
 
 
 COMMANDS = [screen_cmd, merge_cmd, select_cmd, test_cmd, run_cmd]

@@ -53,15 +53,22 @@ def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
 @click.option("--fraction", type=FiniteFloatRange(0, 1, min_open=True), default=0.5, show_default=True,
               help="Subsample size as a fraction (subsample).")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True)
-@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--k", "k", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--p", "p", type=click.IntRange(min=1), default=None,
+              help="Candidate pool size (default: the run's p, 10 unless it was set).")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help="Largest subset size (default: the run's k, 3 unless it was set).")
 @click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Resampling seed.")
 def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed) -> None:
     """How stable is the selection across resamples of the discovery set? (OUT/stability.json)"""
     from rich.table import Table
 
+    from celtk.run.config import recorded_config
     from celtk.run.stability import run_stability
+
+    recorded = recorded_config(Path(out))
+    p = p if p is not None else recorded.p if recorded else 10
+    k = k if k is not None else recorded.k if recorded else 3
 
     quiet_libraries()
     with progress_bar() as progress:

@@ -30,8 +30,9 @@ _EXPORTS = {
     "SetMemo": "memo",
     "AltscreenDocument": "documents", "DiagnosticsDocument": "documents", "ScreenDocument": "documents",
     "SelectionDocument": "documents", "StabilityDocument": "documents", "TestDocument": "documents",
-    "merge_shards": "screen", "parse_shard": "screen", "run_screen": "screen",
-    "run_select": "select", "run_test": "test", "run_altscreen": "altscreen", "run_stability": "stability",
+    "merge_shards": "screen", "parse_shard": "screen", "run_screen": "screen", "stored_screen": "screen",
+    "run_select": "select", "stored_selection": "select", "run_test": "test", "stored_test": "test",
+    "run_altscreen": "altscreen", "run_stability": "stability",
     "run_eval": "eval", "EvalDocument": "documents", "RunResult": "full", "run_all": "full",
     "run_ablation_kinds": "ablations", "AblationKindsDocument": "documents",
     "run_transfer": "transfer", "variant_grid": "transfer", "Variant": "transfer", "TransferDocument": "documents",
@@ -79,9 +80,9 @@ if TYPE_CHECKING:
     from celtk.run.full import RunResult, run_all
     from celtk.run.handle import Run
     from celtk.run.memo import SetMemo
-    from celtk.run.screen import merge_shards, parse_shard, run_screen
-    from celtk.run.select import run_select
+    from celtk.run.screen import merge_shards, parse_shard, run_screen, stored_screen
+    from celtk.run.select import run_select, stored_selection
     from celtk.run.session import ScreenedRun, Session, load_screen, open_run, session_for
     from celtk.run.stability import run_stability
-    from celtk.run.test import run_test
+    from celtk.run.test import run_test, stored_test
     from celtk.run.transfer import Variant, run_transfer, variant_grid

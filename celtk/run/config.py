@@ -15,7 +15,7 @@ from typing import Any
 
 import tomllib
 
-from celtk.errors import ConfigError
+from celtk.errors import ConfigError, RunStoreError
 from celtk.run.presets import check_paper_data, preset_names, preset_values
 from celtk.run.registry import SCREENS
 from celtk.validation import check_fields, check_value
@@ -126,6 +126,39 @@ class RunConfig:
         return values
 
 
+# Settings that never change a result (the run's fingerprint leaves them out): a run reopened or rerun may give
+# other values. ``preset`` only names where unset values came from; the values themselves are compared.
+NEUTRAL_SETTINGS = ("batch_size", "device", "preset", "celtk_version")
+# Settings the screen does not read (an exhaustive screen ignores p; no screen reads k).
+SEARCH_SETTINGS = ("p", "k")
+
+
+def differing_settings(stored: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = NEUTRAL_SETTINGS
+                       ) -> list[str]:
+    """The keys of two recorded settings (:meth:`RunConfig.recorded`) whose values differ, ``ignore`` aside."""
+    return sorted(k for k in set(stored) | set(now) if k not in ignore and stored.get(k) != now.get(k))
+
+
+def as_flags(values: dict[str, Any], keys: list[str]) -> str:
+    """``keys`` of recorded settings as the command-line flags that give them (``--discovery 100 --no-chat``)."""
+    shown = []
+    for key in keys:
+        value, flag = values.get(key, getattr(RunConfig(), key, None)), "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            shown.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, list):
+            shown.extend(f"{flag} {v}" for v in value)
+        elif value is not None:
+            shown.append(f"{flag} {value}")
+    return " ".join(shown)
+
+
+def describe_differences(stored: dict[str, Any], now: dict[str, Any], keys: list[str], *, then: str = "stored",
+                         given: str = "now") -> str:
+    """``"discovery: stored 100, now 200; seed: stored 1, now 0"`` for ``keys``."""
+    return "; ".join(f"{k}: {then} {stored.get(k)!r}, {given} {now.get(k)!r}" for k in keys)
+
+
 def check_type(key: str, value: Any, annotation: str, where: str = "config") -> None:
     """Refuse ``value`` unless it has a type named in ``annotation`` (e.g. ``"int | str"``), by the
     shared validator (:func:`celtk.validation.check_value`).
@@ -166,3 +199,20 @@ def resolve_config(config_file: str | Path | None = None, overrides: dict[str, A
     if values.get("preset") is not None:
         values = preset_values(values["preset"], values.get("task")) | values
     return RunConfig.from_dict(values, where=str(config_file) if config_file else "overrides")
+
+
+def recorded_config(out: Path) -> RunConfig | None:
+    """The settings a run directory recorded (``config.json``, else ``screen.json``'s), or ``None`` for a new one."""
+    for name, key in (("config.json", None), ("screen.json", "config")):
+        path = Path(out) / name
+        if path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as error:
+                raise RunStoreError(f"{path} cannot be read as JSON ({error}); it is not a run's settings file. "
+                                    "Point Run at a run directory celtk wrote, or at a new directory.") from None
+            values = data.get(key) if key else data
+            if not isinstance(values, dict):
+                raise RunStoreError(f"{path} holds no settings object; point Run at a run directory celtk wrote.")
+            return RunConfig.from_dict({k: v for k, v in values.items() if k != "celtk_version"}, str(path))
+    return None

@@ -469,9 +469,18 @@ class ScreenDocument(Document):
         return self.task.name
 
     def results_digest(self) -> str:
-        """SHA-256 of what the screen found (everything but ``config``, whose batch size or device may
-        differ between two calls that screen the same run): what a selection records it was searched on."""
-        results = {k: v for k, v in self.to_json().items() if k != "config"}
+        """SHA-256 of what the screen found, what a selection records it was searched on: the model, task, splits
+        and every outcome. Not ``config`` (batch size or device may differ between two calls that screen the same
+        run) nor ``null_ablation`` (a float diagnostic of the two paths' agreement, not a result a search reads)."""
+        return self._digest(("config", "null_ablation"))
+
+    def results_digests(self) -> tuple[str, str]:
+        """:meth:`results_digest`, and the digest a selection written before this rule recorded (``null_ablation``
+        included): a selection matches this screen when its ``screen_digest`` is either."""
+        return self.results_digest(), self._digest(("config",))
+
+    def _digest(self, leave_out: tuple[str, ...]) -> str:
+        results = {k: v for k, v in self.to_json().items() if k not in leave_out}
         return hashlib.sha256(json.dumps(results, sort_keys=True).encode()).hexdigest()
 
 
@@ -557,6 +566,7 @@ class SelectionDocument(Document):
     flagged_interactions: list[Interaction] | None = field(default=None,
                                                            metadata={"omit_none": True, "rows": Interaction})
     forced_after_test: bool | None = optional()  # reselected with force=True after a look at the held-out set
+    forced_no_gain: bool | None = optional()  # frozen with force=True although its discovery gain is ≤ 0
     discovery_gain_note: str = DISCOVERY_GAIN_NOTE
     heldout: HeldoutContract | None = optional_record(HeldoutContract)  # None: frozen before celtk kept the contract
     screen_digest: str | None = optional()  # ScreenDocument.results_digest() of the screen it was searched on

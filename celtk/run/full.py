@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,9 +11,9 @@ from pathlib import Path
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig
 from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
-from celtk.run.screen import run_screen
-from celtk.run.select import run_select
-from celtk.run.test import run_test
+from celtk.run.screen import run_screen, stored_screen
+from celtk.run.select import run_select, stored_selection
+from celtk.run.test import run_test, stored_test
 from celtk.runstore import write_json
 from celtk.search.strategies import get_strategy
 from celtk.validation import check_fields
@@ -24,6 +25,7 @@ class RunResult:
     selection: SelectionDocument
     test: TestDocument
     seconds: float
+    stored: bool = False  # every stage was already finished with these settings: nothing was computed or written
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -32,28 +34,34 @@ class RunResult:
 def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> RunResult:
     """Every stage of Algorithm 1 on ``out`` with ``config`` (each resumes if interrupted);
-    ``config.p`` and ``config.k`` are checked before the model loads. Writes ``run_timing.json``."""
+    ``config.p`` and ``config.k`` are checked before the model loads. Writes ``run_timing.json``.
+
+    A finished stage is not run again: a stored screen of the same settings, a selection frozen with
+    ``config``'s p and k on it, and the test of that selection are read back. When all three are there the
+    run is returned as stored (``stored=True``) without loading a model or writing a file."""
     get_strategy("algorithm1").check(k=config.k, p=config.p)
     started = time.time()
-    model = model or load_model(config.model, device=config.device, dtype=config.dtype)
-    screen = run_screen(config, Path(out), model=model, progress=progress)
-    # a frozen selection is not searched again, and a tested run not tested again: its held-out set was looked at once
     out = Path(out)
-    selection = SelectionDocument.load(out) if _selected(out, config) else None
-    if selection is None:
-        selection = run_select(out, p=config.p, k=config.k, model=model, progress=progress)
-    test = (TestDocument.load(out) if (out / TestDocument.FILE).exists()
-            else run_test(out, model=model, progress=progress))
+    screen = stored_screen(config, out, model=model)
+    selection = stored_selection(out, p=config.p, k=config.k) if screen is not None else None
+    test = stored_test(out) if selection is not None else None
+    if screen is not None and selection is not None and test is not None:
+        return RunResult(screen, selection, test, _stored_seconds(out), stored=True)
+    model = model or load_model(config.model, device=config.device, dtype=config.dtype)
+    screen = screen or run_screen(config, out, model=model, progress=progress)
+    # a frozen selection is not searched again, and a tested run not tested again: its held-out set was looked at once
+    selection = (selection or stored_selection(out, p=config.p, k=config.k)
+                 or run_select(out, p=config.p, k=config.k, model=model, progress=progress))
+    test = test or stored_test(out) or run_test(out, model=model, progress=progress)
     seconds = time.time() - started
-    write_json(Path(out) / "run_timing.json", {"wall_seconds": round(seconds, 1)})
+    write_json(out / "run_timing.json", {"wall_seconds": round(seconds, 1)})
     return RunResult(screen, selection, test, seconds)
 
 
-def _selected(out: Path, config: RunConfig) -> bool:
-    """Whether ``out`` holds an Algorithm 1 selection with ``config``'s p and k (else run_select decides:
-    another p or k after a look at the held-out set is refused there)."""
-    if not (out / SelectionDocument.FILE).exists():
-        return False
-    selection = SelectionDocument.load(out)
-    fresh = selection.screen_digest in (None, ScreenDocument.load(out).results_digest())  # None: an older celtk's
-    return fresh and selection.strategy == "algorithm1" and (selection.p, selection.k) == (config.p, config.k)
+def _stored_seconds(out: Path) -> float:
+    """The wall time the run recorded when it was computed (0 when it recorded none)."""
+    path = out / "run_timing.json"
+    try:
+        return float(json.loads(path.read_text(encoding="utf-8"))["wall_seconds"]) if path.exists() else 0.0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0

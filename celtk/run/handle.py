@@ -14,7 +14,10 @@ verb's options as keyword arguments, and returns the document the stage writes
     >>> len(screen.heads) == model.n_layers * model.n_heads
     True
     >>> selection = run.select()                           # celtk select OUT (p and k: the config's)
-    >>> 1 <= len(selection.heads) <= 2
+    Traceback (most recent call last):
+    celtk.errors.NothingToFreezeError: No head set gains on the discovery set: ...
+    >>> selection = run.select(force=True)                 # a tiny random model gains nothing: freeze it anyway
+    >>> 1 <= len(selection.heads) <= 2 and selection.forced_no_gain
     True
     >>> test = run.test(n_boot=200)                        # celtk test OUT
     >>> test.n, test.heads == selection.heads
@@ -43,7 +46,6 @@ refused before anything is computed:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -53,9 +55,9 @@ import celtk.run as stages
 from celtk.errors import ConfigError, RunStoreError, TaskError
 from celtk.heads import HeadSet
 from celtk.report import write_report
-from celtk.run.config import RunConfig
+from celtk.run.config import RunConfig, recorded_config
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import SelectionDocument
+from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.tasks import continuation_delimiter
 from celtk.validation import validated
 
@@ -87,23 +89,6 @@ def load_model(source: str, *, device: str, dtype: str) -> Model:
     from celtk.models import load_model as load
 
     return load(source, device=device, dtype=dtype)
-
-
-def recorded_config(out: Path) -> RunConfig | None:
-    """The settings a run directory recorded (``config.json``, else ``screen.json``'s), or ``None`` for a new one."""
-    for name, key in (("config.json", None), ("screen.json", "config")):
-        path = Path(out) / name
-        if path.exists():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as error:
-                raise RunStoreError(f"{path} cannot be read as JSON ({error}); it is not a run's settings file. "
-                                    "Point Run at a run directory celtk wrote, or at a new directory.") from None
-            values = data.get(key) if key else data
-            if not isinstance(values, dict):
-                raise RunStoreError(f"{path} holds no settings object; point Run at a run directory celtk wrote.")
-            return RunConfig.from_dict({k: v for k, v in values.items() if k != "celtk_version"}, str(path))
-    return None
 
 
 def check_same_settings(out: Path, recorded: RunConfig, given: RunConfig) -> None:
@@ -209,6 +194,23 @@ class Run:
             raise ConfigError(f"No example {example!r} in this run's discovery or held-out set; ids look like {shown}.")
         return found[example]
 
+    # ---- the results so far (None until the stage has run) ------------------------------------------
+
+    @property
+    def screen_result(self) -> ScreenDocument | None:
+        """``screen.json``'s document, or ``None`` before the screen (what :meth:`screen` returns once it ran)."""
+        return RunDirectory(self.out).load_if(ScreenDocument)
+
+    @property
+    def selection(self) -> SelectionDocument | None:
+        """``selection.json``'s document (the frozen heads and held-out set), or ``None`` before :meth:`select`."""
+        return RunDirectory(self.out).load_if(SelectionDocument)
+
+    @property
+    def test_result(self) -> TestDocument | None:
+        """``test.json``'s document (the run's first test), or ``None`` before :meth:`test`."""
+        return RunDirectory(self.out).load_if(TestDocument)
+
     # ---- the stages, one per CLI verb ------------------------------------------------------------
 
     @validated
@@ -216,6 +218,10 @@ class Run:
                progress: Progress | None = None) -> ScreenDocument:
         """``celtk screen``: every head ablated alone on the discovery set (``layers``: only those layers'
         heads, for a quick look; ``shard``: ``"i/N"``, the slice written to ``OUT/shard-i-of-N``)."""
+        stored = stages.stored_screen(self.config, self.out, shard=stages.parse_shard(shard), layers=layers,
+                                      model=self._model)
+        if stored is not None:
+            return stored
         return stages.run_screen(self.config, self.out, shard=stages.parse_shard(shard), model=self.model,
                                  progress=progress, layers=layers)
 
@@ -228,14 +234,22 @@ class Run:
                heldout: int | None = None, force: bool = False, progress: Progress | None = None) -> SelectionDocument:
         """``celtk select``: search for the best head set and freeze it with its held-out set (``p`` and ``k``
         default to the run's settings)."""
-        return stages.run_select(self.out, p=self.config.p if p is None else p, k=self.config.k if k is None else k,
-                                 strategy=strategy, width=width, heldout=heldout, model=self.model, force=force,
-                                 progress=progress)
+        p, k = self.config.p if p is None else p, self.config.k if k is None else k
+        stored = None if force else stages.stored_selection(self.out, p=p, k=k, strategy=strategy, width=width,
+                                                            heldout=heldout)
+        if stored is not None:
+            return stored
+        return stages.run_select(self.out, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
+                                 model=self.model, force=force, progress=progress)
 
     @validated
     def test(self, *, heldout: int | None = None, n_boot: int = 10_000, force: bool = False,
              progress: Progress | None = None) -> TestDocument:
-        """``celtk test``: the frozen selection against the intact model on the held-out set (once)."""
+        """``celtk test``: the frozen selection against the intact model on the held-out set (once: a second call
+        returns the first test, scoring nothing, unless ``force``)."""
+        stored = None if force else stages.stored_test(self.out, heldout)
+        if stored is not None:
+            return stored
         return stages.run_test(self.out, heldout=heldout, model=self.model, n_boot=n_boot, force=force,
                                progress=progress)
 

@@ -99,7 +99,7 @@ def check_selection_matches_screen(out: Path, selection: SelectionDocument, scre
     """``selection.json`` must have been searched on this directory's ``screen.json`` (the same bytes,
     where the selection recorded them)."""
     digest = getattr(selection, "screen_digest", None)
-    if digest is not None and digest != screen.results_digest():
+    if digest is not None and digest not in screen.results_digests():
         raise RunStoreError(f"{Path(out) / 'selection.json'} was searched on another screen.json than the one in {out} "
                             "(the screen was rerun or extended since): select again, in a new run directory if the "
                             "held-out set was looked at.")

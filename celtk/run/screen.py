@@ -20,7 +20,14 @@ from celtk._version import __version__
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
-from celtk.run.config import RunConfig
+from celtk.run.config import (
+    NEUTRAL_SETTINGS,
+    SEARCH_SETTINGS,
+    RunConfig,
+    as_flags,
+    describe_differences,
+    differing_settings,
+)
 from celtk.run.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.run.integrity import check_screen_complete
 from celtk.run.registry import SCREENS
@@ -77,11 +84,46 @@ class ScreenOutcome:
     evaluated: int = 0  # heads scored by this call (fewer on a resume)
 
 
+def stored_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = None,
+                  layers: Sequence[int] | None = None, model: Model | None = None) -> ScreenDocument | None:
+    """The finished screen in ``out`` (or its ``shard``) when ``config`` asks for that same screen, else ``None``;
+    read before any model loads. A directory screened with other settings is refused here, naming them.
+
+    "The same screen": every setting a result depends on equal to the recorded one (batch size, device and the
+    preset's name aside, and p and k, which an exhaustive screen does not read), and the same ``layers``. With a
+    ``model`` given, its weights and the prompts it tokenises are also compared with ``fingerprint.json``;
+    without one nothing is loaded, and the first stage that computes makes that check."""
+    directory = shard_dir(Path(out), shard)
+    if not (directory / ScreenDocument.FILE).exists():
+        return None
+    document = ScreenDocument.load(directory)
+    stored, now = document.config, config.recorded()
+    unread = ("k",) if stored.get("screen") == "racing" == config.screen else SEARCH_SETTINGS
+    keys = differing_settings(stored, now, NEUTRAL_SETTINGS + unread)
+    if keys:
+        detail = describe_differences(stored, now, keys)
+        raise RunStoreError(f"{directory} holds results of a different configuration ({detail}). "
+                            "Results are never mixed, and nothing was changed: rerun with the stored settings "
+                            f"({as_flags(stored, keys)}), or give these settings a new run directory (--out).")
+    if document.layers != (sorted(set(layers)) if layers is not None else None):
+        return None
+    fingerprint = directory / "fingerprint.json"
+    if model is not None and fingerprint.exists():
+        check_fingerprint(fingerprint, Session.open(config, model).fingerprint())
+    return document
+
+
 def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = None, model: Model | None = None,
                progress: Progress | None = None, layers: Sequence[int] | None = None) -> ScreenDocument:
     """Every single head (or this shard's slice; or only those in ``layers``, for a quick look) on the
     discovery set, by the screen ``config.screen`` names (exhaustive, or racing for the top ``config.p``);
-    writes ``screen.json`` and ``screen.csv``; resumes from the parts of an interrupted screen."""
+    writes ``screen.json`` and ``screen.csv``; resumes from the parts of an interrupted screen.
+
+    A finished screen of the same settings is returned as stored (:func:`stored_screen`): nothing is
+    recomputed or rewritten, and no model is loaded for it."""
+    stored = stored_screen(config, out, shard=shard, layers=layers, model=model)
+    if stored is not None:
+        return stored
     directory = shard_dir(Path(out), shard)
     screen = SCREENS.get(config.screen)
     if shard is not None and not 0 <= shard[0] < shard[1]:

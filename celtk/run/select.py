@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from celtk._version import __version__
+from celtk.errors import NothingToFreezeError
 from celtk.models import Model
 from celtk.run.directory import RunDirectory, record
 from celtk.run.documents import (
@@ -16,6 +17,7 @@ from celtk.run.documents import (
     HeldoutContract,
     Interaction,
     RankedSet,
+    ScreenDocument,
     SelectionDocument,
     TestDocument,
 )
@@ -42,6 +44,9 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     out = Path(out)
     search = get_strategy(strategy)
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
+    stored = None if force else stored_selection(out, p=p, k=k, strategy=strategy, width=width, heldout=heldout)
+    if stored is not None:
+        return stored
     rd = RunDirectory(out)
     with rd.lock():
         whole = None if strategy == "algorithm1" else f"{strategy} search"
@@ -50,12 +55,70 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
         result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)
         document = _selection_document(run, result, p, k)
+        if document.discovery_gain <= 0:
+            if not force:
+                raise NothingToFreezeError(no_gain_reason(document))
+            document = replace(document, forced_no_gain=True)
         if prior or rd.has(TestDocument):
             document = replace(document, forced_after_test=True, prior_looks=[record(look) for look in prior])
             rd.log.note("select-forced", heads=document.heads.names(), after_looks=[look.seq for look in prior])
         document.save(out)
         _diagnostics_document(result).save(out)
         return document
+
+
+def stored_selection(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
+                     heldout: int | None = None) -> SelectionDocument | None:
+    """The frozen selection in ``out`` when a select with these options would search for it again: the same
+    strategy and options, the held-out size it froze (``heldout``, when given), and searched on this directory's
+    screen as it stands. ``None`` otherwise (then :func:`run_select` decides: after a look, another search is
+    refused unless forced). Reads files only; loads no model."""
+    out = Path(out)
+    rd = RunDirectory(out)
+    if not rd.has(SelectionDocument) or not rd.has(ScreenDocument):
+        return None
+    rd.verify()
+    selection = rd.load(SelectionDocument)
+    named = "greedy" if strategy == "beam" and width == 1 else strategy
+    options = {"algorithm1": {"p": p}, "greedy": {"width": 1}, "beam": {"width": width}}.get(named)
+    if (selection.strategy, selection.k) != (named, k) or selection.strategy_options != options:
+        return None
+    if heldout is not None and (selection.heldout is None or selection.heldout.n != heldout):
+        return None
+    digest = selection.screen_digest
+    if digest is not None and digest not in rd.load(ScreenDocument).results_digests():
+        return None
+    return selection
+
+
+def no_gain_reason(selection: SelectionDocument) -> str:
+    """Why a selection that gains nothing on the discovery set is not frozen, and what to do instead."""
+    n = len(selection.discovery_ids)
+    intact = selection.intact_discovery_accuracy
+    regime = screen_regime(intact, n)
+    return (f"No head set gains on the discovery set: the best of the {selection.n_evaluations} sets scored, "
+            f"{selection.heads}, changes accuracy by {100 * selection.discovery_gain:+.1f} points "
+            f"({intact:.1%} intact).{' ' + regime if regime else ''} Nothing was frozen and the held-out set is "
+            "untouched: a test of this selection could only spend the run's one look on no effect. Try a task or "
+            "subtask where the model is neither at the floor nor at the ceiling (`celtk eval` shows its accuracy), "
+            "more discovery examples, or other shots; or freeze it anyway with force=True (`--force`), which "
+            "selection.json records (forced_no_gain).")
+
+
+def screen_regime(intact_accuracy: float, n: int) -> str | None:
+    """A plain sentence when the intact model is at the floor (below 5 %) or the ceiling (above 95 %) of a task:
+    then few examples can change, and an ablation's gain is hard to see or impossible."""
+    right = round(intact_accuracy * n)
+    if intact_accuracy < FLOOR:
+        return (f"The intact model is at the floor of this task ({right} of {n} discovery examples right, below "
+                f"{FLOOR:.0%}): an ablation that helps has almost nothing to build on.")
+    if intact_accuracy > CEILING:
+        return (f"The intact model is at the ceiling of this task ({right} of {n} discovery examples right, above "
+                f"{CEILING:.0%}): at most {n - right} examples can be gained.")
+    return None
+
+
+FLOOR, CEILING = 0.05, 0.95
 
 
 def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) -> SelectionDocument:

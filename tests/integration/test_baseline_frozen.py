@@ -13,6 +13,7 @@ from celtk.errors import RunStoreError
 from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.run import run_screen, run_select, run_stability, run_test
+from celtk.run.documents import SelectionDocument
 from celtk.run.heldout import HeldoutLog
 from celtk.screening.cached import CachedScreener, screen_plain
 from celtk.tasks import get_task, make_splits
@@ -74,8 +75,9 @@ def test_select_refuses_a_tampered_intact_baseline(planted, tested_run, tmp_path
 def test_select_after_test_refused_unless_forced_and_recorded(planted, tested_run, tmp_path):
     model, _ = planted
     out = _copy(tested_run, tmp_path / "run")
+    assert run_select(out, p=4, k=2, model=model) == SelectionDocument.load(out)  # the frozen selection, as stored
     with pytest.raises(RunStoreError, match="already been looked at on its held-out set \\(test at .*--force"):
-        run_select(out, p=4, k=2, model=model)
+        run_select(out, p=3, k=2, model=model)
     forced = run_select(out, p=4, k=2, model=model, force=True)
     assert forced.forced_after_test is True and [r.what for r in not_none(forced.prior_looks)] == ["test"]
     assert json.loads((out / "selection.json").read_text())["forced_after_test"] is True

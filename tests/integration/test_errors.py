@@ -43,7 +43,7 @@ def run_dir(tiny_llama, tmp_path_factory):
     task = _jsonl(tmp_path_factory.mktemp("data"), _gen_lines(40))
     run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), out,
                model=tiny_llama)
-    run_select(out, p=3, k=2, model=tiny_llama)
+    run_select(out, p=3, k=2, model=tiny_llama, force=True)  # a tiny random model gains nothing: freeze it anyway
     return out
 
 
@@ -344,7 +344,7 @@ def c_corrupted_run_file(ctx):
     from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
     (out / "screen.json").write_text((out / "screen.json").read_text()[:200])
-    run_select(out, p=3, k=2, model=ctx.tiny)
+    run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
 def c_stage_out_of_order(ctx):
@@ -471,7 +471,7 @@ def c_select_part_not_celtks(ctx):
     out = _copy(ctx.run_dir, ctx.tmp)
     sets = out / "select_parts" / "sets"
     (sets / "notes.json").write_text('["my notes"]')
-    run_select(out, p=3, k=2, model=ctx.tiny)
+    run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
 def c_merge_only_odd_names(ctx):
@@ -565,7 +565,7 @@ def c_partial_screen(ctx):
     from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
     edit_document(out, "screen.json", lambda doc: doc | {"heads": doc["heads"][:5]})  # as if celtk had written it
-    run_select(out, p=3, k=2, model=ctx.tiny)
+    run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
 def c_screen_of_other_run(ctx):
@@ -574,7 +574,7 @@ def c_screen_of_other_run(ctx):
     from celtk.run import run_select
     out = _copy(ctx.run_dir, ctx.tmp)
     edit_document(out, "screen.json", lambda doc: doc | {"task": doc["task"] | {"task": "arithmetic:2da"}})
-    run_select(out, p=3, k=2, model=ctx.tiny)
+    run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
 def c_result_edited_by_hand(ctx):
@@ -582,7 +582,7 @@ def c_result_edited_by_hand(ctx):
     out = _copy(ctx.run_dir, ctx.tmp)
     doc = json.loads((out / "screen.json").read_text())
     (out / "screen.json").write_text(json.dumps(doc | {"heads": doc["heads"][:5]}, indent=1))
-    run_select(out, p=3, k=2, model=ctx.tiny)
+    run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
 def c_heldout_without_run(ctx):

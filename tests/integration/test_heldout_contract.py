@@ -62,12 +62,12 @@ def test_stability_before_select_or_test_is_a_look_and_select_is_then_refused(ru
     assert "stability" in write_report(run_copy).read_text()
 
 
-def test_a_second_test_is_refused_and_a_forced_one_keeps_the_first_result(run_copy, planted):
+def test_a_second_test_returns_the_first_without_a_look_and_a_forced_one_keeps_the_first_result(run_copy, planted):
     model, _ = planted
     first = run_test(run_copy, model=model, n_boot=100)
     first_bytes = json.loads((run_copy / "test.json").read_text())
-    with pytest.raises(RunStoreError, match="already tested: its first test .* is the run's result"):
-        run_test(run_copy, model=model, n_boot=100)
+    assert run_test(run_copy, model=model, n_boot=100) == first  # the stored result: nothing scored, nothing logged
+    assert len(HeldoutLog(run_copy).looks()) == 1
     with pytest.raises(ConfigError, match="fixed when the selection was frozen: 40 examples"):
         run_test(run_copy, model=model, heldout=30, n_boot=100, force=True)
     kept = run_test(run_copy, model=model, n_boot=100, force=True)

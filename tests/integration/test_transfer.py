@@ -13,7 +13,7 @@ from _support import make_tiny, not_none, planted_config
 from celtk.ablation import ablate
 from celtk.errors import ConfigError, RunStoreError
 from celtk.run import run_screen, run_select, run_test
-from celtk.run.documents import TransferDocument
+from celtk.run.documents import SelectionDocument, TransferDocument
 from celtk.run.heldout import HeldoutLog
 from celtk.run.transfer import Variant, run_transfer, variant_grid
 from celtk.stats import holm, mcnemar_exact
@@ -115,8 +115,9 @@ def test_transfer_to_hurt_task_not_to_unaffected_one(selected):
     assert rows["original"].intact_correct.outcomes().tolist() == [e["intact_correct"] for e in test["examples"]]
     assert rows["original"].mcnemar_p == test["mcnemar_p"] and rows["original"].gain_ci == test["gain_ci"]
     assert {r.data for r in doc.variants} == {"file"}  # jsonl tasks: read from their files
+    assert run_select(out, p=4, k=2, model=model) == SelectionDocument.load(out)  # the frozen one, as stored
     with pytest.raises(RunStoreError, match="already been looked at"):
-        run_select(out, p=4, k=2, model=model)
+        run_select(out, p=3, k=2, model=model)  # another search after the looks
     assert TransferDocument.load(out) == doc
 
 
