@@ -2,9 +2,10 @@
 # Usage: N=16 OUT=/shared/runs/qwen3b-2da MODEL=/shared/models/Qwen2.5-3B-Instruct bash submit.sh [sbatch options]
 # Queues N screen tasks as one array and the merge/select/test job after all of them succeed
 # (afterok: a requeued shard goes back to the queue and the merge waits for its new attempt; if a shard
-# fails, the merge never starts, even if that task is later requeued and succeeds, because Slurm keeps the
-# array's failed exit code: fix the cause, rerun that shard with `sbatch --array=i screen_array.sbatch`
-# (it resumes), queue merge_select_test.sbatch again after it, and scancel the merge that waits in vain).
+# fails, the merge never starts, even if that task is later requeued and succeeds: Slurm marks the
+# dependency failed for good, and keeps the array's failed exit code, so afterok on the array cannot be
+# satisfied again. Fix the cause, rerun that shard with `sbatch --array=i screen_array.sbatch` (it
+# resumes), queue merge_select_test.sbatch again after it, and scancel the merge that waits in vain).
 # Options given here (e.g. --partition=gpu --account=lab, or --gres/--mem/--time) go to both sbatch
 # calls and override the scripts' #SBATCH lines. Prints the two job ids as "array=ID merge=ID".
 set -euo pipefail
