@@ -30,8 +30,11 @@ class Head:
             raise HeadError(f"Head indices are 0-based and non-negative, got layer={self.layer}, head={self.head}.")
 
     @classmethod
-    def parse(cls, text: str) -> Head:
+    def parse(cls, text: object) -> Head:
         """Parse ``"L12H3"`` (or ``"12.3"``) into ``Head(12, 3)``."""
+        if not isinstance(text, str):
+            raise HeadError(f"Head.parse takes a head name such as 'L12H3', got {type(text).__name__} {text!r}; "
+                            "build a head from numbers with Head(layer, head).")
         match = _HEAD_RE.match(text)
         if match is None:
             raise HeadError(f"Malformed head {text!r}: write a head as 'L{{layer}}H{{head}}' (e.g. 'L12H3') or "
@@ -76,8 +79,11 @@ class HeadSet:
         return cls(tuple(h if isinstance(h, Head) else Head.parse(h) for h in heads))
 
     @classmethod
-    def parse(cls, text: str) -> HeadSet:
+    def parse(cls, text: object) -> HeadSet:
         """Parse ``"L12H3,L20H1"``; the empty string is the empty set."""
+        if not isinstance(text, str):
+            raise HeadError(f"HeadSet.parse takes a string such as 'L12H3,L20H1', got {type(text).__name__} "
+                            f"{text!r}; build a set from a list of heads or names with HeadSet.of([...]).")
         parts = [p for p in re.split(r"[,\s]+", text.strip()) if p]
         return cls.of(parts)
 

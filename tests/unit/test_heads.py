@@ -105,3 +105,11 @@ def test_heads_format_as_their_names_and_a_set_indexes_in_set_order():
     heads = HeadSet.parse("L14H8,L1H2")
     assert f"{heads[0]:>6}|{heads[1]}|{heads:<11}|" == "  L1H2|L14H8|L1H2,L14H8 |"
     assert heads[-1] == Head(14, 8) and list(heads) == [heads[0], heads[1]]
+
+
+@pytest.mark.parametrize("value", [None, 5, ["L0H0"], b"L0H0"])
+def test_parse_of_a_non_string_is_a_head_error_naming_the_type_and_the_right_call(value):
+    with pytest.raises(HeadError, match=r"HeadSet\.parse takes a string.*HeadSet\.of"):
+        HeadSet.parse(value)
+    with pytest.raises(HeadError, match=r"Head\.parse takes a head name.*Head\(layer, head\)"):
+        Head.parse(value)
