@@ -39,20 +39,22 @@ def layer_flops(shape: Shape, n_new: int, n_past: int = 0) -> float:
 
 
 def screen_flops(shape: Shape, prefix: int, suffixes: Sequence[int], scored: int, start_layers: Sequence[int],
-                 layer_evaluations: int | None = None) -> dict:
+                 layer_evaluations: int | None = None, repeat: int = 1) -> dict:
     """FLOPs of the cached screener: one intact pass, then for each ablation starting at layer l,
     layers l..L−1 over the shared prefix once and over every example's suffix; and of the plain
     path (every ablation a full forward of every whole prompt). ``suffixes``: tokens per example
     after the shared prefix; ``scored``: scored positions in all (one unembedding each).
     ``layer_evaluations``: the layers the ablations run in all when they share a prefix tree
-    (:func:`celtk.screening.prefix_tree.layer_evaluations`); by default each runs from its start layer alone."""
-    per_layer_suffix = sum(layer_flops(shape, s, prefix) for s in suffixes)
+    (:func:`celtk.screening.prefix_tree.layer_evaluations`); by default each runs from its start layer alone.
+    ``repeat``: each suffix stands for this many examples of its width (a plan of 10^15 equal examples
+    passes one width, not a list of 10^15)."""
+    per_layer_suffix = repeat * sum(layer_flops(shape, s, prefix) for s in suffixes)
     per_layer_prefix = layer_flops(shape, prefix) if prefix else 0.0
     unembed = 2 * scored * shape.d_model * shape.d_vocab
     full = shape.n_layers * (per_layer_prefix + per_layer_suffix) + unembed
     layers = sum(shape.n_layers - l for l in start_layers) if layer_evaluations is None else layer_evaluations
     cached = full + layers * (per_layer_prefix + per_layer_suffix) + len(start_layers) * unembed
-    whole = sum(layer_flops(shape, prefix + s) for s in suffixes)
+    whole = repeat * sum(layer_flops(shape, prefix + s) for s in suffixes)
     plain = (1 + len(start_layers)) * (shape.n_layers * whole + unembed)
     return {"cached": cached, "plain": plain}
 
@@ -63,6 +65,6 @@ def gpu_hours(shape: Shape, n_examples: int, tokens_per_example: int, shared_pre
     heads = n_heads_screened or shape.n_layers * shape.n_heads
     per_layer = [l for l in range(shape.n_layers) for _ in range(shape.n_heads)][:heads]
     suffix = tokens_per_example - shared_prefix
-    counts = screen_flops(shape, shared_prefix, [suffix] * n_examples, n_examples * 3, per_layer)
+    counts = screen_flops(shape, shared_prefix, [suffix], n_examples * 3, per_layer, repeat=n_examples)
     return {k: v / flops_per_second / 3600 for k, v in counts.items()} | {"flops": counts,
                                                                           "assumed_flops_per_second": flops_per_second}

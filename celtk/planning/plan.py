@@ -245,8 +245,8 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
     n_disc = task.n_discovery * task.choices
 
     def cached(n_sets_by_start: list[int], layers: int | None = None) -> float:
-        return screen_flops(shape, task.shared_prefix, [width] * n_disc, n_disc * task.continuation_tokens,
-                            n_sets_by_start, layers)["cached"]
+        return screen_flops(shape, task.shared_prefix, [width], n_disc * task.continuation_tokens,
+                            n_sets_by_start, layers, repeat=n_disc)["cached"]
 
     screen_starts = [l for l in range(shape.n_layers) for _ in range(shape.n_heads)]
     # stage 2 walks its subsets as a prefix tree; the pool is taken spread evenly over the layers

@@ -50,3 +50,11 @@ def test_ungated_mlp_counts_two_matrices():
 
     plain = dataclasses.replace(TINY, gated_mlp=False)
     assert layer_flops(TINY, 2, 3) - layer_flops(plain, 2, 3) == 2 * 2 * TINY.d_model * TINY.d_ff
+
+
+def test_repeat_counts_equal_widths_without_a_list_of_them():
+    """``celtk plan --discovery 10^15`` once built a list of 10^15 widths (MemoryError)."""
+    listed = screen_flops(TINY, 4, [6] * 50, 50, [0, 1, 1])
+    assert screen_flops(TINY, 4, [6], 50, [0, 1, 1], repeat=50) == pytest.approx(listed)
+    huge = gpu_hours(TINY, 10**15, 20, 10)
+    assert huge["cached"] == pytest.approx(10**13 * gpu_hours(TINY, 100, 20, 10)["cached"], rel=0.01)

@@ -128,3 +128,11 @@ def test_select_is_planned_as_the_prefix_tree_it_walks():
     deeper = cached_stage_bytes(TINY, TASK, 64, 8, 64, 4, depth=3) - cached_stage_bytes(TINY, TASK, 64, 8, 64, 4)
     assert deeper == 2 * 8 * 8 * (41 - 20 + 2 - 1) * TINY.d_model * 4
     assert select.activation_bytes >= screen.activation_bytes
+
+
+def test_a_discovery_set_of_ten_to_the_fifteen_is_planned_not_a_memory_error():
+    task = replace(PAPER_TASKS["arithmetic"], n_discovery=10**15, n_heldout=10**15)
+    screen, select, test = plan_run(CONFIGS / "Llama-3.2-3B-Instruct.json", task, L40S)
+    small = plan_run(CONFIGS / "Llama-3.2-3B-Instruct.json", PAPER_TASKS["arithmetic"], L40S)[0]
+    assert screen.flops == pytest.approx(small.flops * 10**15 / 2000, rel=0.01)
+    assert not screen.fits and select.seconds > 0 and test.seconds > 0
