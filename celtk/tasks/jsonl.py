@@ -75,10 +75,17 @@ def _parse_line(path: str, lineno: int, raw: str) -> tuple[str, Example, str]:
     if not isinstance(row.get("prompt"), str):
         raise DataFormatError(f"{where}: missing or non-string field 'prompt'; every line needs a prompt.")
     ident = str(row.get("id", lineno))
+    _check_encodable(where, "id", ident)
+    _check_encodable(where, "prompt", row["prompt"])
     if "choices" in row:
         choices, label = row["choices"], row.get("label")
         if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
             raise DataFormatError(f"{where}: 'choices' must be a list of at least two strings.")
+        for i, choice in enumerate(choices):
+            if choice == "":  # acc_norm divides a choice's log-likelihood by its length
+                raise DataFormatError(f"{where}: choice {i} is the empty string; every choice needs at least one "
+                                      "character to be scored.")
+            _check_encodable(where, f"choices[{i}]", choice)
         if isinstance(label, bool) or not isinstance(label, int):
             raise DataFormatError(f"{where}: 'label' must be an integer index into 'choices', got {label!r}.")
         if not 0 <= label < len(choices):
@@ -89,12 +96,34 @@ def _parse_line(path: str, lineno: int, raw: str) -> tuple[str, Example, str]:
     elif "target" in row:
         if not isinstance(row["target"], str) or row["target"] == "":
             raise DataFormatError(f"{where}: 'target' must be a non-empty string.")
+        _check_encodable(where, "target", row["target"])
         ex = Example(id=ident, context=row["prompt"], target=row["target"])
         kind = "target"
     else:
         raise DataFormatError(f"{where}: a line needs either 'target' (generative) or 'choices' and 'label' "
                               "(multiple choice).")
-    return kind, ex, str(row.get("split", "eval"))
+    return kind, ex, _split(where, row.get("split", "eval"))
+
+
+def _split(where: str, split: object) -> str:
+    """A line's ``split``: ``"fewshot"`` puts it in the shot pool, any other string among the evaluated lines."""
+    if not isinstance(split, str):
+        raise DataFormatError(f"{where}: 'split' must be a string (\"fewshot\" for the shot pool, omitted for an "
+                              f"evaluated line), got {type(split).__name__} {split!r}.")
+    if split != "fewshot" and split.lower().replace("-", "").replace("_", "").replace(" ", "") == "fewshot":
+        raise DataFormatError(f"{where}: 'split' is {split!r}; write \"fewshot\" exactly to put the line in the "
+                              "shot pool.")
+    return split
+
+
+def _check_encodable(where: str, name: str, text: str) -> None:
+    """Refuse a lone UTF-16 surrogate (JSON ``"\\ud800"``): no tokenizer or hash can encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise DataFormatError(f"{where}: '{name}' holds a lone surrogate {text[error.start]!r} at character "
+                              f"{error.start} (half of a UTF-16 pair, as the escape \\ud800 writes one); write the "
+                              "character itself or its whole pair.") from None
 
 
 @register

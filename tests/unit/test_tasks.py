@@ -169,6 +169,13 @@ def test_jsonl_generative_and_choice(tmp_path):
     ('{"prompt": "p", "choices": ["a", "b"], "label": 2}', r":2: label 2 is out of range; it must be 0..1"),
     ('{"prompt": "p", "choices": "ab", "label": 0}', r":2: 'choices' must be a list"),
     ('{"prompt": "p", "target": ""}', r":2: 'target' must be a non-empty string"),
+    ('{"prompt": "p", "choices": ["", ""], "label": 0}', r":2: choice 0 is the empty string"),
+    ('{"prompt": "p", "choices": ["a", ""], "label": 0}', r":2: choice 1 is the empty string"),
+    ('{"prompt": "a\\ud800b", "target": "1"}', r":2: 'prompt' holds a lone surrogate '\\ud800' at character 1"),
+    ('{"prompt": "p", "target": "\\udfff"}', r":2: 'target' holds a lone surrogate"),
+    ('{"prompt": "p", "choices": ["a", "\\ud800"], "label": 0}', r":2: 'choices\[1\]' holds a lone surrogate"),
+    ('{"prompt": "p", "target": "1", "split": ["fewshot"]}', r":2: 'split' must be a string .* got list"),
+    ('{"prompt": "p", "target": "1", "split": "few-shot"}', r":2: 'split' is 'few-shot'; write \"fewshot\""),
 ])
 def test_jsonl_errors_name_file_and_line(tmp_path, line, message):
     with pytest.raises(DataFormatError, match=message):
