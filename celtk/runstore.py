@@ -97,6 +97,7 @@ def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) 
 def locked(directory: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``directory`` for one writer; a second writer is refused."""
     directory = Path(directory)
+    made = [d for d in (directory, *directory.parents) if not d.exists()]  # what this call creates, deepest first
     try:
         directory.mkdir(parents=True, exist_ok=True)
         handle = open(directory / ".lock", "a+")
@@ -118,8 +119,24 @@ def locked(directory: Path) -> Iterator[None]:
         for stale in directory.rglob(".*.partial"):  # temp files of a writer that was killed mid-write
             stale.unlink(missing_ok=True)
         yield
+    except BaseException:
+        handle.close()
+        _remove_if_unused(made)
+        raise
     finally:
         handle.close()
+
+
+def _remove_if_unused(made: list[Path]) -> None:
+    """After a failure, remove the directories :func:`locked` created if nothing but its lock file is in them: a
+    refused or failed first stage leaves no empty run directory behind (one holding any result is kept)."""
+    for directory in made:
+        try:
+            if {p.name for p in directory.iterdir()} <= {".lock"}:
+                (directory / ".lock").unlink(missing_ok=True)
+                directory.rmdir()
+        except OSError:
+            return
 
 
 # keys added to run fingerprints after runs were made without them, with the value those runs had

@@ -210,9 +210,12 @@ def _progress_units(config) -> dict:
 def screen_cmd(config_file, out, shard, **flags) -> None:
     """Stage 1: ablate every head alone on the discovery set (resumable); --screen racing: only until it
     cannot enter the top p."""
-    from celtk.run.screen import parse_shard, run_screen, stored_screen
+    from celtk.run.config import parse_shard, preflight
 
     config = resolve_config(config_file, _flags(**flags))
+    preflight(config, out, shard=parse_shard(shard))  # a wrong name or another run's directory, before torch loads
+    from celtk.run.screen import run_screen, stored_screen
+
     stored = stored_screen(config, Path(out), shard=parse_shard(shard))
     if stored is not None:
         _stored_note("screen.json", Path(out))
@@ -319,10 +322,13 @@ def test_cmd(out, out_option, heldout, force) -> None:
 def run_cmd(config_file, out, **flags) -> None:
     """Screen, select and test in one go (each stage resumes if interrupted)."""
     from celtk.cli._common import quiet_libraries
+    from celtk.run.config import preflight
+
+    config = resolve_config(config_file, _flags(**flags))
+    preflight(config, out)  # a wrong name or another run's directory, before torch or transformers load
+    quiet_libraries()
     from celtk.run.full import run_all
 
-    quiet_libraries()
-    config = resolve_config(config_file, _flags(**flags))
     with progress_bar(**_progress_units(config)) as progress:
         result = run_all(config, Path(out), progress=progress)
     if result.stored:

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from celtk.errors import ModelSourceError
+from celtk.models._cache import cache_root
 from celtk.models._hf import one_line
 
 # GGUF metadata does not carry an HF architecture list; map the GGUF arch to one.
@@ -22,14 +23,6 @@ _GGUF_ARCH_TO_HF = {
     "smollm3": "SmolLM3ForCausalLM",
     "mistral": "MistralForCausalLM",
 }
-
-
-def cache_root() -> Path:
-    """``$CELTK_CACHE``, else ``$XDG_CACHE_HOME/celtk``, else ``~/.cache/celtk``."""
-    if os.environ.get("CELTK_CACHE"):
-        return Path(os.environ["CELTK_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "celtk"
 
 
 def file_hash(path: Path) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from celtk.errors import ModelSourceError
-from celtk.models._gguf import cache_root
+from celtk.models._cache import cache_root
 
 _CHUNK = 1 << 22
 

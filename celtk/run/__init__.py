@@ -30,7 +30,7 @@ _EXPORTS = {
     "SetMemo": "memo",
     "AltscreenDocument": "documents", "DiagnosticsDocument": "documents", "ScreenDocument": "documents",
     "SelectionDocument": "documents", "StabilityDocument": "documents", "TestDocument": "documents",
-    "merge_shards": "screen", "parse_shard": "screen", "run_screen": "screen", "stored_screen": "screen",
+    "merge_shards": "screen", "parse_shard": "config", "run_screen": "screen", "stored_screen": "screen",
     "run_select": "select", "stored_selection": "select", "run_test": "test", "stored_test": "test",
     "run_altscreen": "altscreen", "run_stability": "stability",
     "run_eval": "eval", "EvalDocument": "documents", "RunResult": "full", "run_all": "full",
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from celtk.run.ablations import run_ablation_kinds
     from celtk.run.altscreen import run_altscreen
     from celtk.run.calibrate import run_calibration
-    from celtk.run.config import RunConfig, load_config_file, resolve_config
+    from celtk.run.config import RunConfig, load_config_file, parse_shard, resolve_config
     from celtk.run.documents import (
         AblationKindsDocument,
         AltscreenDocument,
@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from celtk.run.full import RunResult, run_all
     from celtk.run.handle import Run
     from celtk.run.memo import SetMemo
-    from celtk.run.screen import merge_shards, parse_shard, run_screen, stored_screen
+    from celtk.run.screen import merge_shards, run_screen, stored_screen
     from celtk.run.select import run_select, stored_selection
     from celtk.run.session import ScreenedRun, Session, load_screen, open_run, session_for
     from celtk.run.stability import run_stability

@@ -6,6 +6,7 @@ so a TOML/JSON file written for one works for the others.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from dataclasses import asdict, dataclass, fields, replace
@@ -15,9 +16,11 @@ from typing import Any
 
 import tomllib
 
-from celtk.errors import ConfigError, RunStoreError
+from celtk.errors import ConfigError, ModelSourceError, RunStoreError, TaskError, suggest
+from celtk.models import ALIASES, alias_available
 from celtk.run.presets import check_paper_data, preset_names, preset_values
 from celtk.run.registry import SCREENS
+from celtk.tasks import get_task, task_names
 from celtk.validation import check_fields, check_value
 
 CHAT_DATE = "2024-07-26"  # celtk.evaluation.prompts.CHAT_DATE; repeated so that reading a config does not import torch
@@ -216,3 +219,93 @@ def recorded_config(out: Path) -> RunConfig | None:
                 raise RunStoreError(f"{path} holds no settings object; point Run at a run directory celtk wrote.")
             return RunConfig.from_dict({k: v for k, v in values.items() if k != "celtk_version"}, str(path))
     return None
+
+
+def preflight(config: RunConfig, out: str | Path | None = None, *, shard: tuple[int, int] | None = None) -> None:
+    """What can be refused before torch loads and before any directory is made: the task's name (and an
+    arithmetic subtask), the model's name (an alias's typo or missing package, a path that is not a model), and
+    the settings a run directory (``out``, or its ``shard``) recorded. Each raises the error the later stage
+    would, with the same advice, in well under a second."""
+    check_task_name(config.task)
+    check_model_name(config.model)
+    if out is not None:
+        directory = Path(out) if shard is None else Path(out) / f"shard-{shard[0]}-of-{shard[1]}"
+        check_recorded_settings(directory, config)
+
+
+def check_task_name(spec: str) -> None:
+    """Refuse a task that is not registered, and an arithmetic subtask that does not exist."""
+    name = spec.partition(":")[0]
+    if name not in task_names():
+        raise TaskError(f"Unknown task {spec!r}.{suggest(name, task_names())}")
+    if name == "arithmetic":  # cheap to build: it checks its subtask
+        get_task(spec)
+
+
+def check_model_name(source: str) -> None:
+    """Refuse, without loading anything, a model that cannot load: a packaged alias whose package is missing, a
+    name one typo away from an alias, a ``.gguf`` path that is no file, a path that is neither an HF model directory
+    nor a ``.gguf`` file. Anything else (a hub id, a TransformerLens name) is left to the loader."""
+    if source in ALIASES:
+        alias = ALIASES[source]
+        if not (alias.available() if alias.available is not None else alias_available(alias)):
+            raise ModelSourceError(f"Model alias {source!r} needs its package, which is not installed: {alias.install}")
+        return
+    path = Path(source).expanduser()
+    if source.endswith(".gguf"):
+        if not path.is_file():
+            raise ModelSourceError(f"No GGUF file {source!r}; give the path of a .gguf file, or a packaged alias "
+                                   f"({', '.join(sorted(ALIASES))}).")
+        return
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelSourceError(f"Directory {source!r} has no config.json; give an HF model directory "
+                                   "(config.json + weights).")
+        return
+    if path.exists() or source.startswith((".", "/", "~")):
+        raise ModelSourceError(f"Model path {source!r} is neither an HF model directory nor a .gguf file.")
+    close = difflib.get_close_matches(source, ALIASES, n=1, cutoff=0.8)
+    if "/" not in source and close:
+        raise ModelSourceError(f"Unknown model {source!r}. Did you mean the packaged alias {close[0]!r}? Packaged "
+                               f"aliases: {', '.join(sorted(ALIASES))} (`celtk models` lists them).")
+
+
+def check_recorded_settings(directory: Path, config: RunConfig) -> None:
+    """Refuse ``config`` for a run directory that recorded other settings for its screen (``screen.json``'s, else
+    ``config.json``'s), naming each setting with its stored and given value and the flags that give the stored
+    ones; batch size, device and the preset's name may differ, and so may p and k, which an exhaustive screen
+    does not read. Reads the recorded settings as text, before any model loads (the documents' digests are
+    checked when a stage loads them)."""
+    stored = None
+    for name, key in (("screen.json", "config"), ("config.json", None)):
+        path = directory / name
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return  # unreadable: the stage that loads it refuses it, naming the file
+            stored = data.get(key) if key and isinstance(data, dict) else data
+            break
+    if not isinstance(stored, dict):
+        return
+    now = config.recorded()
+    unread = ("k",) if stored.get("screen") == "racing" == config.screen else SEARCH_SETTINGS
+    keys = differing_settings(stored, now, NEUTRAL_SETTINGS + unread)
+    if keys:
+        detail, flags = describe_differences(stored, now, keys), as_flags(stored, keys)
+        raise RunStoreError(f"{directory} holds results of a different configuration ({detail}). Results are never "
+                            f"mixed, and nothing was changed: rerun with the stored settings ({flags}), "
+                            "or give these settings a new run directory (--out).")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"i/N"`` → ``(i, N)`` with ``0 ≤ i < N``; ``None`` → ``None`` (no sharding)."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"Malformed shard {text!r}; write 'i/N' with 0 ≤ i < N, e.g. '0/4'.") from None
+    if n < 1 or not 0 <= i < n:
+        raise ConfigError(f"Shard {text}: need 0 ≤ i < N, e.g. 0/{max(n, 1)} … {max(n, 1) - 1}/{max(n, 1)}.")
+    return i, n

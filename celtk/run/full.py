@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from celtk.models import Model, load_model
-from celtk.run.config import RunConfig
+from celtk.run.config import RunConfig, preflight
 from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.run.screen import run_screen, stored_screen
 from celtk.run.select import run_select, stored_selection
@@ -40,6 +40,7 @@ def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
     ``config``'s p and k on it, and the test of that selection are read back. When all three are there the
     run is returned as stored (``stored=True``) without loading a model or writing a file."""
     get_strategy("algorithm1").check(k=config.k, p=config.p)
+    preflight(config, out)
     started = time.time()
     out = Path(out)
     screen = stored_screen(config, out, model=model)

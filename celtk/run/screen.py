@@ -20,14 +20,7 @@ from celtk._version import __version__
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
-from celtk.run.config import (
-    NEUTRAL_SETTINGS,
-    SEARCH_SETTINGS,
-    RunConfig,
-    as_flags,
-    describe_differences,
-    differing_settings,
-)
+from celtk.run.config import RunConfig, check_recorded_settings
 from celtk.run.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.run.integrity import check_screen_complete
 from celtk.run.registry import SCREENS
@@ -39,19 +32,6 @@ if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
-
-
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """``"i/N"`` → ``(i, N)`` with ``0 ≤ i < N``; ``None`` → ``None`` (no sharding)."""
-    if text is None:
-        return None
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ConfigError(f"Malformed shard {text!r}; write 'i/N' with 0 ≤ i < N, e.g. '0/4'.") from None
-    if n < 1 or not 0 <= i < n:
-        raise ConfigError(f"Shard {text}: need 0 ≤ i < N, e.g. 0/{max(n, 1)} … {max(n, 1) - 1}/{max(n, 1)}.")
-    return i, n
 
 
 def shard_dir(out: Path, shard: tuple[int, int] | None) -> Path:
@@ -96,15 +76,8 @@ def stored_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None
     directory = shard_dir(Path(out), shard)
     if not (directory / ScreenDocument.FILE).exists():
         return None
+    check_recorded_settings(directory, config)
     document = ScreenDocument.load(directory)
-    stored, now = document.config, config.recorded()
-    unread = ("k",) if stored.get("screen") == "racing" == config.screen else SEARCH_SETTINGS
-    keys = differing_settings(stored, now, NEUTRAL_SETTINGS + unread)
-    if keys:
-        detail = describe_differences(stored, now, keys)
-        raise RunStoreError(f"{directory} holds results of a different configuration ({detail}). "
-                            "Results are never mixed, and nothing was changed: rerun with the stored settings "
-                            f"({as_flags(stored, keys)}), or give these settings a new run directory (--out).")
     if document.layers != (sorted(set(layers)) if layers is not None else None):
         return None
     fingerprint = directory / "fingerprint.json"
@@ -125,6 +98,7 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
     if stored is not None:
         return stored
     directory = shard_dir(Path(out), shard)
+    check_recorded_settings(directory, config)  # an interrupted screen of other settings, before any model loads
     screen = SCREENS.get(config.screen)
     if shard is not None and not 0 <= shard[0] < shard[1]:
         raise ConfigError(f"Shard {shard[0]}/{shard[1]}: need 0 ≤ i < N, e.g. 0/{max(shard[1], 1)}.")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 HEAVY = {"torch", "transformers", "transformer_lens", "datasets", "matplotlib", "gguf", "scipy", "sklearn",
          "einops", "huggingface_hub", "safetensors"}
-FACADES = {"celtk", "celtk.run"}
+FACADES = {"celtk", "celtk.run", "celtk.models"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,11 +28,23 @@ def _is_type_checking(node: ast.If) -> bool:
     return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
 
 
+def _exports(path: Path, package: str) -> dict[str, str]:
+    """A lazy facade's ``_EXPORTS`` (name → the module it loads on first use, a submodule's short name or a dotted
+    path); empty for a package without one."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets):
+            table = ast.literal_eval(node.value)
+            return {name: where if "." in where else f"{package}.{where}" for name, where in table.items()}
+    return {}
+
+
 def classify(root: Path, package: str = "celtk") -> list[tuple[str, int, str, list[str]]]:
     """(file, line, statement, reasons) for every function-local import under ``root/package``; no reason
     means it could move to the top."""
     files = {_module_name(p, root): p for p in (root / package).rglob("*.py")}
     packages = {m for m, p in files.items() if p.name == "__init__.py"}
+
+    exports = {module: _exports(files[module], module) for module in packages}
 
     def loads(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
         if isinstance(node, ast.Import):
@@ -42,6 +54,8 @@ def classify(root: Path, package: str = "celtk") -> list[tuple[str, int, str, li
             base = base[: len(base) - max(node.level - 1, 0)] if node.level else []
             stem = ".".join(base + ([node.module] if node.module else []))
             names = [stem] + [f"{stem}.{a.name}" for a in node.names if f"{stem}.{a.name}" in files]
+            # a name taken from a lazy facade loads the module the facade maps it to
+            names += [exports.get(stem, {})[a.name] for a in node.names if a.name in exports.get(stem, {})]
         return {".".join(n.split(".")[: i + 1]) for n in names for i in range(len(n.split(".")))}
 
     top: dict[str, set[str]] = {}
