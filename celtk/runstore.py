@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -70,19 +71,49 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, dumps(obj))
 
 
-def read_json(path: Path) -> Any:
+# The most a run's file may hold before celtk refuses to read it: documents (a screen of every head on every
+# discovery example, a test with generations) and the held-out log stay far below; a bound keeps a device, a FIFO
+# or a runaway file from growing celtk until the kernel kills it.
+MAX_FILE_BYTES = 1 << 30
+
+
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file (a link to one counts) of at most ``limit`` bytes; a device,
+    FIFO, directory or larger file is one clear :class:`RunStoreError`, read no further than ``limit`` bytes."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise RunStoreError(f"{path} is not a regular file (a device, FIFO or directory, perhaps through a "
+                                    "link); celtk reads a run's files only from regular files. Restore the file celtk "
+                                    "wrote, or start a new run directory.")
+            data = handle.read(limit + 1)
     except FileNotFoundError:
         raise RunStoreError(f"{path} does not exist; run the stage that writes it first.") from None
+    except IsADirectoryError:
+        raise RunStoreError(f"{path} is a directory, not a file celtk wrote; remove it or start a new run "
+                            "directory.") from None
     except OSError as error:
         raise RunStoreError(f"Cannot read {path}: {error.strerror}.") from None
+    if len(data) > limit:
+        raise RunStoreError(f"{path} holds more than {limit:,} bytes, far more than celtk writes there: it is not "
+                            "a file celtk wrote. Restore it, or start a new run directory.")
+    return data
+
+
+def read_json(path: Path, *, advice: str = "delete it and rerun the stage that writes it.",
+              limit: int = MAX_FILE_BYTES) -> Any:
+    """The JSON value in ``path`` (bounded: :func:`read_bounded`); a damaged file is named, with ``advice``."""
+    path = Path(path)
+    data = read_bounded(path, limit)
     try:
-        return json.loads(text)
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RunStoreError(f"{path} is corrupted (not UTF-8 text); {advice}") from None
     except json.JSONDecodeError as error:
         raise RunStoreError(f"{path} is corrupted (invalid JSON at line {error.lineno}, column {error.colno}); "
-                            "delete it and rerun the stage that writes it.") from None
+                            f"{advice}") from None
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -172,6 +203,6 @@ def fingerprint_key(fingerprint: Any) -> str:
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes (``""`` when it does not exist)."""
+    """SHA-256 of a file's bytes (``""`` when it does not exist; bounded, as :func:`read_bounded`)."""
     path = Path(path)
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+    return hashlib.sha256(read_bounded(path)).hexdigest() if path.exists() else ""

@@ -50,6 +50,19 @@ def edit_document(directory: Path, name: str, change: Any) -> dict:
     return data
 
 
+def forget_documents(directory: Path, *names: str) -> None:
+    """Delete ``names`` from ``directory`` and their entries from its digests (the held-out log's files are removed
+    whole): the run as it stood before the stages that wrote them."""
+    from celtk.run.documents import DIGESTS
+
+    book = Path(directory) / DIGESTS
+    digests = json.loads(book.read_text())
+    for name in names:
+        (Path(directory) / name).unlink(missing_ok=True)
+        digests.pop(name, None)
+    book.write_text(json.dumps(digests))
+
+
 def copy_document(source: Path, target: Path, name: str) -> None:
     """Copy ``source/name`` over ``target/name`` and record its digest there, as if celtk had written it in
     ``target``: a document of another run that only the same-run checks (not the digest) can tell apart."""

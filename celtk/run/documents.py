@@ -346,19 +346,37 @@ DIGESTS = "digests.json"
 def record_digest(path: Path) -> None:
     """Record ``path``'s SHA-256 in ``digests.json`` beside it (written by the stage that wrote the file)."""
     book = Path(path).parent / DIGESTS
-    digests = read_json(book) if book.exists() else {}
+    digests = read_digests(book) if book.exists() else {}
     digests[Path(path).name] = file_digest(path)
     write_json(book, digests)
 
 
+def read_digests(book: Path) -> dict[str, str]:
+    """``digests.json``: document name → SHA-256; anything else is refused (it cannot be rebuilt, only restored)."""
+    advice = (f"it records the SHA-256 of every document celtk wrote in {book.parent} and cannot be rebuilt: restore "
+              "it, or start a new run directory.")
+    digests = read_json(book, advice=advice)
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
+        raise RunStoreError(f"{book} is not a table of document digests (a JSON object of file name → SHA-256); "
+                            f"{advice}")
+    return digests
+
+
 def check_digest(path: Path) -> None:
-    """Refuse a document whose bytes differ from the digest celtk recorded when it wrote it: a result
-    edited by hand is not read as celtk's. Files from before digests were kept have none and pass."""
+    """Refuse a document whose bytes differ from the digest celtk recorded when it wrote it, and one with no digest
+    (celtk records one for every document it writes): a result edited, copied in or left without its record is not
+    read as celtk's."""
     path = Path(path)
     book = path.parent / DIGESTS
-    recorded = read_json(book).get(path.name) if book.exists() else None
+    if not book.exists():
+        raise RunStoreError(f"{path} has no digest: {book} is missing, and celtk records the SHA-256 of every document "
+                            "it writes there. Without it an edited or copied document cannot be told from celtk's, so "
+                            "nothing in the directory is read: restore digests.json, or start a new run directory.")
+    recorded = read_digests(book).get(path.name)
     if recorded is None:
-        return
+        raise RunStoreError(f"{path} has no digest in {book}: celtk did not write it in this directory (copied in "
+                            "from another run, or written by hand). Rerun the stage that writes it, in a new run "
+                            "directory if the held-out set was looked at.")
     if not path.exists():
         raise RunStoreError(f"{path} was deleted after celtk wrote it ({DIGESTS} records it); "
                             "rerun the stage that writes it.")

@@ -27,7 +27,7 @@ from typing import Any
 
 from celtk.errors import HeadError, RunStoreError
 from celtk.heads import HeadSet
-from celtk.runstore import file_digest, read_json, write_json
+from celtk.runstore import file_digest, read_bounded, read_json, write_json
 
 LOG = "heldout_log.jsonl"
 HEAD = "heldout_log.head"
@@ -92,8 +92,8 @@ class HeldoutLog:
                                    f"{read_json(self.head_path)['lines']} line(s)")
             return []
         try:
-            texts = self.path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as error:
+            texts = read_bounded(self.path).decode("utf-8").splitlines()
+        except UnicodeDecodeError as error:
             raise self._broken(f"cannot be read ({error})") from None
         parsed: list[tuple[str, dict[str, Any]]] = []
         chained_from: int | None = None

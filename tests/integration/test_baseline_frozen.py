@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from _support import edit_document, logprobs, not_none, planted_config
+from _support import edit_document, forget_documents, logprobs, not_none, planted_config
 
 from celtk.errors import RunStoreError
 from celtk.evaluation.prompts import prepare
@@ -60,8 +60,7 @@ def test_screen_reports_the_null_control(tested_run):
 def test_select_refuses_a_tampered_intact_baseline(planted, tested_run, tmp_path):
     model, _ = planted
     out = _copy(tested_run, tmp_path / "run")
-    for name in ("test.json", "heldout_log.jsonl", "heldout_log.head", "digests.json"):
-        (out / name).unlink()  # an untested run, as before the test
+    forget_documents(out, "test.json", "heldout_log.jsonl", "heldout_log.head")  # an untested run, as before the test
 
     def flip(screen):
         return {**screen,
