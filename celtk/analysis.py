@@ -8,7 +8,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from celtk.circuits import compare_with_circuit, critical_and_enhancing, head_attribute_scores, load_circuit
+from celtk.circuits import (
+    check_probe,
+    compare_with_circuit,
+    critical_and_enhancing,
+    head_attribute_scores,
+    load_circuit,
+)
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.run.directory import RunDirectory
@@ -206,6 +212,7 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, b
     """Previous-token, duplicate-token and induction scores of every head of the run's model."""
     from celtk.run.session import session_for
 
+    check_probe(length, batch)  # before the model loads
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():

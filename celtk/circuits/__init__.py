@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float, Int
 
-from celtk.errors import DataFormatError, HeadError, suggest
+from celtk.errors import ConfigError, DataFormatError, HeadError, suggest
 from celtk.heads import Head
 from celtk.search.scores import HeadScore, head_order
 
@@ -172,6 +172,14 @@ def _repeated_random_tokens(vocab: int, length: int, batch: int, seed: int, avoi
     return np.concatenate([first, first], axis=1)
 
 
+def check_probe(length: object, batch: object) -> None:
+    """Refuse probe sizes no sequence can be built from (``length`` tokens repeated once, ``batch`` sequences)."""
+    for name, value in (("length", length), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"The attribute probe's {name} must be a positive integer (random tokens repeated "
+                              f"once; celtk attributes --length, default 40), got {value!r}.")
+
+
 def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0
                           ) -> dict[str, Float[np.ndarray, "layer head"]]:
     """Previous-token, duplicate-token and induction scores of every head, ``[layer, head]``, on
@@ -185,7 +193,16 @@ def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0
     weight in [0, 1]."""
     import torch
 
+    check_probe(length, batch)
+    if model.n_ctx is not None and 2 * length > model.n_ctx:
+        raise ConfigError(f"The attribute probe of length {length} runs {2 * length} tokens (the sequence repeated "
+                          f"once), more than {model.name}'s context of {model.n_ctx} ({model.n_ctx_source}); give "
+                          f"length ≤ {model.n_ctx // 2}.")
     special = set(model.tokenizer.all_special_ids)
+    usable = min(model.d_vocab, 20_000) - len(special)
+    if length > usable:
+        raise ConfigError(f"The attribute probe draws {length} distinct tokens per copy, but the vocabulary offers "
+                          f"{usable}; give length ≤ {usable}.")
     tokens = _repeated_random_tokens(model.d_vocab, length, batch, seed, special)
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.n_layers)]
     wanted = set(names)

@@ -102,3 +102,17 @@ def test_the_memory_check_names_a_batch_size_that_the_estimate_fits(tiny_llama, 
     assert not (tmp_path / "big" / "screen.json").exists()
     document = run_screen(RunConfig(**{**config.__dict__, "batch_size": 7}), tmp_path / "small", model=tiny_llama)
     assert len(document.heads) == tiny_llama.n_total_heads
+
+
+def test_an_attribute_probe_longer_than_the_context_is_refused(tiny_llama):
+    """The probe runs its random tokens twice: a length past half the context is named, not run."""
+    from celtk.circuits import head_attribute_scores
+    from celtk.errors import ConfigError
+
+    half = tiny_llama.n_ctx // 2
+    with pytest.raises(ConfigError, match=rf"runs {2 * (half + 1)} tokens .* context of {tiny_llama.n_ctx} .*"
+                                          rf"give length ≤ {half}"):
+        head_attribute_scores(tiny_llama, length=half + 1, batch=1)
+    with pytest.raises(ConfigError, match="probe's length must be a positive integer"):
+        head_attribute_scores(tiny_llama, length=0)
+    assert head_attribute_scores(tiny_llama, length=4, batch=1)["induction"].shape == (3, 4)

@@ -137,3 +137,15 @@ def test_every_head_ordering_is_the_one_ranking_key():
     for s in scores:
         assert race_key(s.heads, s.n_correct, s.damage, int(intact.sum())) == ranking_key(s) == \
             head_order(s.heads, s.gain, s.damage, s.n_correct)
+
+
+@pytest.mark.parametrize("length, batch, name", [(0, 8, "length"), (-3, 8, "length"), (40, 0, "batch"),
+                                                 ])
+def test_an_attribute_probe_of_no_tokens_is_refused_before_the_model_loads(tmp_path, length, batch, name):
+    """``Run.attributes(length=0)`` ended in torch's RuntimeError on an empty tensor."""
+    from celtk.analysis import run_attributes
+    from celtk.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"probe's {name} must be a positive integer .*--length, default 40"):
+        run_attributes(tmp_path / "no-run", length=length, batch=batch)
+    assert not (tmp_path / "no-run").exists()  # refused before the run directory was touched
