@@ -20,6 +20,7 @@ from jaxtyping import Bool, Float
 from celtk.analysis import HeadAttributesDocument
 from celtk.errors import RunStoreError
 from celtk.heads import Head
+from celtk.report._files import check_writable, save_png
 from celtk.report.ablations import kinds_section
 from celtk.report.transfer import transfer_section
 from celtk.run.directory import RunDirectory
@@ -93,7 +94,7 @@ def _heatmap(path: Path, grid: Float[np.ndarray, "layer head"], title: str, cmap
     ax.set_title(title)
     fig.colorbar(image, ax=ax, label=label)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -117,7 +118,7 @@ def _matrix(path: Path, matrix: list[list[Any]], heads: list[Head], title: str) 
     ax.set_title(title)
     fig.colorbar(image, ax=ax, label="gain(pair) − gain(a) − gain(b), examples")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
 
 
@@ -164,7 +165,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
         raise RunStoreError(f"{out} has no screen.json; the report needs at least a finished screen "
                             "(celtk.run.run_screen).")
     target = Path(target) if target else out / "report"
-    target.mkdir(parents=True, exist_ok=True)
+    check_writable(target)  # a read-only --to is refused before any figure is drawn
     screen = ScreenDocument.load(out)
     selection, diagnostics = _load(out, SelectionDocument), _load(out, DiagnosticsDocument)
     test, stability = _load(out, TestDocument), _load(out, StabilityDocument)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
+from celtk.report._files import save_png
 from celtk.run.documents import AblationKindsDocument
 
 
@@ -43,7 +44,7 @@ def _curve(path: Path, doc: AblationKindsDocument) -> None:
     right.set_title("By ablation kind")
     fig.suptitle(f"{doc.heads} on {doc.n} held-out examples")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from celtk.report._files import save_png
 from celtk.run.documents import CalibrationDocument, TransferDocument
 
 
@@ -32,7 +33,7 @@ def _forest(path: Path, doc: TransferDocument) -> None:
     ax.set_xlabel("held-out gain, accuracy points (95% CI; colour: Holm p < 0.05)")
     ax.set_title(f"Transfer of {doc.heads}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path)
     plt.close(fig)
 
 
