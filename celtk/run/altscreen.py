@@ -21,7 +21,7 @@ from celtk.run.directory import RunDirectory
 from celtk.run.documents import AltscreenDocument
 from celtk.run.memo import SetMemo, memo_for
 from celtk.run.session import ScreenedRun, open_run
-from celtk.screening.rankers import RankerInput, compare_rankings
+from celtk.screening.rankers import LASSO_FOLDS, RankerInput, compare_rankings
 from celtk.screening.registry import RANKERS
 from celtk.search.selection import check_pool_options
 
@@ -55,6 +55,9 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
     ranker = RANKERS.get(method)
     if masks < 1 or not 0 < rate <= 1:  # no masks would report perfect agreement from no data
         raise ConfigError(f"altscreen needs masks ≥ 1 and 0 < rate ≤ 1, got masks = {masks}, rate = {rate}.")
+    if method == "lasso" and masks < LASSO_FOLDS:  # before the model loads: a fit on fewer ranks nothing
+        raise ConfigError(f"LASSO chooses its penalty by {LASSO_FOLDS}-fold cross-validation, so it needs at least "
+                          f"{LASSO_FOLDS} masks, got masks = {masks}. Use --masks ≥ {LASSO_FOLDS} (default 200).")
     rd = RunDirectory(out)
     with rd.lock():
         rd.require("altscreen", whole=f"comparing the {method} screener's ranking with the screen's")

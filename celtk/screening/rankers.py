@@ -217,21 +217,39 @@ def random_masks(heads: Sequence[Head], n_masks: int, rate: float, seed: int) ->
     return list(masks)
 
 
+LASSO_FOLDS = 5  # the cross-validation folds that choose the penalty: each needs a mask
+
+
 def lasso_scores(evaluate: Callable[[list[HeadSet]], Mapping[HeadSet, Bool[np.ndarray, " example"]]],
                  heads: Sequence[Head], n_masks: int = 200, rate: float = 0.05, seed: int = 0,
-                 n_folds: int = 5) -> RankerResult:
+                 n_folds: int = LASSO_FOLDS) -> RankerResult:
     """Score ``n_masks`` random knockouts with ``evaluate`` (per-example correctness), regress accuracy
-    on the masks; the coefficients (accuracy change per removed head) are the scores."""
+    on the masks; the coefficients (accuracy change per removed head) are the scores.
+
+    Raises :class:`ConfigError` where no ranking exists: fewer distinct masks than folds, masks that all
+    score alike, or a fit that keeps no head (every score 0, so a top-p pool would be the heads' order)."""
     start = time.perf_counter()
     heads = sorted(heads)
     masks = random_masks(heads, n_masks, rate, seed)
+    if len(masks) < n_folds:
+        raise ConfigError(f"LASSO chooses its penalty by {n_folds}-fold cross-validation, so it needs at least "
+                          f"{n_folds} distinct masks; {n_masks} asked at rate {rate} over {len(heads)} heads gave "
+                          f"{len(masks)}. Use --masks ≥ {n_folds} (default 200).")
     outcomes = evaluate(masks)
     index = {h: i for i, h in enumerate(heads)}
     x = np.zeros((len(masks), len(heads)))
     for row, mask in enumerate(masks):
         x[row, [index[h] for h in mask.heads]] = 1.0
     y = np.array([outcomes[m].mean() for m in masks])
+    if np.ptp(y) == 0:
+        raise ConfigError(f"LASSO found no ranking: all {len(masks)} masks score the same accuracy "
+                          f"({float(y[0]):.1%}), so no head's removal is told from another's. Use more masks "
+                          "(--masks, default 200) or a higher --rate, or a discovery set the model partly solves.")
     alpha, beta, details = lasso_cv(x, y, n_folds=n_folds, seed=seed)
+    if not beta.any():
+        raise ConfigError(f"LASSO found no ranking: cross-validation over {len(masks)} masks kept no head (every "
+                          f"coefficient 0 at α = {alpha:.3g}), so the masks' accuracies are not explained by any "
+                          "head. Use more masks (--masks, default 200) or a higher --rate.")
     scores = {h: float(beta[index[h]]) for h in heads}
     return RankerResult("lasso", scores, len(masks), time.perf_counter() - start,
                           {"alpha": alpha, "n_masks": len(masks), "rate": rate, "mean_mask_accuracy": float(y.mean()),
@@ -263,4 +281,4 @@ def compare_rankings(exhaustive: Sequence[HeadScore], result: RankerResult, p: i
 
 
 __all__ = ["Ranker", "RankerInput", "RankerResult", "compare_rankings", "gate_loss", "gradient_ranker",
-           "gradient_scores", "lasso_cv", "lasso_fit", "lasso_ranker", "lasso_scores", "random_masks"]
+           "gradient_scores", "LASSO_FOLDS", "lasso_cv", "lasso_fit", "lasso_ranker", "lasso_scores", "random_masks"]

@@ -159,3 +159,25 @@ def test_resampling_and_jaccard():
     with pytest.raises(ConfigError, match="use 'bootstrap' or 'subsample'"):
         resample_indices(5, 2, "jackknife", 0.5, 0)
     assert jaccard(HeadSet.parse("L1H1,L2H2"), HeadSet.parse("L2H2,L3H3")) == pytest.approx(1 / 3)
+
+
+def test_lasso_refuses_to_rank_from_constant_scores():
+    """Three masks (or masks that all score alike) reported Jaccard 1.00: every head scored 0 and the
+    'ranking' was the heads' order, which the exhaustive screen's ties shared."""
+    from celtk.screening.rankers import lasso_scores
+
+    heads = [Head(layer, head) for layer in range(3) for head in range(4)]
+
+    def constant(masks):
+        return {m: np.array([True, False]) for m in masks}
+
+    with pytest.raises(ConfigError, match=r"needs at least 5 distinct masks; 3 asked .* gave 3\. Use --masks ≥ 5"):
+        lasso_scores(constant, heads, n_masks=3, rate=0.3)
+    with pytest.raises(ConfigError, match=r"no ranking: all 40 masks score the same accuracy \(50\.0%\)"):
+        lasso_scores(constant, heads, n_masks=40, rate=0.3)
+
+    def harmful_l1h2(masks):  # removing L1H2 fixes every example
+        return {m: np.array([Head(1, 2) in m] * 4) for m in masks}
+
+    result = lasso_scores(harmful_l1h2, heads, n_masks=40, rate=0.3)
+    assert result.ranked()[0] == Head(1, 2)
