@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -64,7 +65,8 @@ class SetMemo:
                 nonlocal done
                 rows = [{"heads": str(h), "correct": Correctness.of(r.correct).bits}
                         for h, r in sorted(results.items(), key=lambda kv: kv[0].sort_key())]
-                write_json(self.directory / f"{tag}-L{layer}.json", {"layer": layer, "subsets": rows})
+                write_json(self.directory / f"{tag}-L{layer}.json",
+                           {"layer": layer, "subsets": rows, "digest": part_digest(layer, rows)})
                 self.known.update({h: r.correct for h, r in results.items()})
                 done += len(results)
                 if self.progress:
@@ -92,6 +94,13 @@ def claim_parts(directory: Path, key: str) -> None:
     atomic_write_text(marker, key + "\n")
 
 
+def part_digest(layer: object, rows: object) -> str:
+    """SHA-256 of a part's layer and outcomes as celtk wrote them: a part edited by hand no longer matches."""
+    canonical = json.dumps({"layer": layer, "subsets": rows}, sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def load_subset_parts(parts: Path, intact: Bool[np.ndarray, " example"]
                       ) -> dict[HeadSet, Bool[np.ndarray, " example"]]:
     """Set outcomes finished by an earlier, interrupted search (one file per batch and start layer)."""
@@ -103,6 +112,10 @@ def load_subset_parts(parts: Path, intact: Bool[np.ndarray, " example"]
         except (KeyError, TypeError, ValueError, AttributeError, RunStoreError):  # HeadError is a ValueError
             raise RunStoreError(f"{path} is not a part celtk wrote (it needs a 'subsets' list of head sets and "
                                 "outcomes); delete it and rerun: only its subsets are scored again.") from None
+        if doc.get("digest") != part_digest(doc.get("layer"), doc["subsets"]):
+            raise RunStoreError(f"{path} does not match its digest: its outcomes changed after celtk wrote them (or "
+                                "an older celtk wrote it without one), so they are not reused. Delete it and rerun: "
+                                "only its subsets are scored again.")
         for heads, correct in rows:
             if correct.shape != intact.shape:
                 raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; "
