@@ -6,7 +6,7 @@ Kinds (:class:`AblationKind`, spelled ``zero``, ``mean``, ``resample``, ``scale:
 
 * ``zero`` (the paper's, the default): ``z_h ← 0`` at every position.
 * ``scale:α``: ``z_h ← α·z_h`` at every position (α = 1 is the intact model, α = 0 is ``zero``, α < 0
-  flips the head).
+  flips the head), for −10 ≤ α ≤ 10 (:data:`SCALE_LIMIT`).
 * ``mean``: ``z_h ← μ_h``, one ``d_head`` vector per head: the intact model's ``z_h`` averaged over
   every position of every reference sequence, each position weighted equally (pads excluded).
 * ``resample``: an example's ``z_h`` at position ``p`` ← the intact model's ``z_h`` at position
@@ -45,6 +45,9 @@ from torch import Tensor
 from celtk.errors import ConfigError, suggest
 
 KINDS = ("zero", "mean", "resample", "scale")
+# |α| ≤ 10: a dose of the head, from flipped (−1) through removed (0) to amplified; far past it the head swamps
+# the residual stream (scale:-1e30 overflowed every logit, so all choices tied) and 1e300 is no number a dtype holds
+SCALE_LIMIT = 10.0
 REFERENCE_BATCH = 16  # fixed, so the reference values never depend on a run's batch size
 
 
@@ -75,6 +78,10 @@ class AblationKind:
                               "or scale:-1.") from None
         if not math.isfinite(alpha):
             raise ConfigError(f"Ablation kind {text!r}: α must be finite, e.g. scale:0.5.")
+        if abs(alpha) > SCALE_LIMIT:
+            raise ConfigError(f"Ablation kind {text!r}: α = {alpha:g} is outside −{SCALE_LIMIT:g} ≤ α ≤ "
+                              f"{SCALE_LIMIT:g}; past it the head's output swamps the residual stream (logits overflow "
+                              "and tie). Use e.g. scale:-1 (flipped), scale:0.5 or scale:2.")
         return cls("scale", alpha)
 
     def __str__(self) -> str:

@@ -156,7 +156,7 @@ def _print_kinds(doc: AblationKindsDocument) -> None:
 @click.option("--kinds", default="zero,mean,resample", show_default=True,
               help="Ablation kinds to score beside the scale sweep (zero, mean, resample, scale:α).")
 @click.option("--alphas", callback=_floats, default="1,0.75,0.5,0.25,0,-0.5", show_default=True,
-              help="The scale sweep: z × α for each α (1 is intact, 0 is zeroing).")
+              help="The scale sweep: z × α for each α (1 is intact, 0 is zeroing; −10 ≤ α ≤ 10).")
 @click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
 def ablations_cmd(out, kinds, alphas, n_boot) -> None:

@@ -14,7 +14,8 @@ from celtk.run.config import RunConfig, resolve_config
 @pytest.mark.parametrize("text, name, alpha, spelled", [
     ("zero", "zero", None, "zero"), ("mean", "mean", None, "mean"), ("resample", "resample", None, "resample"),
     ("scale:0.50", "scale", 0.5, "scale:0.5"), ("scale:1", "scale", 1.0, "scale:1.0"),
-    ("scale:-0.5", "scale", -0.5, "scale:-0.5"), (" scale:1e-1 ", "scale", 0.1, "scale:0.1")])
+    ("scale:-0.5", "scale", -0.5, "scale:-0.5"), (" scale:1e-1 ", "scale", 0.1, "scale:0.1"),
+    ("scale:10", "scale", 10.0, "scale:10.0"), ("scale:-10", "scale", -10.0, "scale:-10.0")])
 def test_kinds_parse_to_one_spelling(text, name, alpha, spelled):
     kind = AblationKind.parse(text)
     assert (kind.name, kind.alpha, str(kind)) == (name, alpha, spelled)
@@ -27,10 +28,22 @@ def test_kinds_parse_to_one_spelling(text, name, alpha, spelled):
     ("scale", "scale needs a finite number α after the colon"),
     ("scale:half", "scale needs a finite number α"),
     ("scale:nan", "α must be finite"), ("scale:inf", "α must be finite"),
-    ("mean:3", "takes no argument.*only scale does")])
+    ("mean:3", "takes no argument.*only scale does"),
+    # far past |α| = 10 every logit overflowed: scale:-1e30 tied every choice and reported it as accuracy,
+    # 1e300 ended in an internal "Refusing to write NaN"
+    ("scale:-1e30", r"α = -1e\+30 is outside −10 ≤ α ≤ 10; .* scale:-1 \(flipped\)"),
+    ("scale:1e300", r"α = 1e\+300 is outside −10 ≤ α ≤ 10"), ("scale:10.5", "outside −10 ≤ α ≤ 10")])
 def test_bad_kinds_are_refused_naming_the_right_spelling(text, message):
     with pytest.raises(ConfigError, match=message):
         AblationKind.parse(text)
+
+
+def test_a_scale_sweep_past_the_range_is_refused_before_the_run_is_touched(tmp_path):
+    from celtk.run.ablations import run_ablation_kinds
+
+    with pytest.raises(ConfigError, match=r"'scale:1e\+308': α = 1e\+308 is outside"):
+        run_ablation_kinds(tmp_path / "no-run", alphas=[1.0, 1e308])
+    assert not (tmp_path / "no-run").exists()
 
 
 def test_a_run_config_records_a_kind_in_one_spelling_and_zero_not_at_all():
