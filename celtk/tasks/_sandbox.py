@@ -26,14 +26,13 @@ it passes only if ``exec`` returned normally, i.e. every statement ran, every as
 nothing raised (``SystemExit`` included). Exit status alone proves nothing: only a per-run random
 token, written to a private copy of stdout after ``exec`` returns, does. The token is out of the
 program's reach: the runner keeps it only inside an audit hook (:func:`sys.addaudithook`, which
-no Python code can remove or read), while an audit guard refuses the program every way Python offers
-to reach another frame or object (``sys._getframe``, traceback, generator and coroutine frames, tracing
-and profiling, ``gc``'s object lists), to read memory (``ctypes`` and the test modules, ``/proc/*/mem``,
-code objects built from bytes) or to start a process without the guard (``exec``, ``posix_spawn``,
-``subprocess``). The hook releases the token only to the runner's own frame, from the ``else`` branch
-that follows ``exec`` only when it returned; a forked child loses it. The program runs in the process's
-main thread, as under ``code_eval``, so it may install signal handlers; the frame a handler is handed
-reaches the runner's frames, which hold no token, and rewriting their locals cannot reach the ``else``.
+no Python code can remove or read) and runs the program in a second thread, while an audit guard
+refuses the program every way Python offers to reach another frame or object (``sys._getframe``,
+traceback, generator and coroutine frames, tracing and profiling, ``gc``'s object lists), to read
+memory (``ctypes`` and the test modules, ``/proc/*/mem``, code objects built from bytes) or to
+start a process without the guard (``exec``, ``posix_spawn``, ``subprocess``). The hook releases the
+token only to the runner's own frame after ``exec`` returns; a forked child loses it. In the
+program's thread ``signal.signal`` is unavailable (as in any thread but the main one).
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ TOOLS = ("unshare", "setpriv", "mount", "umount", "pivot_root", "sh", "mkdir", "
 # Runs inside the sandbox as `python -I -S -c RUNNER`; stdin holds "<token>\n<weak 0|1><guard 0|1>\n<program>".
 _RUNNER = r"""
 # celtk-sandbox-runner
-import os, sys, threading
+import os, signal, sys, threading
 
 def _setup():
     token, weak, source = sys.stdin.buffer.read().split(b"\n", 2)
@@ -156,9 +155,7 @@ def _describe(error):
     return (f"program.py, line {line}: " if line else "") + text
 
 def _work(source, errors, audit=sys.audit, leave=os._exit, write=os.write):
-    # The pass is reached only by the else branch, i.e. by control flow when exec returned: a program
-    # that reaches this frame (a signal handler is handed the frame it interrupted) and rewrites its
-    # locals changes data, never which branch runs.
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     audit("celtk.enter")
     try:
         exec(compile(source, "program.py", "exec"), {})
@@ -166,15 +163,17 @@ def _work(source, errors, audit=sys.audit, leave=os._exit, write=os.write):
         audit("celtk.fail")
         write(errors, _describe(error)[-2000:].encode(errors="replace"))
         leave(1)
-    else:
-        audit("celtk.pass")
+    audit("celtk.pass")
     leave(1)  # reached only when the pass was refused
 
 def _main():
     token, weak, guard, source, channel, errors = _setup()
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # the main thread runs no handler
     _arm(token, channel, weak, guard)
     del token
-    _work(source, errors)  # in the main thread, as code_eval runs it: signal handlers work
+    worker = threading.Thread(target=_work, args=(source, errors), daemon=True)
+    worker.start()
+    worker.join()
     os._exit(1)
 
 _main()

@@ -126,42 +126,12 @@ def test_main_guard_does_not_run_as_in_code_eval():
 
 
 def test_a_program_may_signal_itself():
-    """Signal 0 to its own pid works in every mode."""
+    """Signal 0 to its own pid works in every mode; Python signal handlers are not available in the
+    program's thread (the runner's guard, see the module docstring), as in any thread but the main one."""
     program = "import os, signal, threading\nos.kill(os.getpid(), 0)\nsignal.pthread_kill(threading.get_ident(), 0)"
     assert run(program).passed
-
-
-def test_a_program_runs_in_the_main_thread_and_its_signal_handlers_work():
-    """As under lm-eval's code_eval, the program is the process's main thread: a correct program that installs a
-    signal handler (a timeout of its own, a handler for SIGUSR1) passes; one whose handler's assertion fails
-    does not."""
-    program = ("import os, signal, threading\nassert threading.current_thread() is threading.main_thread()\n"
-               "got = []\nold = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))\n"
-               "os.kill(os.getpid(), signal.SIGUSR1)\nassert got == [signal.SIGUSR1], got\n"
-               "assert signal.getsignal(signal.SIGUSR1) is not old\n"
-               "class Timeout(Exception):\n    pass\n"
-               "def on_alarm(s, f):\n    raise Timeout()\n"
-               "signal.signal(signal.SIGALRM, on_alarm)\nsignal.setitimer(signal.ITIMER_REAL, 0.05)\n"
-               "try:\n    while True:\n        pass\nexcept Timeout:\n    pass\n")
-    result = run(program)
-    assert result.passed, result.stderr_tail
-    failing = run("import os, signal\ndef h(s, f):\n    assert False, 'in the handler'\n"
-                  "signal.signal(signal.SIGUSR1, h)\nos.kill(os.getpid(), signal.SIGUSR1)\n")
-    assert not failing.passed and "in the handler" in failing.stderr_tail
-
-
-def test_a_signal_handler_that_rewrites_the_runners_frame_still_fails_wrong_code():
-    """The frame a handler is handed leads to the runner's frames: rewriting their locals (so the failure path
-    neither reports nor exits) must not reach the pass, which only the branch after a returning exec takes."""
-    program = ("import os, signal\n"
-               "def h(s, f):\n    while f is not None:\n"
-               "        for name in ('audit', 'leave', 'write'):\n"
-               "            if name in f.f_locals:\n"
-               "                try:\n                    f.f_locals[name] = len\n"
-               "                except (TypeError, KeyError):\n                    pass\n"
-               "        f = f.f_back\n"
-               "signal.signal(signal.SIGUSR1, h)\nos.kill(os.getpid(), signal.SIGUSR1)\nassert False\n")
-    assert not run(program).passed
+    refused = run("import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)")
+    assert not refused.passed and "main thread" in refused.stderr_tail
 
 
 def nobody_can_run_python() -> bool:
