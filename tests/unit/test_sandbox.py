@@ -392,6 +392,15 @@ STEALS = {
                             "    _scan_frame(e.__traceback__.tb_frame)\n",
     "a signal handler's frame": "import os, signal\nsignal.signal(signal.SIGUSR1, lambda s, f: _scan_frame(f))\n"
                                 "os.kill(os.getpid(), signal.SIGUSR1)\n",
+    # a timer whose handler lands in the audit hook's own frame (its free variables hold the token) while the
+    # program makes audit events: this passed wrong code when the program ran in the main thread (issue 40)
+    "a timer handler inside the audit hook": "import signal\ndef _h(s, f):\n    while f is not None:\n"
+                                             "        for v in list(f.f_locals.values()):\n            _look(v)\n"
+                                             "            if isinstance(v, list):\n"
+                                             "                [_look(x) for x in v]\n        f = f.f_back\n"
+                                             "signal.signal(signal.SIGALRM, _h)\n"
+                                             "signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)\n"
+                                             "for _ in range(200000):\n    open('/dev/null').close()\n",
     "the garbage collector's objects": "import gc\nfor o in gc.get_objects():\n    _look(o)\n"
                                        "    if callable(o):\n        for c in getattr(o, '__closure__', None) or ():\n"
                                        "            _look(c.cell_contents)\n"
