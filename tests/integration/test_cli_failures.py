@@ -100,6 +100,6 @@ def test_errors_are_json_lines_under_log_format_json(tmp_path):
         text = runner.invoke(main, args)  # the default stays one plain line
         assert text.exit_code == code and text.stderr.strip().splitlines()[-1].startswith("Error: ")
     with open("/dev/full", "w") as full:
-        result = subprocess.run([*CELTK, "--log-format", "json", "circuits"], stdout=full, stderr=subprocess.PIPE,
-                                text=True)
-    assert result.returncode == 1 and json.loads(result.stderr)["error"] == "OSError"
+        process = subprocess.run([*CELTK, "--log-format", "json", "circuits"], stdout=full, stderr=subprocess.PIPE,
+                                 text=True)
+    assert process.returncode == 1 and json.loads(process.stderr)["error"] == "OSError"
