@@ -112,7 +112,10 @@ def scenario(slurm, planted, tmp_path_factory) -> Scenario:
     (bin_dir / "celtk").write_text(_CELTK.format(python=sys.executable))
     (bin_dir / "celtk").chmod(0o755)
     common = {**SETTINGS, "MODEL": str(model_dir), "TASK": task, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-              "OMP_NUM_THREADS": "1", "CELTK_LOG_FORMAT": "text", "CELTK_QUIET": ""}  # the logs' plain progress lines
+              "OMP_NUM_THREADS": "1", "CELTK_LOG_FORMAT": "text", "CELTK_QUIET": "",  # the logs' plain progress lines
+              # celtk's ledger refuses a second first test of one held-out set; the reference stands for a run
+              # elsewhere, so the submissions and the reference each keep their own
+              "CELTK_LEDGER": str(root / "slurm-ledger.jsonl")}
     s = Scenario(ok=root / "ok", failing=root / "failing", reference=root / "reference")
     for d in (s.ok, s.failing):
         d.mkdir()
@@ -151,7 +154,8 @@ def scenario(slurm, planted, tmp_path_factory) -> Scenario:
             [sys.executable, "-m", "celtk.cli", "run", "--model", str(model_dir), "--task", task, "--discovery", "40",
              "--heldout", "40", "--fewshot", "0", "--seed", "0", "--p", "4", "--k", "3", "--device", "cpu",
              "--dtype", "float32", "--batch-size", "8", "--out", str(s.reference)],
-            stdout=subprocess.DEVNULL, stderr=err_file, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            stdout=subprocess.DEVNULL, stderr=err_file,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "CELTK_LEDGER": str(root / "reference-ledger.jsonl")})
 
     merges = (s.ids["ok_merge"], s.ids["bad_merge"])
     all_jobs = (s.ids["ok_array"], s.ids["bad_array"], *merges)
