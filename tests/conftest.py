@@ -3,7 +3,10 @@ behind them live in tests/_support.py, which test modules import; nothing import
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,20 @@ def _fixed_seeds() -> None:
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
+
+
+# celtk's ledger (celtk.run.ledger) records every frozen held-out set and look outside the runs: the module- and
+# session-scoped fixtures write to one for the session, each test to its own, so that tests that copy a fixture's
+# run and test each copy are not copies of one another's held-out set, and no test writes into a user's cache.
+_SESSION_LEDGER = Path(tempfile.mkdtemp(prefix="celtk-ledger-")) / "ledger.jsonl"
+os.environ["CELTK_LEDGER"] = str(_SESSION_LEDGER)
+
+
+@pytest.fixture(autouse=True)
+def _own_ledger(tmp_path_factory, monkeypatch) -> Path:
+    path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
+    monkeypatch.setenv("CELTK_LEDGER", str(path))
+    return path
 
 
 @pytest.fixture(scope="session")

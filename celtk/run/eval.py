@@ -21,9 +21,10 @@ from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
+from celtk.run.ledger import Ledger
 from celtk.run.session import session_for
 from celtk.runstore import locked, write_json
-from celtk.tasks import Splits, Task, get_task, make_splits
+from celtk.tasks import Example, Splits, Task, get_task, make_splits
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
@@ -94,6 +95,7 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     with locked(Path(out)) if out is not None else nullcontext():
         loaded = model if isinstance(model, Model) else load_model(model, device=device, dtype=dtype)
         loaded.validate_heads(head_set)
+        _refuse_frozen(loaded, the_task, examples)
         config = EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code, chat_date=chat_date)
         refs = make_splits(the_task, reference, 0, seed=seed, fewshot=fewshot).discovery if kind.needs_reference else []
         chosen = ablation_for(loaded, kind, the_task, refs, splits.shots, chat, chat_date, seed=seed)
@@ -107,6 +109,19 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
         if out is not None:
             write_json(Path(out) / EvalDocument.FILE, document.to_json())
     return document
+
+
+def _refuse_frozen(model: Model, task: Task, examples: list[Example]) -> None:
+    """An evaluation outside any run must not score a frozen held-out set's examples under the weights it was frozen
+    for (celtk's ledger records each one): that is a look, and a look goes through its run."""
+    shared = Ledger().frozen_among(weights=model.weight_hash, task=task.full_name, examples=[e.content_hash
+                                                                                            for e in examples])
+    if shared:
+        runs = "; ".join(f"{count} of {run}'s" for run, count in shared[:3])
+        raise ConfigError(f"These examples include a frozen held-out set ({runs} frozen held-out examples, same "
+                          "weights and task): scoring them outside the run would be an unlogged look. Evaluate the "
+                          f"run's held-out set through it (--split heldout --run {shared[0][0]}), which logs the look, "
+                          "or the discovery split (--split discovery), or a seed whose examples no run froze.")
 
 
 def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:

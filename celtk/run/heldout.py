@@ -9,10 +9,10 @@ Other events (a select forced after a look) are lines of their own.
 Each line carries ``seq`` (0, 1, …) and ``prev``, the SHA-256 of the previous line's text, so
 an edited line breaks the next line's ``prev``; ``heldout_log.head`` records how many lines the
 log had and the hash of the last one, so a truncated log (or an edited last line) is detected
-too. Tamper-evident, not tamper-proof: someone who rewrites the log, the head file and the
-documents consistently is not caught, and neither is a run directory whose log and results were
-all deleted. Lines written by celtk before the chain existed (no ``seq``) are read as a legacy
-prefix, shown as unchained.
+too. Every line is also recorded in celtk's ledger outside the directory (:mod:`celtk.run.ledger`), so a
+log that lacks or changed a recorded line is refused however consistently the directory was rewritten.
+Tamper-evident, not tamper-proof: deleting the ledger and the run together is not caught. A line without
+the chain (celtk wrote such lines before the chain existed) is refused.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 from celtk.errors import HeadError, RunStoreError
 from celtk.heads import HeadSet
+from celtk.run.ledger import Ledger
 from celtk.runstore import file_digest, read_bounded, read_json, write_json
 
 LOG = "heldout_log.jsonl"
@@ -87,16 +88,16 @@ class HeldoutLog:
         """Every line (text, parsed), after checking the chain and the head; raises
         :class:`RunStoreError` naming the first line that does not hold."""
         if not self.path.exists():
-            if self.head_path.exists() and read_json(self.head_path).get("lines", 0) > 0:
+            if self.head_path.exists() and read_json(self.head_path).get("lines", 0) != 0:
                 raise self._broken("is missing, but heldout_log.head says it had "
-                                   f"{read_json(self.head_path)['lines']} line(s)")
+                                   f"{read_json(self.head_path).get('lines')!r} line(s)")
+            Ledger().check_log(self.directory, [])
             return []
         try:
             texts = read_bounded(self.path).decode("utf-8").splitlines()
         except UnicodeDecodeError as error:
             raise self._broken(f"cannot be read ({error})") from None
         parsed: list[tuple[str, dict[str, Any]]] = []
-        chained_from: int | None = None
         for number, text in enumerate(texts, 1):
             if not text.strip():
                 raise self._broken(f"has an empty line {number}")
@@ -107,28 +108,31 @@ class HeldoutLog:
             if not isinstance(entry, dict):
                 raise self._broken(f"line {number} is not a JSON object")
             if "seq" not in entry:
-                if chained_from is not None:
-                    raise self._broken(f"line {number} has no hash chain after chained lines")
-            else:
-                chained_from = number if chained_from is None else chained_from
-                expected = line_hash(parsed[-1][0]) if parsed else START
-                if entry.get("seq") != number - 1 or entry.get("prev") != expected:
-                    raise self._broken(f"line {number} does not follow line {number - 1} (its seq or the hash of the "
-                                       "line before it differs: a line was edited, removed or inserted)")
+                raise self._broken(f"line {number} has no hash chain (seq, prev); celtk writes every line chained")
+            expected = line_hash(parsed[-1][0]) if parsed else START
+            if entry.get("seq") != number - 1 or entry.get("prev") != expected:
+                raise self._broken(f"line {number} does not follow line {number - 1} (its seq or the hash of the "
+                                   "line before it differs: a line was edited, removed or inserted)")
             parsed.append((text, entry))
         self._check_head(parsed)
+        Ledger().check_log(self.directory, [text for text, _ in parsed])
         return parsed
 
     def _check_head(self, parsed: list[tuple[str, dict[str, Any]]]) -> None:
-        chained = any("seq" in entry for _, entry in parsed)
         if not self.head_path.exists():
-            if chained:
-                raise self._broken("has chained lines but heldout_log.head is missing")
+            if parsed:
+                raise self._broken("has lines but heldout_log.head is missing")
             return
         head = read_json(self.head_path)
+        head = head if isinstance(head, dict) else {}
         count, digest = head.get("lines"), head.get("sha256")
-        if not isinstance(count, int) or count > len(parsed):
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise self._broken(f"has {len(parsed)} line(s), and heldout_log.head holds no line count ({count!r} where "
+                               "a whole number belongs)")
+        if count > len(parsed):
             raise self._broken(f"has {len(parsed)} line(s) but heldout_log.head says {count}: it was truncated")
+        if count < len(parsed) - 1:  # the head is written just after each line: at most the newest may be unrecorded
+            raise self._broken(f"has {len(parsed)} line(s) but heldout_log.head says {count}: the head was rewound")
         if count and line_hash(parsed[count - 1][0]) != digest:
             raise self._broken(f"line {count} differs from the one heldout_log.head recorded")
 
@@ -191,6 +195,7 @@ class HeldoutLog:
             raise RunStoreError(f"Could not append to {self.path}: {error.strerror}. Nothing was scored on the "
                                 "held-out set; free space or fix the directory and rerun.") from None
         write_json(self.head_path, {"lines": len(lines) + 1, "sha256": line_hash(text)})
+        Ledger().record_line(self.directory, len(lines), text, chained)
         return chained
 
     def begin(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *, frozen: bool,

@@ -21,6 +21,7 @@ from celtk.run.documents import (
     SelectionDocument,
     TestDocument,
 )
+from celtk.run.ledger import Ledger
 from celtk.run.memo import memo_for
 from celtk.run.session import ScreenedRun, open_run
 from celtk.search.selection import n_subsets
@@ -64,6 +65,10 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
             rd.log.note("select-forced", heads=document.heads.names(), after_looks=[look.seq for look in prior])
         document.save(out)
         _diagnostics_document(result).save(out)
+        splits = run.session.splits
+        Ledger().record_frozen(out, weights=run.session.model.weight_hash, task=run.session.task.full_name,
+                               heldout_hash=splits.manifest().heldout_hash,
+                               examples=[e.content_hash for e in splits.heldout], heads=str(document.heads))
         return document
 
 

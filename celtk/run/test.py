@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from celtk.ablation_kinds import Ablation
+from celtk.errors import RunStoreError
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.scoring import ablated, aggregate, make_batches, score_requests
 from celtk.heads import HeadSet
@@ -21,6 +22,7 @@ from celtk.run.documents import (
     TestExample,
 )
 from celtk.run.integrity import check_selection_matches_screen
+from celtk.run.ledger import Ledger
 from celtk.run.session import Session, session_for
 from celtk.stats import compare_paired, defined
 
@@ -50,8 +52,18 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         rd.admit("test", session, sel)
         manifest = session.splits.manifest()
         heads = sel.heads
+        seen = Ledger().tested_elsewhere(out, weights=session.model.weight_hash, task=session.task.full_name,
+                                         heldout_hash=manifest.heldout_hash)
+        if seen and not force:
+            where = "; ".join(f"look {e.get('line_seq')} of {e.get('run')} at {e.get('when')}" for e in seen[:3])
+            raise RunStoreError(f"The held-out set frozen in {out} (hash {manifest.heldout_hash}) was already tested "
+                                f"under the same weights and task in another run directory ({where}): a copy of a "
+                                "selection gets no second first test. Its result is that run's test.json; to look "
+                                "again anyway, pass force=True (`--force`), recorded as seen before.")
+        seen_before = [f"{e.get('run')}#{e.get('line_seq')}" for e in seen]
         seq = rd.begin_look("test", [heads], manifest.heldout_hash, len(session.splits.heldout),
-                            exploratory=first is not None, forced=first is not None)
+                            exploratory=first is not None or bool(seen), forced=first is not None or bool(seen),
+                            **({"seen_before": seen_before} if seen else {}))
         if progress:
             progress("test", 0, 2)
         intact, ablated = score_streaming(session, "heldout", heads)

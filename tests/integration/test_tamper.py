@@ -16,6 +16,7 @@ from celtk.report import write_report
 from celtk.run import run_screen, run_select, run_test
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import ScreenDocument, SelectionDocument
+from celtk.run.heldout import HeldoutLog
 from celtk.runstore import read_bounded
 
 
@@ -84,3 +85,87 @@ def test_reads_stop_at_their_bound(tmp_path):
         read_bounded(path, limit=1000)
     with pytest.raises(RunStoreError, match="is a directory"):
         read_bounded(tmp_path)
+
+
+# ---- the ledger outside the run directories (celtk.run.ledger) ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def screened(planted, tmp_path_factory):
+    model, task = planted
+    out = tmp_path_factory.mktemp("screened")
+    run_screen(planted_config(task), out, model=model)
+    return out
+
+
+@pytest.fixture
+def fresh_run(screened, planted, tmp_path):
+    """A copy of the screened run, selected and tested in this test (so this test's ledger records both)."""
+    model, _ = planted
+    out = Path(shutil.copytree(screened, tmp_path / "run"))
+    run_select(out, p=4, k=2, model=model)
+    return out
+
+
+def test_a_copied_run_gets_no_second_first_test(fresh_run, planted, tmp_path):
+    model, _ = planted
+    copy = Path(shutil.copytree(fresh_run, tmp_path / "copy"))  # selected, not yet tested: digests and all
+    first = run_test(fresh_run, model=model, n_boot=50)
+    with pytest.raises(RunStoreError, match="already tested under the same weights and task in another run directory"):
+        run_test(copy, model=model, n_boot=50)
+    assert not (copy / "test.json").exists()
+    again = run_test(copy, model=model, n_boot=50, force=True)  # looked at anyway: on record as seen before
+    (look,) = HeldoutLog(copy).looks()
+    assert look.forced and look.exploratory and look.extra["seen_before"] == [f"{fresh_run.resolve()}#0"]
+    assert again.gain == first.gain
+
+
+def test_a_log_rewritten_consistently_is_refused_by_the_ledger(fresh_run, planted):
+    """Drop the test's lines, re-chain what is left with plain SHA-256, rewrite the head, delete test.json:
+    everything inside the directory agrees, and the ledger still knows."""
+    import hashlib
+
+    model, _ = planted
+    run_test(fresh_run, model=model, n_boot=50)
+    log = fresh_run / "heldout_log.jsonl"
+    kept = [json.loads(line) for line in log.read_text().splitlines() if json.loads(line).get("event") == "nothing"]
+    log.write_text("".join(json.dumps(entry) + "\n" for entry in kept))
+    (fresh_run / "heldout_log.head").write_text(json.dumps({"lines": 0, "sha256": hashlib.sha256(b"").hexdigest()}))
+    (fresh_run / "test.json").unlink()
+    for stage in (lambda: run_test(fresh_run, model=model, n_boot=50), lambda: write_report(fresh_run)):
+        with pytest.raises(RunStoreError, match="does not hold the line 0 that celtk's ledger .* recorded"):
+            stage()
+
+
+def test_a_downgraded_log_is_refused(fresh_run, planted):
+    model, _ = planted
+    run_test(fresh_run, model=model, n_boot=50)
+    log = fresh_run / "heldout_log.jsonl"
+    stripped = [{k: v for k, v in json.loads(line).items() if k not in ("seq", "prev")}
+                for line in log.read_text().splitlines()]
+    log.write_text("".join(json.dumps(entry) + "\n" for entry in stripped))
+    (fresh_run / "heldout_log.head").unlink()
+    with pytest.raises(RunStoreError, match="has no hash chain"):
+        RunDirectory(fresh_run).looks()
+
+
+def test_a_rewound_head_is_refused(fresh_run, planted):
+    model, _ = planted
+    run_test(fresh_run, model=model, n_boot=50)
+    (fresh_run / "heldout_log.head").write_text(json.dumps({"lines": 0}))
+    with pytest.raises(RunStoreError, match="heldout_log.head says 0: the head was rewound"):
+        RunDirectory(fresh_run).looks()
+
+
+def test_eval_outside_a_run_does_not_score_its_frozen_heldout_set(fresh_run, planted, tmp_path):
+    from celtk.errors import ConfigError
+    from celtk.run.eval import run_eval
+
+    model, task = planted
+    selection = SelectionDocument.load(fresh_run)
+    for split, exploratory in (("all", False), ("heldout", True)):
+        with pytest.raises(ConfigError, match="include a frozen held-out set .*--split heldout --run"):
+            run_eval(None, model=model, task=task, split=split, exploratory=exploratory)
+    assert run_eval(None, model=model, task=task, split="discovery", limit=10).n == 10  # no frozen example there
+    logged = run_eval(None, model=model, heads=selection.heads, split="heldout", run=fresh_run)
+    assert logged.n == 40 and [look.what for look in HeldoutLog(fresh_run).looks()] == ["eval"]
