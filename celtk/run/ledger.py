@@ -24,10 +24,9 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from celtk.errors import RunStoreError
 from celtk.models import cache_root
@@ -59,8 +58,14 @@ class Ledger:
 
     # -- reading ---------------------------------------------------------------------------
     def entries(self) -> list[dict[str, Any]]:
-        """Every entry, oldest first, after checking the chain."""
-        with self._locked(fcntl.LOCK_SH):
+        """Every entry, oldest first, after checking the chain (none while there is no ledger: nothing was frozen)."""
+        if not self.path.exists():
+            return []
+        try:
+            lock = self._lock(fcntl.LOCK_SH)
+        except PermissionError:  # a ledger one may read but not lock (a read-only cache): its lines are appended whole
+            return [entry for _, entry in self._lines()]
+        with lock:
             return [entry for _, entry in self._lines()]
 
     def _lines(self) -> list[tuple[str, dict[str, Any]]]:
@@ -91,7 +96,12 @@ class Ledger:
     # -- appending -------------------------------------------------------------------------
     def append(self, entry: dict[str, Any]) -> None:
         """Append ``entry`` as the next chained line (fsynced), under the ledger's lock."""
-        with self._locked(fcntl.LOCK_EX):
+        try:
+            lock = self._lock(fcntl.LOCK_EX)
+        except PermissionError as error:
+            raise RunStoreError(f"Cannot use celtk's ledger {self.path}: {error.strerror}. Set ${LEDGER_ENV} to a "
+                                "writable file.") from None
+        with lock:
             lines = self._lines()
             text = json.dumps({"seq": len(lines), "prev": _hash(lines[-1][0]) if lines else START,
                                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry},
@@ -105,17 +115,18 @@ class Ledger:
                 raise RunStoreError(f"Could not append to celtk's ledger {self.path}: {error.strerror}. Nothing was "
                                     f"scored; free space, or set ${LEDGER_ENV} to a writable file.") from None
 
-    @contextmanager
-    def _locked(self, mode: int) -> Iterator[None]:
+    def _lock(self, mode: int) -> IO[str]:
+        """The ledger's lock file, open and locked in ``mode`` (closing it unlocks); a PermissionError propagates."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle = open(self.path.with_name(self.path.name + ".lock"), "a+")
+        except PermissionError:
+            raise
         except OSError as error:
             raise RunStoreError(f"Cannot use celtk's ledger {self.path}: {error.strerror}. Set ${LEDGER_ENV} to a "
                                 "writable file.") from None
-        with handle:
-            fcntl.flock(handle, mode)
-            yield
+        fcntl.flock(handle, mode)
+        return handle
 
     # -- what the run store records ------------------------------------------------------------
     def record_line(self, run: Path, seq: int, text: str, entry: dict[str, Any]) -> None:
