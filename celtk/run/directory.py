@@ -273,7 +273,9 @@ class RunDirectory:
             return Admission(selection=selection, test=self.refuse_second_test(force))
         if stage == "transfer":
             test = self.require_tested("transfer")
-            return Admission(selection=self.load(SelectionDocument), test=test)
+            selection = self.load(SelectionDocument)
+            self._check_tested_selection("transfer", test, selection)
+            return Admission(selection=selection, test=test)
         if stage == "ablations":
             selection = self.load(SelectionDocument)
             test = self.require_tested("celtk ablations")
@@ -283,8 +285,20 @@ class RunDirectory:
             selection = self.load(SelectionDocument)
             if self.has(ScreenDocument):
                 check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
-            return Admission(selection=selection, test=self.load_if(TestDocument))
+            test = self.load_if(TestDocument)
+            if test is not None:
+                self._check_tested_selection("calibrate", test, selection)
+            return Admission(selection=selection, test=test)
         return Admission()
+
+    def _check_tested_selection(self, what: str, test: TestDocument, selection: SelectionDocument) -> None:
+        """``test.json`` (the run's first test, kept through forced repeats) must test the heads ``selection.json``
+        holds now: after a forced reselection of other heads it tests the old ones."""
+        if test.heads != selection.heads:
+            raise RunStoreError(f"{self.path}/test.json tests {test.heads}, but selection.json now holds "
+                                f"{selection.heads} (selected again with --force after the test): {what} reads the "
+                                "tested selection's held-out outcomes, and the run's result stays its first test. "
+                                "Select and test the new heads in a new run directory.")
 
     def admit(self, stage: str | None, session: Session, document: ScreenDocument | SelectionDocument) -> None:
         """Every model-side same-run check of ``stage`` (``None``: those every stage makes), once its session is

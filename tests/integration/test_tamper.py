@@ -169,3 +169,18 @@ def test_eval_outside_a_run_does_not_score_its_frozen_heldout_set(fresh_run, pla
     assert run_eval(None, model=model, task=task, split="discovery", limit=10).n == 10  # no frozen example there
     logged = run_eval(None, model=model, heads=selection.heads, split="heldout", run=fresh_run)
     assert logged.n == 40 and [look.what for look in HeldoutLog(fresh_run).looks()] == ["eval"]
+
+
+def test_transfer_and_calibrate_refuse_a_test_of_another_selection(fresh_run, planted):
+    """After a forced reselection of other heads, test.json (the run's first test) tests the old ones."""
+    from _support import edit_document
+
+    from celtk.run import run_calibration, run_transfer, variant_grid
+
+    model, task = planted
+    run_test(fresh_run, model=model, n_boot=50)
+    edit_document(fresh_run, "selection.json", lambda d: {**d, "heads": ["L0H0"], "forced_after_test": True})
+    with pytest.raises(RunStoreError, match=r"test.json tests .* but selection.json now holds L0H0"):
+        run_transfer(fresh_run, variant_grid(task, zero_shot=True), model=model)
+    with pytest.raises(RunStoreError, match=r"selection.json now holds L0H0 .*calibrate reads"):
+        run_calibration(fresh_run, null="permutation", repeats=5, model=model)
