@@ -50,7 +50,8 @@ class ProgressSettings:
 
 
 # What one step of each stage's ``progress(stage, done, total)`` counts (the library's stage names).
-UNITS = {"screen": "heads", "select": "head sets", "stability": "head sets", "lasso": "head sets",
+UNITS = {"load": "models", "screen work": "‰ of its work",
+         "screen": "heads", "select": "head sets", "stability": "head sets", "lasso": "head sets",
          "held-out": "head sets", "test": "passes", "eval": "batches", "transfer": "variants", "calibrate": "steps"}
 
 

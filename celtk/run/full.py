@@ -48,7 +48,12 @@ def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
     test = stored_test(out) if selection is not None else None
     if screen is not None and selection is not None and test is not None:
         return RunResult(screen, selection, test, _stored_seconds(out), stored=True)
-    model = model or load_model(config.model, device=config.device, dtype=config.dtype)
+    if model is None:
+        if progress:
+            progress("load", 0, 1)  # a GGUF's first load dequantizes it: the log says so before the wait
+        model = load_model(config.model, device=config.device, dtype=config.dtype)
+        if progress:
+            progress("load", 1, 1)
     screen = screen or run_screen(config, out, model=model, progress=progress)
     # a frozen selection is not searched again, and a tested run not tested again: its held-out set was looked at once
     selection = (selection or stored_selection(out, p=config.p, k=config.k)

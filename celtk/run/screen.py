@@ -26,12 +26,14 @@ from celtk.run.integrity import check_screen_complete
 from celtk.run.registry import SCREENS
 from celtk.run.session import Session
 from celtk.runstore import check_fingerprint, locked, read_json, write_csv, write_json
+from celtk.screening.cached import CachedScreener
 from celtk.search.scores import HeadScore
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
+WORK_SCALE = 1000  # the exhaustive screen's progress within layers, in thousandths of its replay work
 
 
 def shard_dir(out: Path, shard: tuple[int, int] | None) -> Path:
@@ -158,8 +160,14 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
         if progress:
             progress("screen", finished, total)
 
-    intact, scored = session.screener("discovery").run(todo + [HeadSet()], on_layer=on_layer,
-                                                        on_intact=intact_holder.append)
+    screener = session.screener("discovery")
+    work = {}
+    if progress and isinstance(screener, CachedScreener):  # within a layer, by what each layer's replay costs
+        def on_work(done: int, total: int) -> None:
+            progress("screen work", round(WORK_SCALE * done / total) if total else WORK_SCALE, WORK_SCALE)
+
+        work = {"on_work": on_work}
+    intact, scored = screener.run(todo + [HeadSet()], on_layer=on_layer, on_intact=intact_holder.append, **work)
     _write_generations(directory, "intact", {"intact": intact})
     rows = covered_rows(parts, heads, session.model.n_layers)
     return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, evaluated=len(todo))

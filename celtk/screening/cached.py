@@ -291,26 +291,43 @@ class CachedScreener:
             self.prefix_len = 0
 
     def run(self, sets: Iterable[HeadSet], on_layer: Callable[[int, dict[HeadSet, EvalResult]], None] | None = None,
-            on_intact: Callable[[EvalResult], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
+            on_intact: Callable[[EvalResult], None] | None = None,
+            on_work: Callable[[int, int], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
         """Score every set; ``on_intact`` fires once the intact pass is done, ``on_layer(l, results)``
         as the sets whose earliest head is in layer ``l`` finish. The sets are walked as a prefix tree
         (:mod:`celtk.screening.prefix_tree`): the state after a set's lower heads is computed once for every set
         that extends them. ``HeadSet()`` (the null ablation) is scored through the ablated replay from
-        layer 0, so it checks that path against the intact one."""
+        layer 0, so it checks that path against the intact one.
+
+        ``on_work(done, total)`` fires after the intact pass and after every forward of a group of sets over a
+        batch, in units of decoder-layer rows (a set replayed from layer ``l`` costs ``n_layers − l`` per
+        example), so a progress line can come within a layer and its time left weighs the early layers, which
+        replay the most, by what they cost."""
         sets = list(sets)
         self._choose_replay()  # hooks may have been added since construction
         for heads in dict.fromkeys(sets):
             self.model.validate_heads(heads)
         root = prefix_tree(sets, self.model.n_layers)
         results: dict[HeadSet, EvalResult] = {}
+        n_layers, n_batches = self.model.n_layers, len(self._batches())
+        total = n_batches * (n_layers + sum((n_layers - layer) * len(list(node.sets()))
+                                            for layer, nodes in root.children.items() for node in nodes))
+        work = [0]
+
+        def tick(cost: int) -> None:
+            work[0] += cost
+            if on_work:
+                on_work(min(work[0], total), total)
+
         with torch.no_grad(), ablate(self.model, HeadSet()):
             prefix = self._prefix()
             states, intact = self._intact(prefix)
+            tick(n_batches * n_layers)
             if on_intact:
                 on_intact(intact)
             for layer in range(root.end + 1) if root.children else ():
                 if layer in root.children:
-                    done = self._score_start_layer(prefix, states, layer, root.children[layer])
+                    done = self._score_start_layer(prefix, states, layer, root.children[layer], tick)
                     results.update(done)
                     if on_layer:
                         on_layer(layer, done)
@@ -428,7 +445,7 @@ class CachedScreener:
 
     # -- ablated passes: the prefix tree -----------------------------------------------
     def _score_start_layer(self, prefix: _Prefix | None, states: list[_BatchState], layer: int,
-                           nodes: list[Node]) -> dict[HeadSet, EvalResult]:
+                           nodes: list[Node], tick: Callable[[int], None] | None = None) -> dict[HeadSet, EvalResult]:
         """Every set below ``nodes`` (the intact state's branches at ``layer``), ``per`` branches at a
         time: the shared prefix's walk of their subtrees first, then each batch's."""
         n = len(self.prepared.requests)
@@ -439,10 +456,13 @@ class CachedScreener:
         for start in range(0, len(nodes), per):
             chunk = nodes[start:start + per]
             prefix_kv = self._ablated_prefix(prefix, layer, chunk)
+            cost = (self.model.n_layers - layer) * sum(len(list(node.sets())) for node in chunk)
             for state in states:
                 for heads, (blp, bgreedy) in self._score_chunk(state, layer, chunk, prefix_kv):
                     lp[heads][state.batch.request_ids] = blp.numpy()
                     greedy[heads][state.batch.request_ids] = bgreedy.numpy()
+                if tick:
+                    tick(cost)
         return {s: aggregate(self.prepared, lp[s], greedy[s]) for s in sets}
 
     def _per_pass(self) -> int:

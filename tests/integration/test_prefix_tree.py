@@ -142,3 +142,28 @@ def test_tree_under_every_ablation_kind_gives_each_set_its_outcome_alone(kind, s
         changed = [h for h in SETS[:-1]
                    if [e.logprob for e in together[h].examples] != [e.logprob for e in intact.examples]]
         assert changed == SETS[:-1]
+
+
+def test_the_walk_reports_its_work_within_layers_weighed_by_what_each_layer_replays(tiny_llama):
+    """on_work counts decoder-layer rows: it comes after the intact pass and after every group of sets over a batch
+    (so within a start layer), never goes back, ends at its total, and a set replayed from layer 0 weighs three
+    times one replayed from layer 2 (of 3). The results are those of a run without it."""
+    task = get_task("arithmetic")
+    splits = make_splits(task, 8, 0, fewshot=2, seed=1)
+    prepared = prepare(tiny_llama, task, splits.discovery, splits.shots)
+    sets = [HeadSet.parse(name) for name in ("L0H0", "L0H1", "L2H0", "L2H1")]
+    calls: list[tuple[int, int]] = []
+    layers: list[int] = []
+    screener = CachedScreener(tiny_llama, prepared, batch_size=4, rows_per_pass=4)
+    _, scored = screener.run(sets, on_work=lambda done, total: calls.append((done, total)),
+                             on_layer=lambda layer, _: layers.append(len(calls)))
+    total = calls[0][1]
+    assert all(t == total for _, t in calls) and calls[-1][0] == total
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and len(calls) > 1 + len(set(s.heads[0].layer for s in sets))
+    # 2 batches of 4 examples; intact: 3 layers per batch; layer-0 sets: 3 layers each, layer-2 sets: 1 layer each
+    assert total == 2 * (3 + 2 * 3 + 2 * 1)
+    after_layer0 = calls[layers[0] - 1][0]
+    assert after_layer0 - calls[0][0] == 3 * (total - after_layer0)
+    _, plain = CachedScreener(tiny_llama, prepared, batch_size=4, rows_per_pass=4).run(sets)
+    assert all(np.array_equal(scored[s].correct, plain[s].correct) for s in sets)

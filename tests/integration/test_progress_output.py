@@ -52,6 +52,10 @@ def test_a_run_redirected_to_a_file_shows_progress_lines(tiny_dir, tmp_path):
     last = not_none(re.search(r"^.*screen: 12/12 heads.*$", text, re.M)).group(0)
     assert re.search(r"\(100%\), [\d.e+]+ heads/s, [\d.e+]+ examples/s, elapsed \d+:\d\d, ETA 0:00$", last), last
     assert not re.search(BAR, text) and "\r" not in text  # no bar drawn into the file
+    # within the layers too: the replay's work, weighted by what each layer costs, one line per batch pass here
+    work = [int(d) for d in re.findall(r"^\S+Z screen work: (\d+)/1000 ‰ of its work", text, re.M)]
+    assert len(work) > 4 and work == sorted(work) and work[-1] == 1000, text[:2000]
+    assert re.search(r"^\S+Z load: 0/1 models", text, re.M) is None  # `celtk screen` loads inside the stage
     assert "Top single-head ablations" in text  # the results still print
 
 
@@ -82,9 +86,11 @@ def test_json_lines_and_quiet(tiny_dir, tmp_path):
     result = runner.invoke(main, ["--log-format", "json", "--progress-every", "0", *_screen(tiny_dir, tmp_path / "j")])
     assert result.exit_code == 0, result.output
     records = [json.loads(l) for l in result.stderr.splitlines() if l.startswith("{")]
-    assert [(r["stage"], r["done"], r["total"], r["unit"]) for r in records] == [
+    assert [(r["stage"], r["done"], r["total"], r["unit"]) for r in records if r["stage"] == "screen"] == [
         ("screen", d, 12, "heads") for d in (0, 4, 8, 12)]
-    assert records[-1]["examples_per_s"] == pytest.approx(8 * records[-1]["rate"], rel=1e-3)
+    assert {r["stage"] for r in records} == {"screen", "screen work"}
+    heads = [r for r in records if r["stage"] == "screen"]
+    assert heads[-1]["examples_per_s"] == pytest.approx(8 * heads[-1]["rate"], rel=1e-3)
     quiet = runner.invoke(main, ["--quiet", *_screen(tiny_dir, tmp_path / "q")])
     assert quiet.exit_code == 0, quiet.output
     assert "screen:" not in quiet.stderr and not re.search(BAR, quiet.output) and "{" not in quiet.stderr
