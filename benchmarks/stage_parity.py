@@ -16,6 +16,7 @@ the model the same way.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -56,7 +57,13 @@ def main() -> None:
     with torch.no_grad():
         o[:, 2 * model.d_head:3 * model.d_head] *= 25.0
 
-    alg1 = out / "alg1"
+    # three runs of one held-out set under one model: each keeps its own ledger (celtk.run.ledger), or the
+    # second first test of that held-out set would be refused as a copy of the first
+    def own_ledger(directory: Path) -> Path:
+        os.environ["CELTK_LEDGER"] = str(out / f"{directory.name}.ledger.jsonl")
+        return directory
+
+    alg1 = own_ledger(out / "alg1")
     run_screen(planted_config(task), alg1, model=model)
     run_select(alg1, p=4, k=2, model=model)
     run_altscreen(alg1, method="gradient", p=4, masks=20, model=model)
@@ -69,16 +76,17 @@ def main() -> None:
     run_attributes(alg1, model=model, length=12, batch=2)
     write_report(alg1)
 
-    greedy = out / "greedy"
+    greedy = own_ledger(out / "greedy")
     run_screen(planted_config(task), greedy, model=model)
     run_select(greedy, strategy="greedy", k=2, model=model)
     run_test(greedy, model=model, n_boot=200)
 
-    racing = out / "racing"
+    racing = own_ledger(out / "racing")
     run_screen(planted_config(task, screen="racing"), racing, model=model)
     run_select(racing, p=4, k=2, model=model)
     run_test(racing, model=model, n_boot=200)
 
+    own_ledger(alg1)
     run_eval(out / "eval", model=model, run=alg1, heads="L1H2", split="heldout", batch_size=8)
     print(f"wrote {', '.join(d.name for d in (alg1, greedy, racing, out / 'eval'))} under {out}")
 

@@ -341,4 +341,56 @@ def run_cmd(config_file, out, **flags) -> None:
     console().print(f"{took}. Results in {out}/ (screen.json, selection.json, diagnostics.json, test.json).")
 
 
-COMMANDS = [screen_cmd, merge_cmd, select_cmd, test_cmd, run_cmd]
+@click.command("replicate")
+@_run_options
+@_screen_options
+@click.option("--p", "p", type=click.IntRange(min=1), default=None, help="Candidate pool size (default 10).")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest subset size (default 3).")
+@click.option("--seeds", required=True, help="Split seeds: '1,2,3' or '1-5'; each seed is OUT/seed-S.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+              help="Level of the Holm-adjusted tests over seeds and of the interval of the mean gain.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Parent directory of the seeds' runs.")
+def replicate_cmd(config_file, out, seeds, alpha, **flags) -> None:
+    """Screen, select and test over several split seeds (each OUT/seed-S, resumable; a Slurm array can make them):
+    each seed's selection and held-out gain, and across seeds the mean gain, significant seeds and head frequency."""
+    from celtk.run.config import preflight
+
+    config = resolve_config(config_file, {k: v for k, v in _flags(**flags).items() if k != "seed"})
+    if flags.get("seed") is not None:
+        raise click.UsageError("--seed names one split; replicate takes --seeds (e.g. --seeds 1,2,3).")
+    preflight(config)
+    from celtk.run.replicate import parse_seeds, run_replicate
+
+    with progress_bar(**_progress_units(config)) as progress:
+        doc = run_replicate(config, Path(out), parse_seeds(seeds), alpha=alpha, progress=progress)
+    _print_replicate(doc, Path(out))
+
+
+def _print_replicate(doc, out: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{doc.model} on {doc.task}: {len(doc.seeds)} split seeds")
+    for col in ("seed", "selection", "discovery gain (pts)", "held-out intact → ablated", "gain (pts)", "95% CI (pts)",
+                "McNemar p", "Holm p"):
+        table.add_column(col, justify="right")
+    for r in doc.per_seed:
+        if r.status != "tested":
+            table.add_row(str(r.seed), f"[yellow]{r.status}[/]", "", "", "", "", "", "")
+            continue
+        lo, hi = r.gain_ci
+        table.add_row(str(r.seed), str(r.heads), f"{100 * r.discovery_gain:+.1f}",
+                      f"{r.intact_accuracy:.1%} → {r.ablated_accuracy:.1%}", f"{100 * r.gain:+.1f}",
+                      f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{r.mcnemar_p:.3g}",
+                      f"{r.holm_p:.3g}" + (" *" if r.significant else ""))
+    console().print(table)
+    if doc.mean_gain is not None:
+        ci = (f", {100 * (1 - doc.alpha):.0f}% CI over seeds [{100 * doc.mean_gain_ci[0]:+.1f}, "
+              f"{100 * doc.mean_gain_ci[1]:+.1f}]") if doc.mean_gain_ci else ""
+        console().print(f"Mean held-out gain over {doc.n_tested} tested seed(s): {100 * doc.mean_gain:+.1f} pts{ci}; "
+                        f"significant after Holm over seeds: {doc.n_significant} of {doc.n_tested}.")
+    if doc.head_frequency:
+        console().print("Heads selected: " + ", ".join(f"{h} {share:.0%}" for h, share in doc.head_frequency.items()))
+    console().print(f"Results in {out}/replicate.json, each seed's run in {out}/seed-S/.")
+
+
+COMMANDS = [screen_cmd, merge_cmd, select_cmd, test_cmd, run_cmd, replicate_cmd]

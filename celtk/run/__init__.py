@@ -39,6 +39,7 @@ _EXPORTS = {
     "run_calibration": "calibrate", "CalibrationDocument": "documents",
     "run_attributes": "celtk.analysis", "run_compare": "celtk.analysis",
     "Run": "handle",
+    "run_replicate": "replicate", "ReplicateDocument": "replicate",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from celtk.run.full import RunResult, run_all
     from celtk.run.handle import Run
     from celtk.run.memo import SetMemo
+    from celtk.run.replicate import ReplicateDocument, run_replicate
     from celtk.run.screen import merge_shards, run_screen, stored_screen
     from celtk.run.select import run_select, stored_selection
     from celtk.run.session import ScreenedRun, Session, load_screen, open_run, session_for
