@@ -65,6 +65,7 @@ class AttributeProbe(Record):
 class HeadAttributesDocument(Document):
     """Previous-token, duplicate-token and induction scores (mean attention weights) of every head."""
 
+    DIGESTED: ClassVar[bool] = False  # written without a digest (celtk.run.documents.check_digest)
     FILE: ClassVar[str] = "head_attributes.json"
     schema_version: int = _unwritten_version()
     model: str
@@ -154,6 +155,7 @@ class CompareDocument(Document):
     ``screen_top`` is written under the key ``screen_top<top>`` (e.g. ``screen_top10``), as before
     documents were typed."""
 
+    DIGESTED: ClassVar[bool] = False  # written without a digest (celtk.run.documents.check_digest)
     schema_version: int = _unwritten_version()
     circuit: str
     circuit_model: str

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from celtk.cli._common import console, progress_bar, resolve_config
+from celtk.cli._common import FiniteFloatRange, console, progress_bar, resolve_config
 from celtk.run.registry import SCREENS
 from celtk.search.registry import STRATEGIES
 
@@ -347,7 +347,7 @@ def run_cmd(config_file, out, **flags) -> None:
 @click.option("--p", "p", type=click.IntRange(min=1), default=None, help="Candidate pool size (default 10).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest subset size (default 3).")
 @click.option("--seeds", required=True, help="Split seeds: '1,2,3' or '1-5'; each seed is OUT/seed-S.")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+@click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
               help="Level of the Holm-adjusted tests over seeds and of the interval of the mean gain.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Parent directory of the seeds' runs.")
 def replicate_cmd(config_file, out, seeds, alpha, **flags) -> None:

@@ -206,6 +206,39 @@ class RunDirectory:
         path = self.file(SelectionDocument.FILE)
         return SelectionDocument.load(self.path).heads if path.exists() else None
 
+    # -- finished stages, as stored --------------------------------------------------------
+    def stored_selection(self, strategy: str, k: int, options: dict[str, Any], heldout: int | None = None
+                         ) -> SelectionDocument | None:
+        """The frozen selection when it was searched with ``strategy``, ``k`` and ``options`` (as
+        ``strategy_options`` records them), froze ``heldout`` examples (when given), and on this directory's screen
+        as it stands; else ``None``."""
+        if not self.has(SelectionDocument) or not self.has(ScreenDocument):
+            return None
+        self.verify()
+        selection = self.load(SelectionDocument)
+        if (selection.strategy, selection.k, selection.strategy_options) != (strategy, k, options):
+            return None
+        if heldout is not None and (selection.heldout is None or selection.heldout.n != heldout):
+            return None
+        digest = selection.screen_digest
+        if digest is not None and digest not in self.load(ScreenDocument).results_digests():
+            return None
+        return selection
+
+    def stored_test(self, heldout: int | None = None) -> TestDocument | None:
+        """The run's first test when it tests the frozen selection as it stands (``heldout``, when given, must be
+        the frozen size), else ``None``: a selection searched again since needs a forced look."""
+        if not self.has(TestDocument):
+            return None
+        self.verify()
+        selection, first = self.load(SelectionDocument), self.load(TestDocument)
+        if selection.heads != first.heads or selection.forced_after_test:
+            return None
+        self.heldout_overrides(heldout)  # a held-out size other than the frozen one is refused, as for a new test
+        if self.has(ScreenDocument):
+            check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
+        return first
+
     # -- the rules -------------------------------------------------------------------------
     def refuse_select_after_looks(self, force: bool) -> list[Look]:
         """Raise unless no look was made (or ``force``); returns the looks a forced select follows."""
@@ -285,10 +318,10 @@ class RunDirectory:
             selection = self.load(SelectionDocument)
             if self.has(ScreenDocument):
                 check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
-            test = self.load_if(TestDocument)
-            if test is not None:
-                self._check_tested_selection("calibrate", test, selection)
-            return Admission(selection=selection, test=test)
+            tested = self.load_if(TestDocument)
+            if tested is not None:
+                self._check_tested_selection("calibrate", tested, selection)
+            return Admission(selection=selection, test=tested)
         return Admission()
 
     def _check_tested_selection(self, what: str, test: TestDocument, selection: SelectionDocument) -> None:

@@ -311,6 +311,8 @@ class Document(Record):
     """A whole result file: a record with a schema version, saved as ``FILE`` in a run directory."""
 
     FILE: ClassVar[str] = ""
+    # written with its digest (save): read only with it. False: a document celtk writes beside no run's digests
+    DIGESTED: ClassVar[bool] = True
     schema_version: int = SCHEMA_VERSION
 
     @classmethod
@@ -336,7 +338,7 @@ class Document(Record):
         """Read the file, refusing one changed since celtk wrote it (:func:`check_digest`)."""
         path = Path(directory) / (name or cls.FILE)
         data = read_json(path)  # a damaged file is named as such first
-        check_digest(path)
+        check_digest(path, required=cls.DIGESTED)
         return cls.from_json(data, str(path))
 
 
@@ -362,12 +364,15 @@ def read_digests(book: Path) -> dict[str, str]:
     return digests
 
 
-def check_digest(path: Path) -> None:
-    """Refuse a document whose bytes differ from the digest celtk recorded when it wrote it, and one with no digest
-    (celtk records one for every document it writes): a result edited, copied in or left without its record is not
-    read as celtk's."""
+def check_digest(path: Path, *, required: bool = True) -> None:
+    """Refuse a document whose bytes differ from the digest celtk recorded when it wrote it, and (``required``: a
+    run's own documents, which :meth:`Document.save` writes) one with no digest: a result edited, copied in or left
+    without its record is not read as celtk's. A document written beside no run (``required`` false: ``eval.json``,
+    the analyses, the theory) is checked against a digest where one was recorded."""
     path = Path(path)
     book = path.parent / DIGESTS
+    if not required and (not book.exists() or path.name not in read_digests(book)):
+        return
     if not book.exists():
         raise RunStoreError(f"{path} has no digest: {book} is missing, and celtk records the SHA-256 of every document "
                             "it writes there. Without it an edited or copied document cannot be told from celtk's, so "
@@ -799,6 +804,7 @@ class EvalDocument(Document):
     was a logged look at that run's held-out set (``config["look"]``), and ``config["exploratory"]`` marks a
     held-out pool scored outside any run."""
 
+    DIGESTED: ClassVar[bool] = False  # eval.json may sit beside no run
     FILE: ClassVar[str] = "eval.json"
     model: str
     task: str

@@ -17,7 +17,6 @@ from celtk.run.documents import (
     HeldoutContract,
     Interaction,
     RankedSet,
-    ScreenDocument,
     SelectionDocument,
     TestDocument,
 )
@@ -77,23 +76,10 @@ def stored_selection(out: Path, *, p: int = 10, k: int = 3, strategy: str = "alg
     """The frozen selection in ``out`` when a select with these options would search for it again: the same
     strategy and options, the held-out size it froze (``heldout``, when given), and searched on this directory's
     screen as it stands. ``None`` otherwise (then :func:`run_select` decides: after a look, another search is
-    refused unless forced). Reads files only; loads no model."""
-    out = Path(out)
-    rd = RunDirectory(out)
-    if not rd.has(SelectionDocument) or not rd.has(ScreenDocument):
-        return None
-    rd.verify()
-    selection = rd.load(SelectionDocument)
+    refused unless forced). Reads files only; loads no model (:meth:`RunDirectory.stored_selection`)."""
     named = "greedy" if strategy == "beam" and width == 1 else strategy
-    options = {"algorithm1": {"p": p}, "greedy": {"width": 1}, "beam": {"width": width}}.get(named)
-    if (selection.strategy, selection.k) != (named, k) or selection.strategy_options != options:
-        return None
-    if heldout is not None and (selection.heldout is None or selection.heldout.n != heldout):
-        return None
-    digest = selection.screen_digest
-    if digest is not None and digest not in rd.load(ScreenDocument).results_digests():
-        return None
-    return selection
+    options = {"algorithm1": {"p": p}, "greedy": {"width": 1}, "beam": {"width": width}}.get(named, {})
+    return RunDirectory(out).stored_selection(named, k, options, heldout)
 
 
 def no_gain_reason(selection: SelectionDocument) -> str:

@@ -16,12 +16,10 @@ from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import (
     LookRecord,
-    ScreenDocument,
     SelectionDocument,
     TestDocument,
     TestExample,
 )
-from celtk.run.integrity import check_selection_matches_screen
 from celtk.run.ledger import Ledger
 from celtk.run.session import Session, session_for
 from celtk.stats import compare_paired, defined
@@ -84,18 +82,9 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
 def stored_test(out: Path, heldout: int | None = None) -> TestDocument | None:
     """The run's first test when it tests the frozen selection as it stands: what a rerun of ``test`` returns
     (nothing is scored, and no look is logged). ``None`` when there is no test, or when the selection was
-    searched again since (then a test is refused unless forced). Reads files only; loads no model."""
-    rd = RunDirectory(out)
-    if not rd.has(TestDocument):
-        return None
-    rd.verify()
-    selection, first = rd.load(SelectionDocument), rd.load(TestDocument)
-    if selection.heads != first.heads or selection.forced_after_test:
-        return None
-    rd.heldout_overrides(heldout)  # a held-out size other than the frozen one is refused, as for a new test
-    if rd.has(ScreenDocument):
-        check_selection_matches_screen(out, selection, rd.load(ScreenDocument))
-    return first
+    searched again since (then a test is refused unless forced). Reads files only; loads no model
+    (:meth:`RunDirectory.stored_test`)."""
+    return RunDirectory(out).stored_test(heldout)
 
 
 def _document(sel: SelectionDocument, session: Session, intact: EvalResult, ablated: EvalResult, n_boot: int,
