@@ -46,6 +46,18 @@ def atomic_write_text(path: Path, text: str) -> None:
                             "directory and rerun the same command to resume.") from None
 
 
+def append_line(path: Path, text: str, advice: str) -> None:
+    """Append ``text`` and a newline to ``path``, flushed and fsynced: an append-only log's next line. A failure is a
+    :class:`RunStoreError` naming the file and the cause, then ``advice``."""
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise RunStoreError(f"Could not append to {path}: {error.strerror}. {advice}") from None
+
+
 def dumps(obj: Any) -> str:
     """Strict JSON: NaN and infinity are refused (strict parsers reject them); write ``None`` with a reason."""
     try:

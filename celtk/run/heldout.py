@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 from celtk.errors import HeadError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.run.ledger import Ledger
-from celtk.runstore import file_digest, read_bounded, read_json, write_json
+from celtk.runstore import append_line, file_digest, read_bounded, read_json, write_json
 
 LOG = "heldout_log.jsonl"
 HEAD = "heldout_log.head"
@@ -186,14 +185,8 @@ class HeldoutLog:
         lines = self.lines()
         chained = {"seq": len(lines), "prev": line_hash(lines[-1][0]) if lines else START, **entry}
         text = json.dumps(chained, ensure_ascii=False)
-        try:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(text + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-        except OSError as error:
-            raise RunStoreError(f"Could not append to {self.path}: {error.strerror}. Nothing was scored on the "
-                                "held-out set; free space or fix the directory and rerun.") from None
+        append_line(self.path, text, "Nothing was scored on the held-out set; free space or fix the directory and "
+                                     "rerun.")
         write_json(self.head_path, {"lines": len(lines) + 1, "sha256": line_hash(text)})
         Ledger().record_line(self.directory, len(lines), text, chained)
         return chained

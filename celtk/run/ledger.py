@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from celtk.errors import RunStoreError
 from celtk.models import cache_root
-from celtk.runstore import read_bounded
+from celtk.runstore import append_line, read_bounded
 
 LEDGER_ENV = "CELTK_LEDGER"
 START = "0" * 64
@@ -106,14 +106,8 @@ class Ledger:
             text = json.dumps({"seq": len(lines), "prev": _hash(lines[-1][0]) if lines else START,
                                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry},
                               ensure_ascii=False)
-            try:
-                with open(self.path, "a", encoding="utf-8") as handle:
-                    handle.write(text + "\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            except OSError as error:
-                raise RunStoreError(f"Could not append to celtk's ledger {self.path}: {error.strerror}. Nothing was "
-                                    f"scored; free space, or set ${LEDGER_ENV} to a writable file.") from None
+            append_line(self.path, text, f"Nothing was scored; free space, or set ${LEDGER_ENV} to a writable file "
+                                         "(celtk's ledger).")
 
     def _lock(self, mode: int) -> IO[str]:
         """The ledger's lock file, open and locked in ``mode`` (closing it unlocks); a PermissionError propagates."""
