@@ -45,8 +45,19 @@ def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_d
              device, dtype, allow_code_execution, ablation, reference, out) -> None:
     """Evaluate MODEL on TASK; write OUT/eval.json with per-example results. A run's held-out set:
     --split heldout --run DIR."""
+    from click.core import ParameterSource
+
     from celtk.run.eval import run_eval
 
+    if run is not None:  # the run fixes these: a value given here would be silently ignored
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" for name in ("model", "task", "data", "seed", "fewshot", "chat",
+                                                             "chat_date")
+                 if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError(f"--run scores the run's held-out set with the run's own model, task, data, seed, "
+                                   f"shots and template; {', '.join(given)} cannot change them. Leave "
+                                   f"{'it' if len(given) == 1 else 'them'} out, or evaluate outside the run.")
     with progress_bar() as progress:
         doc = run_eval(Path(out), model=model, task=task, data=data, heads=heads, split=split, limit=limit, seed=seed,
                        fewshot=fewshot, chat=chat, chat_date=chat_date, batch_size=batch_size, device=device,

@@ -100,3 +100,15 @@ def test_split_all_scores_every_row_it_can_and_names_the_rest(tiny_dir, tmp_path
     assert scored | set(held) == {f"2da-{i}" for i in range(80)} and not scored & set(held)
     assert ("Held back 20 row(s) of the task's data, in no split: 20 in the task's few-shot pool"
             in " ".join(result.output.split()))
+
+
+def test_eval_on_a_run_refuses_settings_the_run_fixes(tmp_path):
+    """With --run the run's model, task, data, seed, shots and template are used: giving one is refused, not ignored
+    (refused before anything loads: the directory need not even be a run)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    for flags in (["--task", "arithmetic:2ds"], ["--seed", "3", "--fewshot", "1"], ["--model", "gemma3-270m"]):
+        refused = CliRunner().invoke(main, ["eval", "--split", "heldout", "--run", str(out), *flags,
+                                            "--out", str(tmp_path / "ev")])
+        assert refused.exit_code == 2 and "cannot change them" in refused.output, refused.output
+        assert all(flag in refused.output for flag in flags if flag.startswith("--"))
