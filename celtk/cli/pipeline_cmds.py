@@ -242,6 +242,14 @@ def _out_options(fn):
     return click.argument("out", required=False, type=click.Path(file_okay=False, exists=True))(fn)
 
 
+def _device_options(fn):
+    """``--device`` and ``--batch-size`` for a verb on an existing run: where it computes, not what (results cannot
+    depend on them); the run's recorded values by default."""
+    fn = click.option("--batch-size", type=_BATCH, default=None,
+                      help="Examples per batch, or 'auto' (default: the run's).")(fn)
+    return click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default: the run's).")(fn)
+
+
 def _run_dir(out: str | None, out_option: str | None) -> Path:
     if out is not None and out_option is not None and Path(out).resolve() != Path(out_option).resolve():
         raise click.UsageError(f"Two run directories given: OUT {out!r} and --out {out_option!r}; give one.")
@@ -270,7 +278,8 @@ def _stored_note(what: str, path: Path) -> None:
 @click.option("--force", is_flag=True, default=False,
               help="Reselect after the held-out set has been looked at, or freeze a selection that gains nothing on "
                    "the discovery set (recorded in selection.json, the held-out log and the report).")
-def select_cmd(out, out_option, p, k, strategy, width, heldout, force) -> None:
+@_device_options
+def select_cmd(out, out_option, p, k, strategy, width, heldout, force, device, batch_size) -> None:
     """Stage 2: search for the best head set, freeze it and its held-out set in OUT/selection.json (a selection
     already frozen with these options is printed, not searched again)."""
     from celtk.run.config import recorded_config
@@ -287,7 +296,7 @@ def select_cmd(out, out_option, p, k, strategy, width, heldout, force) -> None:
         return
     with progress_bar() as progress:
         doc = run_select(path, p=p, k=k, strategy=strategy, width=width, heldout=heldout, force=force,
-                         progress=progress)
+                         progress=progress, device=device, batch_size=batch_size)
     _print_selection(doc)
 
 
@@ -297,7 +306,8 @@ def select_cmd(out, out_option, p, k, strategy, width, heldout, force) -> None:
               help="Held-out examples: must equal the size frozen with the selection (default: that size).")
 @click.option("--force", is_flag=True, default=False,
               help="Look again after the first test: test.json keeps the first result and lists every look.")
-def test_cmd(out, out_option, heldout, force) -> None:
+@_device_options
+def test_cmd(out, out_option, heldout, force, device, batch_size) -> None:
     """Held-out comparison of the frozen selection with the intact model (once: the first test is the result; a
     rerun prints it)."""
     from celtk.run.test import run_test, stored_test
@@ -309,7 +319,7 @@ def test_cmd(out, out_option, heldout, force) -> None:
         _print_test(stored, path)
         return
     with progress_bar() as progress:
-        doc = run_test(path, heldout=heldout, force=force, progress=progress)
+        doc = run_test(path, heldout=heldout, force=force, progress=progress, device=device, batch_size=batch_size)
     _print_test(doc, path)
 
 

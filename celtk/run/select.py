@@ -22,7 +22,7 @@ from celtk.run.documents import (
 )
 from celtk.run.ledger import Ledger
 from celtk.run.memo import memo_for
-from celtk.run.session import ScreenedRun, open_run
+from celtk.run.session import ScreenedRun, neutral_overrides, open_run
 from celtk.search.selection import n_subsets
 from celtk.search.strategies import SearchResult, get_strategy
 
@@ -31,7 +31,8 @@ Progress = Callable[[str, int, int], None]
 
 def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
                heldout: int | None = None, model: Model | None = None, force: bool = False,
-               progress: Progress | None = None) -> SelectionDocument:
+               progress: Progress | None = None, device: str | None = None,
+               batch_size: int | str | None = None) -> SelectionDocument:
     """``algorithm1`` (default): pool the top-p heads, evaluate every subset of size 2..k, freeze
     the best. ``greedy`` / ``beam`` (width ``width``): search over all heads (``p`` unused).
     Writes ``selection.json`` and ``diagnostics.json``; resumes an interrupted search.
@@ -40,7 +41,9 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     size, seed and hash in ``selection.json``'s ``heldout``), which every test of it scores; no
     held-out outcome is computed here. Refused once the held-out set has been looked at (a test,
     stability, transfer, …) unless ``force``, which is recorded (``forced_after_test``, ``prior_looks``)
-    in selection.json and the held-out log."""
+    in selection.json and the held-out log. A search that gains nothing on discovery freezes nothing
+    (:class:`~celtk.errors.NothingToFreezeError`) unless ``force`` (recorded: ``forced_no_gain``). ``device`` and
+    ``batch_size`` replace the run's: they cannot change a result."""
     out = Path(out)
     search = get_strategy(strategy)
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
@@ -51,7 +54,8 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     with rd.lock():
         whole = None if strategy == "algorithm1" else f"{strategy} search"
         prior = rd.require("select", force=force, whole=whole, p=p).prior_looks
-        run = open_run(out, model, stage="select", **({"heldout": heldout} if heldout is not None else {}))
+        run = open_run(out, model, stage="select", **({"heldout": heldout} if heldout is not None else {}),
+                       **neutral_overrides(device, batch_size))
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
         result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)
         document = _selection_document(run, result, p, k)

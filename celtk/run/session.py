@@ -170,6 +170,12 @@ def task_for(config: RunConfig) -> Task:
     return task
 
 
+def neutral_overrides(device: str | None = None, batch_size: int | str | None = None) -> dict[str, Any]:
+    """The settings a stage may take other values of than the run recorded (they cannot change a result): those
+    given."""
+    return {k: v for k, v in (("device", device), ("batch_size", batch_size)) if v is not None}
+
+
 def session_for(document: ScreenDocument | SelectionDocument, model: Model | None = None, **overrides: Any) -> Session:
     """A session on the configuration stored in ``document`` (a screen or selection document), with
     ``overrides``. It only resolves: whether the session is the run's (its weights, task, discovery set,

@@ -21,14 +21,15 @@ from celtk.run.documents import (
     TestExample,
 )
 from celtk.run.ledger import Ledger
-from celtk.run.session import Session, session_for
+from celtk.run.session import Session, neutral_overrides, session_for
 from celtk.stats import compare_paired, defined
 
 Progress = Callable[[str, int, int], None]
 
 
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
-             force: bool = False, progress: Progress | None = None) -> TestDocument:
+             force: bool = False, progress: Progress | None = None, device: str | None = None,
+             batch_size: int | str | None = None) -> TestDocument:
     """Score ``selection.json``'s heads and the intact model on the held-out set fixed with the selection
     (``heldout``, if given, must equal its size) in two streamed passes; McNemar and a paired
     bootstrap CI, and the shrinkage from the selection-biased discovery gain to the held-out gain.
@@ -46,7 +47,7 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
     with rd.lock():
         admitted = rd.require("test", force=force)
         sel, first = admitted.frozen, admitted.test
-        session = session_for(sel, model, **rd.heldout_overrides(heldout))
+        session = session_for(sel, model, **rd.heldout_overrides(heldout), **neutral_overrides(device, batch_size))
         rd.admit("test", session, sel)
         manifest = session.splits.manifest()
         heads = sel.heads

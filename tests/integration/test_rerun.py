@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _support import edit_document, make_tiny, not_none, planted_config
+from _support import edit_document, forget_documents, make_tiny, not_none, planted_config
 from click.testing import CliRunner
 
 from celtk.ablation import export_ablated
@@ -66,7 +66,7 @@ def test_a_finished_run_rerun_prints_its_results_and_changes_no_file(cli_run, tm
     other_batch = [*base[:-6], "--batch-size", "3", *base[-4:]]
     assert runner.invoke(main, ["run", *other_batch, "--out", str(out)]).exit_code == 0
     for verb in (["screen", *base[:-4], "--out", str(out)], ["select", str(out)], ["select", "--out", str(out)],
-                 ["test", str(out)], ["test", "--out", str(out)]):
+                 ["test", str(out)], ["test", "--out", str(out), "--device", "cpu", "--batch-size", "3"]):
         shown = runner.invoke(main, verb, env={"COLUMNS": "240"})
         assert shown.exit_code == 0, (verb, shown.output)
         assert "already there for these settings" in shown.output, verb
@@ -171,3 +171,21 @@ def test_a_search_that_finds_no_gain_freezes_nothing_and_spends_no_look(planted,
     assert forced.forced_no_gain is True and forced.discovery_gain <= 0
     assert json.loads((out / "selection.json").read_text())["forced_no_gain"] is True
     assert not_none(SelectionDocument.load(out).forced_no_gain)
+
+
+def test_select_and_test_take_another_device_and_batch_size_and_find_the_same(cli_run, tmp_path):
+    _, finished = cli_run
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    forget_documents(out, "selection.json", "diagnostics.json", "test.json", "heldout_log.jsonl", "heldout_log.head")
+    shutil.rmtree(out / "select_parts")
+    runner = CliRunner()
+    for verb in ("select", "test"):
+        done = runner.invoke(main, [verb, "--out", str(out), "--device", "cpu", "--batch-size", "3"])
+        assert done.exit_code == 0, done.output
+    before, after = (json.loads((d / "selection.json").read_text()) for d in (finished, out))
+    assert after["heads"] == before["heads"] and after["ranking"] == before["ranking"]
+    assert after["config"]["batch_size"] == 3  # recorded beside the result, as every stage records its settings
+    tested = [json.loads((d / "test.json").read_text()) for d in (finished, out)]
+    verdicts = [[(e["id"], e["intact_correct"], e["ablated_correct"]) for e in t["examples"]] for t in tested]
+    assert verdicts[0] == verdicts[1] and tested[0]["gain"] == tested[1]["gain"]
