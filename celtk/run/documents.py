@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from jaxtyping import Bool
+from jaxtyping import Bool, Float
 
-from celtk.errors import ArgumentError, HeadError, RunStoreError
+from celtk.errors import ArgumentError, ConfigError, HeadError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.runstore import file_digest, read_json, write_json
 from celtk.search.scores import head_order
@@ -471,6 +471,29 @@ class ScreenDocument(Document):
         on a racing screen, what it raced for)."""
         return [r.head for r in self.ranked_rows()[:p]]
 
+    GRID_METRICS: ClassVar[tuple[str, ...]] = ("accuracy", "gain", "gain_count", "damage", "fixes")
+
+    def grid(self, metric: str = "gain") -> Float[np.ndarray, "layer head"]:
+        """``metric`` of each head alone (one of :attr:`GRID_METRICS`; ``gain`` as a fraction) as a
+        ``[n_layers, n_heads]`` array; NaN where a head was not scored on every example (not screened here, or
+        dropped early by a racing screen)."""
+        if metric not in self.GRID_METRICS:
+            raise ConfigError(f"Unknown screen metric {metric!r}; choose one of {', '.join(self.GRID_METRICS)}.")
+        grid = np.full((self.n_layers, self.n_heads), np.nan)
+        for row in self.complete_rows():
+            grid[row.head.layer, row.head.head] = float(getattr(row, metric))
+        return grid
+
+    def to_pandas(self) -> Any:
+        """One row per head (``head``, ``layer``, ``head_index``, ``accuracy``, ``gain``, ``gain_count``, ``damage``,
+        ``fixes``, ``n_scored``), in head order: a ``pandas.DataFrame`` for a notebook."""
+        import pandas as pd
+
+        return pd.DataFrame([{"head": str(r.head), "layer": r.head.layer, "head_index": r.head.head,
+                              "accuracy": r.accuracy, "gain": r.gain, "gain_count": r.gain_count, "damage": r.damage,
+                              "fixes": r.fixes, "n_scored": len(r.correct) if r.complete else r.n_scored}
+                             for r in self.heads])
+
     @property
     def n_layers(self) -> int:
         return self.model.n_layers
@@ -595,6 +618,14 @@ class SelectionDocument(Document):
     screen_digest: str | None = optional()  # ScreenDocument.results_digest() of the screen it was searched on
     prior_looks: list[LookRecord] | None = field(default=None, metadata={"omit_none": True, "rows": LookRecord})
 
+    def to_pandas(self) -> Any:
+        """Every head set the search scored (``heads``, ``size``, ``accuracy``, ``gain``, ``gain_count``, ``damage``,
+        ``fixes``), best first: a ``pandas.DataFrame``."""
+        import pandas as pd
+
+        return pd.DataFrame([{"heads": str(r.heads), "size": len(r.heads), "accuracy": r.accuracy, "gain": r.gain,
+                              "gain_count": r.gain_count, "damage": r.damage, "fixes": r.fixes} for r in self.ranking])
+
 
 @dataclass(frozen=True, kw_only=True)
 class DiagnosticsDocument(Document):
@@ -655,6 +686,19 @@ class TestDocument(Document):
     look: int | None = optional()  # the held-out log's seq of the look that gave this result
     # every look at the held-out set up to the last write of this file (the first test stays the result)
     looks: list[LookRecord] | None = field(default=None, metadata={"omit_none": True, "rows": LookRecord})
+
+    def to_pandas(self) -> Any:
+        """One row per held-out example (``id``, ``intact_correct``, ``ablated_correct``, ``outcome``: ``fix``,
+        ``damage`` or ``same``, and the log-probabilities): a ``pandas.DataFrame``."""
+        import pandas as pd
+
+        def outcome(e: TestExample) -> str:
+            return "fix" if e.ablated_correct and not e.intact_correct else (
+                "damage" if e.intact_correct and not e.ablated_correct else "same")
+
+        return pd.DataFrame([{"id": e.id, "intact_correct": e.intact_correct, "ablated_correct": e.ablated_correct,
+                              "outcome": outcome(e), "intact_logprob": e.intact_logprob,
+                              "ablated_logprob": e.ablated_logprob} for e in self.examples])
 
 
 # ---------------------------------------------------------------------------------------------

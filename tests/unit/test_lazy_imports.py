@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 HEAVY = {"torch", "transformers", "transformer_lens", "datasets", "matplotlib", "gguf", "scipy", "sklearn",
-         "einops", "huggingface_hub", "safetensors"}
+         "einops", "huggingface_hub", "safetensors", "pandas"}
 FACADES = {"celtk", "celtk.run", "celtk.models"}
 ROOT = Path(__file__).resolve().parents[2]
 
