@@ -459,8 +459,12 @@ def c_stored_negative_seed(ctx):
 
 
 def c_screen_part_not_celtks(ctx):
+    from _support import forget_documents
+
     from celtk.run import RunConfig, run_screen
+
     out = _copy(ctx.run_dir, ctx.tmp)
+    forget_documents(out, "screen.json")  # an interrupted screen: a finished one is returned as stored
     (out / "screen_parts" / "L1.json").write_text('{"rows": []}')
     config = {k: v for k, v in json.loads((out / "config.json").read_text()).items() if k != "celtk_version"}
     run_screen(RunConfig.from_dict(config), out, model=ctx.tiny)
@@ -905,7 +909,7 @@ CASES = {
     "api-unknown-argument": (c_api_unknown_argument, E.ArgumentError,
                              r"run_test: got an unexpected keyword argument 'held_out'; "
                              r"the signature is run_test\(out, \*, heldout=None, model=None, n_boot=10000, "
-                             r"force=False, progress=None\)"),
+                             r"force=False, progress=None, device=None, batch_size=None\)"),
     "sandbox-tools-missing": (c_sandbox_tools_missing, E.SandboxRefusedError,
                               r"no unshare, setpriv, mount, umount, pivot_root, sh, mkdir, ln in DIR"
                               r"|no unshare, setpriv, .* in /"),
