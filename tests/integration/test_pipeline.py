@@ -232,7 +232,9 @@ def test_same_command_twice_gives_byte_identical_results(planted, tmp_path):
         command = [sys.executable, "-m", "celtk.cli", "run", "--model", str(model_dir), "--task", task,
                    "--discovery", "30", "--heldout", "30", "--fewshot", "0", "--batch-size", "8", "--p", "3",
                    "--k", "2", "--out", str(out)]
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        # one held-out set tested twice: each process under its own ledger, as two machines would be
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "CELTK_LEDGER": str(tmp_path / f"ledger{i}.jsonl")}
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         outs.append(out)
     names = sorted(p.name for p in outs[0].glob("*.json"))
