@@ -100,7 +100,15 @@ def _columns(result: Any) -> tuple[list[float], list[bool]]:
     return [float(e.logprob) for e in result.examples], [bool(e.correct) for e in result.examples]
 
 
-def parity(alias: str, *, n: int = 20, task_spec: str = "arithmetic:2dm", fewshot: int = 3, seed: int = 0,
+def parity(alias: str, **options: Any) -> dict[str, Any]:
+    """:func:`_parity` with autograd off, and the caller's autograd setting back afterwards (a test runs it)."""
+    import torch
+
+    with torch.no_grad():
+        return _parity(alias, **options)
+
+
+def _parity(alias: str, *, n: int = 20, task_spec: str = "arithmetic:2dm", fewshot: int = 3, seed: int = 0,
            layers: int = 6, batch_size: int = 8) -> dict[str, Any]:
     """The figures for one model: see the module's docstring."""
     import torch
@@ -113,7 +121,6 @@ def parity(alias: str, *, n: int = 20, task_spec: str = "arithmetic:2dm", fewsho
     from celtk.screening.fused import fused_layers
     from celtk.tasks import get_task, make_splits
 
-    torch.set_grad_enabled(False)
     started = time.perf_counter()
     model = load_model(alias)
     loaded = time.perf_counter() - started

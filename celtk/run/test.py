@@ -56,9 +56,10 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         if seen and not force:
             where = "; ".join(f"look {e.get('line_seq')} of {e.get('run')} at {e.get('when')}" for e in seen[:3])
             raise RunStoreError(f"The held-out set frozen in {out} (hash {manifest.heldout_hash}) was already tested "
-                                f"under the same weights and task in another run directory ({where}): a copy of a "
-                                "selection gets no second first test. Its result is that run's test.json; to look "
-                                "again anyway, pass force=True (`--force`), recorded as seen before.")
+                                f"under the same weights and task in another run directory ({where}): a copied run, "
+                                "or another selection searched on the same split, gets no second first test of it. "
+                                "That run's test.json is the result; to look again anyway, pass force=True "
+                                "(`--force`), recorded as seen before.")
         seen_before = [f"{e.get('run')}#{e.get('line_seq')}" for e in seen]
         seq = rd.begin_look("test", [heads], manifest.heldout_hash, len(session.splits.heldout),
                             exploratory=first is not None or bool(seen), forced=first is not None or bool(seen),

@@ -90,10 +90,10 @@ def test_each_start_layer_is_reported_whole_and_the_memo_resumes_after_it(tiny_l
         screener = CachedScreener(tiny_llama, prepared, batch_size=4)
         score = screener._score_start_layer
 
-        def once(prefix, states, layer, nodes):
+        def once(prefix, states, layer, nodes, tick=None):
             if layer > 0:
                 raise Interrupted
-            return score(prefix, states, layer, nodes)
+            return score(prefix, states, layer, nodes, tick)
 
         setattr(screener, "_score_start_layer", once)  # this instance only: a test double
         return screener

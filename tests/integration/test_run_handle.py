@@ -72,6 +72,7 @@ def test_the_handle_loads_once_and_writes_what_the_cli_writes(exported, tmp_path
 
     loads.clear()
     cli = str(tmp_path / "cli")
+    monkeypatch.setenv("CELTK_LEDGER", str(tmp_path / "cli-ledger.jsonl"))  # the handle's held-out set, tested again
     runner = CliRunner()
 
     def ok(*args):

@@ -3,6 +3,7 @@ misses and greedy / beam search find; the gradient screener equals finite differ
 screener and the stability report find a planted harmful head."""
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -67,6 +68,7 @@ def test_planted_interaction_missed_by_algorithm1_found_by_greedy_and_beam(inter
         assert doc.heads == HeadSet.parse(f"{A},{B}"), name
         assert doc.discovery_accuracy == 1.0 > alg1.discovery_accuracy
         found[name] = doc
+        os.environ["CELTK_LEDGER"] = str(tmp_path / f"{name}-ledger.jsonl")  # two selections of one held-out set
         test = run_test(run, model=model, n_boot=300)
         assert test.strategy == name and test.gain > 0.5 and test.mcnemar_p < 1e-6
     n = 12
@@ -247,6 +249,7 @@ def test_cli_stages_equal_one_library_call_each(planted, tmp_path):
     greedy = run_select(lib, strategy="greedy", k=12)
     assert SelectionDocument.load(cli) == greedy and greedy.strategy == "greedy" and "L1H2" in greedy.heads
     ok("test", cli)
+    os.environ["CELTK_LEDGER"] = str(tmp_path / "lib-ledger.jsonl")  # the same held-out set, tested again in lib
     assert TestDocument.load(cli) == run_test(lib)
     refused = runner.invoke(main, ["select", str(cli), "--k", "12"])
     assert refused.exit_code == 1 and "k = 12 exceeds p = 10; Algorithm 1 draws subsets from the pool" in refused.output
