@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from celtk.errors import RunStoreError
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig, preflight
 from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.run.screen import run_screen, stored_screen
 from celtk.run.select import run_select, stored_selection
 from celtk.run.test import run_test, stored_test
-from celtk.runstore import write_json
+from celtk.runstore import read_json, write_json
 from celtk.search.strategies import get_strategy
 from celtk.validation import check_fields
 
@@ -43,31 +43,40 @@ def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
     preflight(config, out)
     started = time.time()
     out = Path(out)
-    screen = stored_screen(config, out, model=model)
-    selection = stored_selection(out, p=config.p, k=config.k) if screen is not None else None
-    test = stored_test(out) if selection is not None else None
-    if screen is not None and selection is not None and test is not None:
-        return RunResult(screen, selection, test, _stored_seconds(out), stored=True)
+    stored = stored_run(config, out, model=model)
+    if stored is not None:
+        return stored
     if model is None:
         if progress:
             progress("load", 0, 1)  # a GGUF's first load dequantizes it: the log says so before the wait
         model = load_model(config.model, device=config.device, dtype=config.dtype)
         if progress:
             progress("load", 1, 1)
-    screen = screen or run_screen(config, out, model=model, progress=progress)
-    # a frozen selection is not searched again, and a tested run not tested again: its held-out set was looked at once
-    selection = (selection or stored_selection(out, p=config.p, k=config.k)
-                 or run_select(out, p=config.p, k=config.k, model=model, progress=progress))
-    test = test or stored_test(out) or run_test(out, model=model, progress=progress)
+    # each stage returns its stored result where there is one: a frozen selection is not searched again, and a
+    # tested run not tested again (its held-out set was looked at once)
+    screen = run_screen(config, out, model=model, progress=progress)
+    selection = run_select(out, p=config.p, k=config.k, model=model, progress=progress)
+    test = run_test(out, model=model, progress=progress)
     seconds = time.time() - started
     write_json(out / "run_timing.json", {"wall_seconds": round(seconds, 1)})
     return RunResult(screen, selection, test, seconds)
+
+
+def stored_run(config: RunConfig, out: Path, *, model: Model | None = None) -> RunResult | None:
+    """The run in ``out`` when every stage of ``run_all(config, out)`` is stored (screen, selection, test), read
+    without loading a model; else ``None``."""
+    screen = stored_screen(config, out, model=model)
+    selection = stored_selection(out, p=config.p, k=config.k) if screen is not None else None
+    test = stored_test(out) if selection is not None else None
+    if screen is None or selection is None or test is None:
+        return None
+    return RunResult(screen, selection, test, _stored_seconds(out), stored=True)
 
 
 def _stored_seconds(out: Path) -> float:
     """The wall time the run recorded when it was computed (0 when it recorded none)."""
     path = out / "run_timing.json"
     try:
-        return float(json.loads(path.read_text(encoding="utf-8"))["wall_seconds"]) if path.exists() else 0.0
-    except (OSError, ValueError, KeyError, TypeError):
+        return float(read_json(path)["wall_seconds"]) if path.exists() else 0.0
+    except (RunStoreError, KeyError, TypeError, ValueError):
         return 0.0

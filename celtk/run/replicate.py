@@ -26,10 +26,7 @@ from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig, preflight
 from celtk.run.documents import HEADS, Document, Record, ScreenDocument, coded, optional, rows
-from celtk.run.full import run_all
-from celtk.run.screen import stored_screen
-from celtk.run.select import stored_selection
-from celtk.run.test import stored_test
+from celtk.run.full import run_all, stored_run
 from celtk.runstore import locked
 from celtk.stats import holm
 
@@ -102,7 +99,7 @@ def run_replicate(config: RunConfig, out: Path, seeds: Sequence[int], *, model: 
         raise ConfigError(f"alpha must lie strictly between 0 and 1, got {alpha}.")
     for seed in seeds:
         preflight(replace(config, seed=seed), out / f"seed-{seed}")
-    if model is None and not all(_finished(replace(config, seed=seed), out / f"seed-{seed}") for seed in seeds):
+    if model is None and any(stored_run(replace(config, seed=seed), out / f"seed-{seed}") is None for seed in seeds):
         model = load_model(config.model, device=config.device, dtype=config.dtype)  # once, for every seed
     found: list[ReplicateRow] = []
     for index, seed in enumerate(seeds):
@@ -128,13 +125,6 @@ def run_replicate(config: RunConfig, out: Path, seeds: Sequence[int], *, model: 
         if not (path.exists() and json.loads(path.read_text(encoding="utf-8")) == document.to_json()):
             document.save(out)
     return document
-
-
-def _finished(config: RunConfig, directory: Path) -> bool:
-    """Whether the seed's run is stored whole (screen, selection, test): nothing to load a model for."""
-    screen = stored_screen(config, directory)
-    selection = stored_selection(directory, p=config.p, k=config.k) if screen is not None else None
-    return selection is not None and stored_test(directory) is not None
 
 
 def _untested(directory: Path, seed: int) -> ReplicateRow:
