@@ -3,8 +3,10 @@ behind them live in tests/_support.py, which test modules import; nothing import
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -26,6 +28,7 @@ def _fixed_seeds() -> None:
 # run and test each copy are not copies of one another's held-out set, and no test writes into a user's cache.
 _SESSION_LEDGER = Path(tempfile.mkdtemp(prefix="celtk-ledger-")) / "ledger.jsonl"
 os.environ["CELTK_LEDGER"] = str(_SESSION_LEDGER)
+atexit.register(shutil.rmtree, _SESSION_LEDGER.parent, ignore_errors=True)  # nothing of the session left in /tmp
 
 
 @pytest.fixture(autouse=True)

@@ -59,12 +59,17 @@ def dequantized_dir(gguf_path: Path) -> Path:
                                "weights, about 4 bytes per parameter).") from None
     try:
         _dequantize_into(gguf_path, scratch)
+        os.chmod(scratch, 0o755)
+        if _is_complete(target):  # another process (a Slurm array task, a second shell) finished first: keep
+            shutil.rmtree(scratch, ignore_errors=True)  # its copy, which that process may be reading now
+            return target
         if target.exists():  # an incomplete leftover from an older celtk; replace it
             shutil.rmtree(target)
-        os.chmod(scratch, 0o755)
         os.replace(scratch, target)
     except OSError as error:
         shutil.rmtree(scratch, ignore_errors=True)
+        if _is_complete(target):  # another process renamed its copy into place between our check and ours
+            return target
         raise ModelSourceError(f"Could not write the dequantized cache for {gguf_path} under {target.parent}: {error}. "
                                "Set CELTK_CACHE to a writable directory with room for the float32 weights.") from None
     except BaseException:

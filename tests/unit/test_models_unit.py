@@ -1,5 +1,7 @@
 """Model-source resolution errors that need no model weights."""
 
+from pathlib import Path
+
 import pytest
 
 from celtk.errors import ConfigError, HubUnreachableError, ModelSourceError
@@ -69,3 +71,39 @@ def test_a_wrong_shape_is_caught_by_jaxtyping():
     Batch(ids, torch.ones(2, 5, dtype=torch.long), scored, scored, scored, scored, [0, 1])
     with pytest.raises(TypeCheckError, match="pos=5"):
         Batch(ids, torch.ones(2, 6, dtype=torch.long), scored, scored, scored, scored, [0, 1])
+
+
+@pytest.mark.parametrize("when", ["before the rename", "at the rename"])
+def test_two_processes_dequantizing_at_once_keep_the_first_copy(tmp_path, monkeypatch, when):
+    """Two processes that dequantize one GGUF file into a shared cache at once (Slurm array tasks): the one that
+    finishes second keeps the copy already in place, which the first may be reading, and leaves no scratch behind."""
+    from celtk.models import _gguf
+
+    monkeypatch.setenv("CELTK_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    target = _gguf.cache_root() / "gguf" / f"m-{_gguf.file_hash(gguf)}"
+
+    def finished_by(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text("{}")
+        (directory / "model.safetensors").write_bytes(b"weights of " + directory.name.encode())
+
+    def dequantize(path, scratch):
+        finished_by(scratch)
+        if when == "before the rename":
+            finished_by(target)  # the other process renamed its copy into place while this one worked
+
+    real_replace = _gguf.os.replace
+
+    def replace(source, destination):
+        if when == "at the rename":
+            finished_by(Path(destination))  # ... or in the instant between this one's check and its rename
+            raise OSError(39, "Directory not empty")
+        real_replace(source, destination)
+
+    monkeypatch.setattr(_gguf, "_dequantize_into", dequantize)
+    monkeypatch.setattr(_gguf.os, "replace", replace)
+    assert _gguf.dequantized_dir(gguf) == target
+    assert (target / "model.safetensors").read_bytes() == f"weights of {target.name}".encode()  # the first copy
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no .partial- scratch left
