@@ -9,7 +9,7 @@ import click
 
 from celtk.cli._common import FiniteFloatRange, console, progress_bar, resolve_config
 from celtk.run.registry import SCREENS
-from celtk.search.registry import STRATEGIES
+from celtk.search.registry import STRATEGIES, TIE_BREAKS
 
 if TYPE_CHECKING:  # annotations only: the documents load with the stage that writes them
     from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
@@ -48,10 +48,18 @@ def _run_options(fn):
                      help="Let mbpp/humaneval run model-written code in the sandbox."),
         click.option("--ablation", default=None, help="What replaces an ablated head's z: zero (default, the paper's), "
                      "mean or resample (values from the discovery set) or scale:α; recorded, never mixed in one run."),
+        _tie_break_option("numeric"),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def _tie_break_option(default: str):
+    return click.option("--tie-break", "tie_break", type=click.Choice(TIE_BREAKS), default=None,
+                        help="How heads tied in gain, damage, accuracy and size are ranked (the pool and the "
+                        "selection): numeric ids, L2H0 before L10H0, or the paper's string order, L10H0 before L2H0 "
+                        f"(default {default}; recorded).")
 
 
 class _BatchSize(click.ParamType):
@@ -278,25 +286,24 @@ def _stored_note(what: str, path: Path) -> None:
 @click.option("--force", is_flag=True, default=False,
               help="Reselect after the held-out set has been looked at, or freeze a selection that gains nothing on "
                    "the discovery set (recorded in selection.json, the held-out log and the report).")
+@_tie_break_option("the run's")
 @_device_options
-def select_cmd(out, out_option, p, k, strategy, width, heldout, force, device, batch_size) -> None:
+def select_cmd(out, out_option, p, k, strategy, width, heldout, force, tie_break, device, batch_size) -> None:
     """Stage 2: search for the best head set, freeze it and its held-out set in OUT/selection.json (a selection
     already frozen with these options is printed, not searched again)."""
-    from celtk.run.config import recorded_config
-    from celtk.run.select import run_select, stored_selection
+    from celtk.run.select import run_select, search_settings, stored_selection
 
     path = _run_dir(out, out_option)
-    recorded = recorded_config(path)
-    p = p if p is not None else recorded.p if recorded else 10
-    k = k if k is not None else recorded.k if recorded else 3
-    stored = None if force else stored_selection(path, p=p, k=k, strategy=strategy, width=width, heldout=heldout)
+    p, k, tie_break = search_settings(path, p, k, tie_break)  # the run's, where not given
+    stored = None if force else stored_selection(path, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
+                                                 tie_break=tie_break)
     if stored is not None:
         _stored_note("selection.json", path)
         _print_selection(stored)
         return
     with progress_bar() as progress:
         doc = run_select(path, p=p, k=k, strategy=strategy, width=width, heldout=heldout, force=force,
-                         progress=progress, device=device, batch_size=batch_size)
+                         progress=progress, device=device, batch_size=batch_size, tie_break=tie_break)
     _print_selection(doc)
 
 

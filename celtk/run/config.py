@@ -20,6 +20,7 @@ from celtk.errors import ConfigError, ModelSourceError, RunStoreError, TaskError
 from celtk.models import ALIASES, alias_available
 from celtk.run.presets import check_paper_data, preset_names, preset_values
 from celtk.run.registry import SCREENS
+from celtk.search.registry import TIE_BREAKS
 from celtk.tasks import get_task, task_names
 from celtk.validation import check_fields, check_value
 
@@ -59,6 +60,8 @@ class RunConfig:
     max_new_tokens: int | None = None  # generation token limit (jsonl generate grading; default 32)
     allow_code: bool = False  # let code tasks (mbpp, humaneval) run generated code in the sandbox
     ablation: str = "zero"  # what replaces an ablated head's z: zero (the paper's), mean, resample, scale:α
+    # heads tied in gain, damage, accuracy and size: "numeric" ids, L2H0 before L10H0, or the paper's string order
+    tie_break: str = "numeric"
     preset: str | None = None  # recorded: which preset (celtk.run.presets) filled unset settings
     synthetic: bool = False  # a paper preset run on generated data instead of the official rows, said out loud
 
@@ -110,6 +113,9 @@ class RunConfig:
             raise ConfigError(f"Unknown screen {self.screen!r}; choose one of {', '.join(SCREENS.names())}.")
         if self.racing_mode not in ("exact", "confidence"):
             raise ConfigError(f"racing_mode must be 'exact' or 'confidence', got {self.racing_mode!r}.")
+        if self.tie_break not in TIE_BREAKS:
+            raise ConfigError(f"tie_break must be 'numeric' (head ids by their numbers, L2H0 before L10H0) or 'paper' "
+                              f"(the ids as strings, L10H0 before L2H0), got {self.tie_break!r}.")
         if self.preset is not None and self.preset not in preset_names():
             raise ConfigError(f"Unknown preset {self.preset!r}; choose one of {', '.join(preset_names())}.")
         check_paper_data(self.preset, self.task, self.data, self.synthetic)
@@ -122,17 +128,20 @@ class RunConfig:
 
     def recorded(self) -> dict[str, Any]:
         """The settings as written beside results (``config.json``, ``screen.json``, ...): every field, except
-        ``ablation`` when it is the paper's zero, so that zero runs' files stay as they were before the setting."""
+        ``ablation`` when it is the paper's zero and ``tie_break`` when it is the default numeric, so that such runs'
+        files stay as they were before the setting."""
         values = asdict(self)
-        if values["ablation"] == "zero":
-            del values["ablation"]
+        for key, default in (("ablation", "zero"), ("tie_break", "numeric")):
+            if values[key] == default:
+                del values[key]
         return values
 
 
 # Settings that never change a result (the run's fingerprint leaves them out): a run reopened or rerun may give
 # other values. ``preset`` only names where unset values came from; the values themselves are compared.
 NEUTRAL_SETTINGS = ("batch_size", "device", "preset", "celtk_version")
-# Settings the screen does not read (an exhaustive screen ignores p; no screen reads k).
+# Settings the screen does not read (an exhaustive screen ignores p; no screen reads k). The tie-break is a run's
+# setting all the same: a run resumed with another is refused, and `select --tie-break` is where a search takes another.
 SEARCH_SETTINGS = ("p", "k")
 
 
@@ -158,8 +167,11 @@ def as_flags(values: dict[str, Any], keys: list[str]) -> str:
 
 def describe_differences(stored: dict[str, Any], now: dict[str, Any], keys: list[str], *, then: str = "stored",
                          given: str = "now") -> str:
-    """``"discovery: stored 100, now 200; seed: stored 1, now 0"`` for ``keys``."""
-    return "; ".join(f"{k}: {then} {stored.get(k)!r}, {given} {now.get(k)!r}" for k in keys)
+    """``"discovery: stored 100, now 200; seed: stored 1, now 0"`` for ``keys`` (a setting the record leaves out is
+    its default, as :meth:`RunConfig.recorded` leaves out the default ablation and tie-break)."""
+    default = RunConfig()
+    return "; ".join(f"{k}: {then} {stored.get(k, getattr(default, k, None))!r}, "
+                     f"{given} {now.get(k, getattr(default, k, None))!r}" for k in keys)
 
 
 def check_type(key: str, value: Any, annotation: str, where: str = "config") -> None:

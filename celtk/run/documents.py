@@ -461,15 +461,17 @@ class ScreenDocument(Document):
         """The heads a racing screen dropped early (scored on ``n_scored`` examples only); empty otherwise."""
         return [r for r in self.heads if not r.complete]
 
-    def ranked_rows(self) -> list[ScreenRow]:
-        """The complete rows, best first, by the one ranking key (:func:`celtk.search.scores.head_order`)."""
+    def ranked_rows(self, tie_break: str | None = None) -> list[ScreenRow]:
+        """The complete rows, best first, by the one ranking key (:func:`celtk.search.scores.head_order`), ties in
+        every measure ordered by ``tie_break`` (default: the run's, ``numeric`` unless it recorded another)."""
+        tie_break = self.config.get("tie_break", "numeric") if tie_break is None else tie_break
         return sorted(self.complete_rows(),
-                      key=lambda r: head_order(HeadSet((r.head,)), r.gain_count, r.damage, r.accuracy))
+                      key=lambda r: head_order(HeadSet((r.head,)), r.gain_count, r.damage, r.accuracy, tie_break))
 
-    def pool(self, p: int) -> list[Head]:
+    def pool(self, p: int, tie_break: str | None = None) -> list[Head]:
         """The top ``p`` heads among those scored on every example, best first: what Algorithm 1 searches (and,
-        on a racing screen, what it raced for)."""
-        return [r.head for r in self.ranked_rows()[:p]]
+        on a racing screen, what it raced for); ties by ``tie_break`` as in :meth:`ranked_rows`."""
+        return [r.head for r in self.ranked_rows(tie_break)[:p]]
 
     GRID_METRICS: ClassVar[tuple[str, ...]] = ("accuracy", "gain", "gain_count", "damage", "fixes")
 

@@ -55,7 +55,7 @@ def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
     # each stage returns its stored result where there is one: a frozen selection is not searched again, and a
     # tested run not tested again (its held-out set was looked at once)
     screen = run_screen(config, out, model=model, progress=progress)
-    selection = run_select(out, p=config.p, k=config.k, model=model, progress=progress)
+    selection = run_select(out, p=config.p, k=config.k, model=model, progress=progress, tie_break=config.tie_break)
     test = run_test(out, model=model, progress=progress)
     seconds = time.time() - started
     write_json(out / "run_timing.json", {"wall_seconds": round(seconds, 1)})
@@ -66,7 +66,8 @@ def stored_run(config: RunConfig, out: Path, *, model: Model | None = None) -> R
     """The run in ``out`` when every stage of ``run_all(config, out)`` is stored (screen, selection, test), read
     without loading a model; else ``None``."""
     screen = stored_screen(config, out, model=model)
-    selection = stored_selection(out, p=config.p, k=config.k) if screen is not None else None
+    selection = (stored_selection(out, p=config.p, k=config.k, tie_break=config.tie_break)
+                 if screen is not None else None)
     test = stored_test(out) if selection is not None else None
     if screen is None or selection is None or test is None:
         return None

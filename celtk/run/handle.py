@@ -231,16 +231,18 @@ class Run:
 
     @validated
     def select(self, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1", width: int = 3,
-               heldout: int | None = None, force: bool = False, progress: Progress | None = None) -> SelectionDocument:
-        """``celtk select``: search for the best head set and freeze it with its held-out set (``p`` and ``k``
-        default to the run's settings)."""
+               heldout: int | None = None, force: bool = False, progress: Progress | None = None,
+               tie_break: str | None = None) -> SelectionDocument:
+        """``celtk select``: search for the best head set and freeze it with its held-out set (``p``, ``k`` and
+        ``tie_break``, how heads tied in every measure are ranked, default to the run's settings)."""
         p, k = self.config.p if p is None else p, self.config.k if k is None else k
+        tie_break = self.config.tie_break if tie_break is None else tie_break
         stored = None if force else stages.stored_selection(self.out, p=p, k=k, strategy=strategy, width=width,
-                                                            heldout=heldout)
+                                                            heldout=heldout, tie_break=tie_break)
         if stored is not None:
             return stored
         return stages.run_select(self.out, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
-                                 model=self.model, force=force, progress=progress)
+                                 model=self.model, force=force, progress=progress, tie_break=tie_break)
 
     @validated
     def test(self, *, heldout: int | None = None, n_boot: int = 10_000, force: bool = False,

@@ -53,7 +53,8 @@ def racing_screen(session: Session, directory: Path, heads: list[Head], progress
            "intact": Correctness.of(intact.correct).bits}
     claim_parts(parts, fingerprint_key(key))
     scorer = ChunkScorer(session, parts, progress, len(sets) * n, intact.correct)
-    result = race(scorer, sets, n, intact.correct, config.p, mode, schedule, delta=DELTA, order=order)
+    result = race(scorer, sets, n, intact.correct, config.p, mode, schedule, delta=DELTA, order=order,
+                  tie_break=config.tie_break)
     rows = [screen_row(s, result.outcomes[s], intact.correct, result.scored_mask(s)) for s in sets]
     return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, racing_record(result),
                          evaluated=scorer.evaluated)

@@ -9,33 +9,40 @@ from pathlib import Path
 import numpy as np
 
 from celtk._version import __version__
-from celtk.errors import NothingToFreezeError
+from celtk.errors import ConfigError, NothingToFreezeError
 from celtk.models import Model
+from celtk.run.config import RunConfig, recorded_config
 from celtk.run.directory import RunDirectory, record
 from celtk.run.documents import (
     DiagnosticsDocument,
     HeldoutContract,
     Interaction,
     RankedSet,
+    ScreenDocument,
     SelectionDocument,
     TestDocument,
 )
 from celtk.run.ledger import Ledger
 from celtk.run.memo import memo_for
 from celtk.run.session import ScreenedRun, neutral_overrides, open_run
+from celtk.search.scores import check_tie_break
 from celtk.search.selection import n_subsets
-from celtk.search.strategies import SearchResult, get_strategy
+from celtk.search.strategies import SearchResult, get_strategy, tie_break_option
 
 Progress = Callable[[str, int, int], None]
 
 
-def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
-               heldout: int | None = None, model: Model | None = None, force: bool = False,
+def run_select(out: Path, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1",
+               width: int = 3, heldout: int | None = None, model: Model | None = None, force: bool = False,
                progress: Progress | None = None, device: str | None = None,
-               batch_size: int | str | None = None) -> SelectionDocument:
+               batch_size: int | str | None = None, tie_break: str | None = None) -> SelectionDocument:
     """``algorithm1`` (default): pool the top-p heads, evaluate every subset of size 2..k, freeze
     the best. ``greedy`` / ``beam`` (width ``width``): search over all heads (``p`` unused).
     Writes ``selection.json`` and ``diagnostics.json``; resumes an interrupted search.
+
+    ``p``, ``k`` and ``tie_break`` (how heads tied in every measure are ranked: ``numeric`` or the paper's string
+    order, :data:`celtk.search.registry.TIE_BREAKS`) default to the run's settings (:func:`search_settings`); a
+    racing screen raced for one key, so a search on it takes that key.
 
     The selection is frozen with its held-out set (``heldout`` examples, default as configured:
     size, seed and hash in ``selection.json``'s ``heldout``), which every test of it scores; no
@@ -45,20 +52,24 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
     (:class:`~celtk.errors.NothingToFreezeError`) unless ``force`` (recorded: ``forced_no_gain``). ``device`` and
     ``batch_size`` replace the run's: they cannot change a result."""
     out = Path(out)
+    p, k, tie_break = search_settings(out, p, k, tie_break)
     search = get_strategy(strategy)
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
-    stored = None if force else stored_selection(out, p=p, k=k, strategy=strategy, width=width, heldout=heldout)
+    stored = None if force else stored_selection(out, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
+                                                 tie_break=tie_break)
     if stored is not None:
         return stored
     rd = RunDirectory(out)
     with rd.lock():
         whole = None if strategy == "algorithm1" else f"{strategy} search"
         prior = rd.require("select", force=force, whole=whole, p=p).prior_looks
+        if rd.has(ScreenDocument):  # none: open_run below says so
+            check_raced_tie_break(rd.load(ScreenDocument), tie_break)
         run = open_run(out, model, stage="select", **({"heldout": heldout} if heldout is not None else {}),
                        **neutral_overrides(device, batch_size))
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
-        result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width)
-        document = _selection_document(run, result, p, k)
+        result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width, tie_break=tie_break)
+        document = _selection_document(run, result, p, k, tie_break)
         if document.discovery_gain <= 0:
             if not force:
                 raise NothingToFreezeError(no_gain_reason(document))
@@ -75,15 +86,38 @@ def run_select(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm
         return document
 
 
-def stored_selection(out: Path, *, p: int = 10, k: int = 3, strategy: str = "algorithm1", width: int = 3,
-                     heldout: int | None = None) -> SelectionDocument | None:
+def stored_selection(out: Path, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1",
+                     width: int = 3, heldout: int | None = None, tie_break: str | None = None
+                     ) -> SelectionDocument | None:
     """The frozen selection in ``out`` when a select with these options would search for it again: the same
-    strategy and options, the held-out size it froze (``heldout``, when given), and searched on this directory's
-    screen as it stands. ``None`` otherwise (then :func:`run_select` decides: after a look, another search is
-    refused unless forced). Reads files only; loads no model (:meth:`RunDirectory.stored_selection`)."""
+    strategy and options (``p``, ``k`` and ``tie_break`` by default the run's), the held-out size it froze
+    (``heldout``, when given), and searched on this directory's screen as it stands. ``None`` otherwise (then
+    :func:`run_select` decides: after a look, another search is refused unless forced). Reads files only; loads no
+    model (:meth:`RunDirectory.stored_selection`)."""
+    p, k, tie_break = search_settings(out, p, k, tie_break)
     named = "greedy" if strategy == "beam" and width == 1 else strategy
     options = {"algorithm1": {"p": p}, "greedy": {"width": 1}, "beam": {"width": width}}.get(named, {})
-    return RunDirectory(out).stored_selection(named, k, options, heldout)
+    return RunDirectory(out).stored_selection(named, k, {**options, **tie_break_option(tie_break)}, heldout)
+
+
+def search_settings(out: Path, p: int | None = None, k: int | None = None, tie_break: str | None = None
+                    ) -> tuple[int, int, str]:
+    """``p``, ``k`` and ``tie_break`` as given, else as the run in ``out`` recorded them (``config.json``), else
+    :class:`~celtk.run.config.RunConfig`'s defaults (10, 3, numeric): the defaults of ``celtk select``,
+    ``Run.select`` and :func:`run_select` alike. Reads the settings file only."""
+    recorded = recorded_config(Path(out)) or RunConfig()
+    return (recorded.p if p is None else p, recorded.k if k is None else k,
+            check_tie_break(recorded.tie_break if tie_break is None else tie_break))
+
+
+def check_raced_tie_break(screen: ScreenDocument, tie_break: str) -> None:
+    """A racing screen is exact for the ranking key it raced with: a search on it under another tie-break would
+    take its pool from heads the race may have dropped. Refused, naming both keys."""
+    raced = screen.config.get("tie_break", "numeric")
+    if screen.racing is not None and tie_break != raced:
+        raise ConfigError(f"This run's screen raced for its pool with tie-break {raced!r}, so it holds the top "
+                          f"p heads under that key only; select with --tie-break {raced} (tie_break={raced!r}), or "
+                          f"race again with --tie-break {tie_break} in a new run directory.")
 
 
 def no_gain_reason(selection: SelectionDocument) -> str:
@@ -116,7 +150,7 @@ def screen_regime(intact_accuracy: float, n: int) -> str | None:
 FLOOR, CEILING = 0.05, 0.95
 
 
-def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) -> SelectionDocument:
+def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int, tie_break: str) -> SelectionDocument:
     n, intact, doc = len(run.intact), run.intact, run.screen
     ranking = [RankedSet(heads=s.heads, accuracy=s.accuracy, gain=s.gain / n, gain_count=s.gain,
                          damage=s.damage, fixes=s.fixes) for s in result.scored]
@@ -126,7 +160,7 @@ def _selection_document(run: ScreenedRun, result: SearchResult, p: int, k: int) 
         pool = {"p": result.options["p"], "n_evaluated_subsets": n_subsets(result.options["p"], result.k),
                 "pool": [s.heads[0] for s in result.rounds[0]],
                 "flagged_interactions": [Interaction(**f) for f in result.diagnostics["flagged"]]}
-    config = replace(run.session.config, p=p, k=k)  # what the search ran with, recorded beside the result
+    config = replace(run.session.config, p=p, k=k, tie_break=tie_break)  # what the search ran with, recorded
     manifest, splits = run.session.splits.manifest(), run.session.splits
     contract = HeldoutContract(n=len(splits.heldout), seed=config.seed, hash=manifest.heldout_hash,
                                source=splits.source)

@@ -135,6 +135,8 @@ class Session:
         hash of the discovery prompts' token ids refuses any change of prompt (template, date, shot text)."""
         c = self.config
         racing = {"racing_mode": c.racing_mode} if c.screen == "racing" else {}
+        if c.screen == "racing" and c.tie_break != "numeric":  # a race ranks heads: its pool depends on the key
+            racing["tie_break"] = c.tie_break
         # zero runs keep the fingerprint they had; another kind is recorded, and never mixed with them
         kind = {"ablation": c.ablation} if c.ablation != "zero" else {}
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),

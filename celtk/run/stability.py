@@ -11,7 +11,7 @@ import numpy as np
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import StabilityDocument, StableSelection, TestDocument
+from celtk.run.documents import SelectionDocument, StabilityDocument, StableSelection, TestDocument
 from celtk.run.memo import memo_for
 from celtk.run.session import open_run
 from celtk.search.stability import stability
@@ -38,8 +38,11 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
         rd.require("stability", whole="selection on resampled discovery sets")
         run = open_run(out, model, stage="stability", **rd.heldout_overrides())
         memo = memo_for(run, progress, "stability")
+        # ties ranked as the frozen selection's search ranked them (else as the run is set to)
+        tie_break = (rd.load(SelectionDocument).config.get("tie_break", "numeric") if rd.has(SelectionDocument)
+                     else run.session.config.tie_break)
         result = stability(run.scores, run.intact, memo, n_resamples=resamples, method=method, fraction=fraction,
-                           seed=seed, strategy=strategy, p=p, k=k, width=width)
+                           seed=seed, strategy=strategy, p=p, k=k, width=width, tie_break=tie_break)
         session = run.session
         manifest = session.splits.manifest()
         distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)

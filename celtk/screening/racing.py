@@ -18,7 +18,8 @@ Two modes, recorded in the result:
 * ``"exact"``: the bounds hold whatever the unscored outcomes are (best: every remaining
   example right, damage unchanged; worst: every one wrong, damage plus the remaining
   examples the intact model gets right). The pool equals the exhaustive screen's, ties at
-  the p-th place included (the head id ends the key, so the order is total).
+  the p-th place included (the head id ends the key, so the order is total), under either
+  tie-break of the ids (``tie_break``: a head's id part is fixed, so its bounds are too).
 * ``"confidence"`` (opt-in): the final number right is bounded by Hoeffding's inequality
   for sampling without replacement (Serfling 1974: P(mean_m − mean ≥ t) ≤
   exp(−2mt² / (1 − (m−1)/n)) for outcomes in [0, 1]), on a uniformly random reveal order,
@@ -45,17 +46,18 @@ from jaxtyping import Bool, Int, Shaped
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
-from celtk.search.scores import head_order
+from celtk.search.scores import check_tie_break, head_order
 
 Mode = Literal["exact", "confidence"]
 # (heads, example indices of the chunk) -> each head's correctness on those examples, in that order
 ScoreChunk = Callable[[list[HeadSet], Int[np.ndarray, " chunk"]], Mapping[HeadSet, Bool[np.ndarray, " chunk"]]]
 
 
-def race_key(heads: HeadSet, n_correct: int, damage: int, intact_correct: int) -> tuple:
-    """The ranking key (:func:`celtk.search.scores.head_order`) of one intervention from its counts on the
-    examples scored so far."""
-    return head_order(heads, n_correct - intact_correct, damage, n_correct)
+def race_key(heads: HeadSet, n_correct: int, damage: int, intact_correct: int, tie_break: str = "numeric"
+             ) -> tuple:
+    """The ranking key (:func:`celtk.search.scores.head_order`, ties by ``tie_break``) of one intervention from
+    its counts on the examples scored so far."""
+    return head_order(heads, n_correct - intact_correct, damage, n_correct, tie_break)
 
 
 def geometric_schedule(n: int, first: int, growth: float = 2.0, smallest: int = 1) -> list[int]:
@@ -137,14 +139,16 @@ class RaceResult:
 
 
 def exhaustive_pool(outcomes: Mapping[HeadSet, Bool[np.ndarray, " n"]], intact: Bool[np.ndarray, " n"],
-                    p: int) -> list[HeadSet]:
-    """The top ``p`` heads by the ranking key on complete outcomes (each head's correctness, as ``intact``'s)."""
+                    p: int, tie_break: str = "numeric") -> list[HeadSet]:
+    """The top ``p`` heads by the ranking key (ties by ``tie_break``) on complete outcomes (each head's
+    correctness, as ``intact``'s)."""
     intact = np.asarray(intact, dtype=bool)
     total = int(intact.sum())
+    check_tie_break(tie_break)
 
     def key(heads: HeadSet) -> tuple:
         correct = np.asarray(outcomes[heads], dtype=bool)
-        return race_key(heads, int(correct.sum()), int((intact & ~correct).sum()), total)
+        return race_key(heads, int(correct.sum()), int((intact & ~correct).sum()), total, tie_break)
 
     return sorted(outcomes, key=key)[:p]
 
@@ -164,6 +168,7 @@ class _Race:
     outcomes: Bool[np.ndarray, "head n"]  # in reveal order
     scored: Int[np.ndarray, " head"]
     racing: Bool[np.ndarray, " head"]
+    tie_break: str = "numeric"
 
     def key_bounds(self, low: Int[np.ndarray, " head"], high: Int[np.ndarray, " head"]
                    ) -> tuple[list[tuple], list[tuple]]:
@@ -176,8 +181,8 @@ class _Race:
         for i, heads in enumerate(self.heads):
             m = int(self.scored[i])
             damage = int(wrong_intact_right[i, m - 1]) if m else 0
-            best.append(race_key(heads, int(high[i]), damage, total))
-            worst.append(race_key(heads, int(low[i]), damage + int(intact_left[min(m, n)]), total))
+            best.append(race_key(heads, int(high[i]), damage, total, self.tie_break))
+            worst.append(race_key(heads, int(low[i]), damage + int(intact_left[min(m, n)]), total, self.tie_break))
         return best, worst
 
     def exact_counts(self) -> tuple[Int[np.ndarray, " head"], Int[np.ndarray, " head"]]:
@@ -193,7 +198,8 @@ class _Race:
 
 def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shaped[np.ndarray, " ..."], p: int,
          mode: Mode = "exact", schedule: Sequence[int] | None = None, *, delta: float = 0.05,
-         order: Sequence[int] | Int[np.ndarray, " n"] | None = None, seed: int = 0) -> RaceResult:
+         order: Sequence[int] | Int[np.ndarray, " n"] | None = None, seed: int = 0,
+         tie_break: str = "numeric") -> RaceResult:
     """Score ``heads`` chunk by chunk on ``n`` examples, dropping those that cannot enter the
     top-``p`` pool; return the pool and what was scored.
 
@@ -208,7 +214,10 @@ def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shap
         delta: the confidence mode's failure probability.
         order: the order examples are revealed in; default 0..n−1 in exact mode and a
             permutation drawn from ``seed`` in confidence mode (whose bound needs a random order).
+        tie_break: how heads that tie in every measure are ordered (:data:`celtk.search.registry.TIE_BREAKS`); the
+            pool is the exhaustive one under this key.
     """
+    check_tie_break(tie_break)
     heads, intact, schedule = _check(heads, n, intact, p, mode, schedule, delta)
     if order is None:
         order = np.random.default_rng(seed).permutation(n) if mode == "confidence" else np.arange(n)
@@ -216,7 +225,7 @@ def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shap
     if sorted(order.tolist()) != list(range(n)):
         raise ConfigError(f"order must be a permutation of 0..{n - 1}; got {len(order)} indices.")
     state = _Race(heads, intact[order], p, np.zeros((len(heads), n), dtype=bool),
-                  np.zeros(len(heads), dtype=np.int64), np.ones(len(heads), dtype=bool))
+                  np.zeros(len(heads), dtype=np.int64), np.ones(len(heads), dtype=bool), tie_break)
     log_term = math.log(2 * len(heads) * len(schedule) / delta)
     racing_after, uncertified, start = [], [], 0
     for size in schedule:
@@ -230,7 +239,7 @@ def race(score_chunk: ScoreChunk, heads: Sequence[HeadSet], n: int, intact: Shap
         outcomes[h] = np.zeros(n, dtype=bool)
         outcomes[h][order] = state.outcomes[i]
     survivors = {h: outcomes[h] for i, h in enumerate(heads) if state.racing[i]}
-    return RaceResult(mode, p, heads, exhaustive_pool(survivors, intact, p), outcomes,
+    return RaceResult(mode, p, heads, exhaustive_pool(survivors, intact, p, tie_break), outcomes,
                       {h: int(m) for h, m in zip(heads, state.scored, strict=True)}, order, schedule, racing_after,
                       uncertified, delta if mode == "confidence" else None)
 

@@ -51,11 +51,12 @@ def check_pool_options(*, k: int, p: int, n_heads: int | None = None, **_: objec
                           f"{MAX_SUBSETS:,}; lower p or k (the paper uses p = 10, k = 3: 165 subsets).")
 
 
-def candidate_pool(single: Iterable[HeadScore], p: int) -> list[HeadScore]:
-    """The top ``p`` single-head interventions by the ranking key."""
+def candidate_pool(single: Iterable[HeadScore], p: int, tie_break: str = "numeric") -> list[HeadScore]:
+    """The top ``p`` single-head interventions by the ranking key (ties in every measure by ``tie_break``:
+    :data:`celtk.search.registry.TIE_BREAKS`)."""
     single = list(single)
     check_pool_options(k=1, p=p, n_heads=len(single))
-    return rank(single)[:p]
+    return rank(single, tie_break)[:p]
 
 
 def subsets(pool: list[Head], k: int) -> list[HeadSet]:
@@ -79,20 +80,22 @@ class Selection:
 
 def select(single: Iterable[HeadScore], intact: Bool[np.ndarray, " example"],
            evaluate_set: Callable[[HeadSet], Bool[np.ndarray, " example"]],
-           p: int = 10, k: int = 3, progress: Callable[[int, int], None] | None = None) -> Selection:
+           p: int = 10, k: int = 3, progress: Callable[[int, int], None] | None = None,
+           tie_break: str = "numeric") -> Selection:
     """Algorithm 1, stage 2: pool the top-``p`` heads, evaluate every subset of size 2..``k``
-    with ``evaluate_set`` (returns per-example correctness), choose by the ranking key."""
+    with ``evaluate_set`` (returns per-example correctness), choose by the ranking key (the pool and the
+    subsets alike ordered by ``tie_break`` where they tie in every measure)."""
     single = list(single)
     check_scores(single, intact)
     check_pool_options(k=k, p=p, n_heads=len(single))
-    pool = candidate_pool(single, p)
+    pool = candidate_pool(single, p, tie_break)
     scores = list(pool)
     todo = subsets([next(iter(s.heads)) for s in pool], k)
     for i, heads in enumerate(todo, start=1):
         scores.append(HeadScore.compare(heads, evaluate_set(heads), intact))
         if progress:
             progress(i, len(todo))
-    ranked = rank(scores)
+    ranked = rank(scores, tie_break)
     return Selection(ranked[0], ranked, pool, p, k, interaction_diagnostics(pool, scores, intact))
 
 

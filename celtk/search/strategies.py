@@ -4,8 +4,9 @@ greedy forward selection and beam search over all heads. Pure numpy: no torch.
 Every strategy sees the same inputs: the single-head screen, the intact per-example
 correctness, and ``evaluate``, which scores a list of head sets on the discovery set at once
 (the cached screener; :mod:`celtk.run` adds a persistent memo so interrupted searches resume).
-Every strategy ranks candidates with the paper's ranking key and reports how many
-interventions it evaluated, counting the screen's single heads.
+Every strategy ranks candidates with the paper's ranking key (ties in every measure broken by
+``tie_break``, :data:`celtk.search.registry.TIE_BREAKS`, recorded in the result's options when it is
+not the default) and reports how many interventions it evaluated, counting the screen's single heads.
 
 Each :class:`Strategy` checks its own options in one place (:meth:`Strategy.check`) before
 any work. A new strategy is one :class:`Strategy` (here or in its own module) plus one line in
@@ -23,7 +24,7 @@ from jaxtyping import Bool
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
 from celtk.search.registry import STRATEGIES
-from celtk.search.scores import HeadScore, rank, ranking_key
+from celtk.search.scores import HeadScore, check_tie_break, rank, ranking_key
 from celtk.search.selection import candidate_pool, check_pool_options, n_subsets, select, subsets
 
 Evaluate = Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]]
@@ -47,15 +48,22 @@ class SearchResult:
 
 
 def algorithm1(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *, k: int = 3,
-               p: int = 10, **_: object) -> SearchResult:
+               p: int = 10, tie_break: str = "numeric", **_: object) -> SearchResult:
     """The paper's Algorithm 1: pool the top ``p`` single heads, score every subset of size ≤ ``k``."""
-    pool = candidate_pool(single, p)
+    pool = candidate_pool(single, p, tie_break)
     check_pool_options(k=k, p=p, n_heads=len(single))
     todo = subsets([next(iter(s.heads)) for s in pool], k)
     results = evaluate(todo) if todo else {}
-    selection = select(single, intact, lambda hs: results[hs], p=p, k=k)
+    selection = select(single, intact, lambda hs: results[hs], p=p, k=k, tie_break=tie_break)
     return SearchResult("algorithm1", selection.best, selection.ranked, len(single) + n_subsets(p, k), k,
-                        {"p": p}, [[s.heads for s in selection.pool]], selection.diagnostics)
+                        {"p": p, **tie_break_option(tie_break)}, [[s.heads for s in selection.pool]],
+                        selection.diagnostics)
+
+
+def tie_break_option(tie_break: str) -> dict[str, str]:
+    """How a search's options record its tie-break: not at all for the default ``numeric`` (so the options of every
+    search made before the setting stay as they were), ``{"tie_break": "paper"}`` otherwise."""
+    return {} if check_tie_break(tie_break) == "numeric" else {"tie_break": tie_break}
 
 
 def check_search_options(*, k: int, width: int = 1, n_heads: int | None = None, **_: object) -> None:
@@ -69,14 +77,14 @@ def check_search_options(*, k: int, width: int = 1, n_heads: int | None = None, 
 
 
 def beam(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *, k: int = 3,
-         width: int = 3, **_: object) -> SearchResult:
+         width: int = 3, tie_break: str = "numeric", **_: object) -> SearchResult:
     """Beam search over all heads: keep the ``width`` best sets of each size; extend each by every
     head not in it; stop at size ``k`` or when no extension beats the best set found so far.
     ``width = 1`` is greedy forward selection. The result is the best set scored, by the ranking key."""
     check_search_options(k=k, width=width, n_heads=len(single))
     heads: list[Head] = sorted(next(iter(s.heads)) for s in single if len(s.heads) == 1)
     scored: dict[HeadSet, HeadScore] = {s.heads: s for s in single}
-    frontier = rank(single)[:width]
+    frontier = rank(single, tie_break)[:width]
     best = frontier[0]
     rounds = [[s.heads for s in frontier]]
     n_evaluations = len(single)
@@ -90,22 +98,23 @@ def beam(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], eval
         n_evaluations += len(todo)
         for c in todo:
             scored[c] = HeadScore.compare(c, results[c], intact)
-        ranked = rank(scored[c] for c in candidates)
-        if ranking_key(ranked[0]) >= ranking_key(best):  # no extension beats the best so far
+        ranked = rank((scored[c] for c in candidates), tie_break)
+        if ranking_key(ranked[0], tie_break) >= ranking_key(best, tie_break):  # no extension beats the best so far
             break
         frontier = ranked[:width]
         best = frontier[0]
         rounds.append([s.heads for s in frontier])
     name = "greedy" if width == 1 else "beam"
-    return SearchResult(name, best, rank(scored.values()), n_evaluations, k, {"width": width}, rounds)
+    return SearchResult(name, best, rank(scored.values(), tie_break), n_evaluations, k,
+                        {"width": width, **tie_break_option(tie_break)}, rounds)
 
 
 def greedy(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *, k: int = 3,
-           **_: object) -> SearchResult:
+           tie_break: str = "numeric", **_: object) -> SearchResult:
     """Greedy forward selection over all heads: start from the best single head, add the head
     that most improves the current set (re-scored from the current ablated model), up to ``k``;
     stop early when no head improves it."""
-    return beam(single, intact, evaluate, k=k, width=1)
+    return beam(single, intact, evaluate, k=k, width=1, tie_break=tie_break)
 
 
 @dataclass(frozen=True)
@@ -113,7 +122,7 @@ class Strategy:
     """A search strategy: its search function and the one check of its options.
 
     Calling it checks the options (``k``, ``p``, ``width``; each strategy ignores the ones it
-    does not use) against the screen, then searches."""
+    does not use) against the screen, then searches, ranking by ``tie_break``."""
 
     name: str
     search: Callable[..., SearchResult]
@@ -124,9 +133,10 @@ class Strategy:
         self.check_options(k=k, p=p, width=width, n_heads=n_heads)
 
     def __call__(self, single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *,
-                 k: int = 3, p: int = 10, width: int = 3) -> SearchResult:
+                 k: int = 3, p: int = 10, width: int = 3, tie_break: str = "numeric") -> SearchResult:
         self.check(k=k, p=p, width=width, n_heads=len(single))
-        return self.search(single, intact, evaluate, k=k, p=p, width=width)
+        check_tie_break(tie_break)
+        return self.search(single, intact, evaluate, k=k, p=p, width=width, tie_break=tie_break)
 
 
 ALGORITHM1 = Strategy("algorithm1", algorithm1, check_pool_options)

@@ -85,8 +85,8 @@ def test_planted_pair_missed_by_algorithm1_found_by_greedy_and_beam():
     intact, singles, evaluate, _, _ = _world(fixes, {b: {0, 1, 2}}, pair=(a, b, set(range(30, 50))))
     alg1 = get_strategy("algorithm1")(singles, intact, evaluate, p=4, k=2)
     assert b not in alg1.best.heads.heads
-    for name, opts in (("greedy", {}), ("beam", {"width": 2})):
-        result = get_strategy(name)(singles, intact, evaluate, k=2, **opts)
+    for name, width in (("greedy", 1), ("beam", 2)):  # greedy is beam of width 1 (it takes no width)
+        result = get_strategy(name)(singles, intact, evaluate, k=2, width=width)
         assert result.best.heads == HeadSet((a, b)), name
 
 
