@@ -1,12 +1,16 @@
-"""`celtk attributes`, `celtk compare`, `celtk report`: explain and present a run."""
+"""`celtk attributes`, `celtk compare`, `celtk report`, `celtk looks`: explain and present a run."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from celtk.cli._common import console, quiet_libraries
+
+if TYPE_CHECKING:  # annotations only: the log is read by the command that shows it
+    from celtk.run.heldout import Look
 
 
 @click.command("attributes")
@@ -91,4 +95,43 @@ def report_cmd(out, target) -> None:
     console().print(f"Report: {page} (figures beside it as PNG).", soft_wrap=True)
 
 
-COMMANDS = [attributes_cmd, compare_cmd, circuits_cmd, report_cmd]
+@click.command("looks")
+@click.argument("out", type=click.Path(file_okay=False, exists=True))
+def looks_cmd(out) -> None:
+    """Every look at OUT's held-out set, from its hash-chained log (checked against celtk's ledger): what, when, on
+    how many examples, whether it scored the frozen selection, and its role (the result, exploratory, seen before
+    test)."""
+    from celtk.run.directory import RunDirectory
+    from celtk.run.documents import TestDocument
+
+    rd = RunDirectory(Path(out))
+    with rd.lock():
+        rd.verify()  # an edited, truncated or re-chained log (or test.json) is refused, as by every look
+        looks = rd.looks()
+        result = rd.load(TestDocument).look if rd.has(TestDocument) else None
+    if not looks:
+        console().print(f"No look at {out}'s held-out set yet.")
+        return
+    print_looks(looks, result)
+
+
+def print_looks(looks: list[Look], result: int | None) -> None:
+    """The looks as a table (``celtk looks``, and ``celtk test`` after more than one look); ``result``: the test
+    look that is the run's result (``test.json``'s ``look``)."""
+    from rich.table import Table
+
+    table = Table(title="Every look at the held-out set (heldout_log.jsonl)")
+    for col in ("#", "what", "when", "n", "head sets", "frozen selection", "role"):
+        table.add_column(col)
+    for look in looks:
+        table.add_row(str(look.seq), look.what, look.when, "" if look.n is None else str(look.n), str(len(look.heads)),
+                      "yes" if look.frozen else "no", look.role(result))
+    console().print(table)
+    seen = [look for look in looks if look.seen_by]
+    for test in seen:
+        console().print(f"[bold red]Test look {test.seq} is not a first look: look(s) "
+                        f"{', '.join(map(str, test.seen_by))} had already scored its selection on its held-out set "
+                        "(seen before test).[/]")
+
+
+COMMANDS = [attributes_cmd, compare_cmd, circuits_cmd, report_cmd, looks_cmd]

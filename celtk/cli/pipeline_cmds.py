@@ -153,10 +153,13 @@ def _print_selection(doc: SelectionDocument) -> None:
 def _print_test(doc: TestDocument, out: Path | None = None) -> None:
     _print_test_table(doc, f"Held-out test on {doc.n} examples: ablate {doc.heads}")
     looks = doc.looks or []
+    if doc.seen_before_test:
+        console().print(f"[bold red]Not a first look: look(s) {', '.join(map(str, doc.seen_before_test))} already "
+                        "scored this selection on this held-out set before the test (seen before test).[/]")
     if out is not None and (len(looks) > 1 or any(not look.chained for look in looks)):
-        from celtk.run.heldout import HeldoutLog
+        from celtk.run.directory import RunDirectory
 
-        _print_looks(HeldoutLog(out).looks(), doc.look)
+        _print_looks(RunDirectory(out).looks(), doc.look)
     latest = looks[-1] if looks else None
     if out is not None and latest is not None and latest.seq != doc.look and latest.what == "test" and latest.result:
         from celtk.run.documents import TestDocument
@@ -168,18 +171,9 @@ def _print_test(doc: TestDocument, out: Path | None = None) -> None:
 
 
 def _print_looks(looks: list[Look], result_seq: int | None) -> None:
-    from rich.table import Table
+    from celtk.cli.analysis_cmds import print_looks
 
-    table = Table(title="Every look at the held-out set (heldout_log.jsonl)")
-    for col in ("#", "what", "when", "n", "head sets", "frozen selection", "role"):
-        table.add_column(col)
-    for look in looks:
-        role = ("the result" if look.seq == result_seq else "exploratory" if look.exploratory else "look") + (
-            " (forced)" if look.forced else "") + ("" if look.complete else " (incomplete)") + (
-            "" if look.chained else " (unchained, older celtk)")
-        table.add_row(str(look.seq), look.what, look.when, "" if look.n is None else str(look.n), str(len(look.heads)),
-                      "yes" if look.frozen else "no", role)
-    console().print(table)
+    print_looks(looks, result_seq)
 
 
 def _print_test_table(doc: TestDocument, title: str) -> None:

@@ -23,7 +23,7 @@ from celtk.heads import Head
 from celtk.report._files import check_writable, save_png
 from celtk.report.ablations import kinds_section
 from celtk.report.transfer import transfer_section
-from celtk.run.directory import RunDirectory
+from celtk.run.directory import RunDirectory, check_tested_heldout
 from celtk.run.documents import (
     DiagnosticsDocument,
     Document,
@@ -228,6 +228,7 @@ def _check_one_run(out: Path, screen: ScreenDocument, selection, test) -> None:
         if not selection:
             raise RunStoreError(f"{out}/test.json has no selection.json beside it; rerun select and test.")
         check_test_matches_selection(out, test, selection)
+        check_tested_heldout(out, "the report", test, selection)
 
 
 def _test_section(test: TestDocument) -> str:
@@ -241,7 +242,15 @@ def _test_section(test: TestDocument) -> str:
           f"{test.mcnemar_p:.2g}", f"{test.fixes} / {test.damage}"]]) + (
         "" if test.shrinkage is None or test.discovery_gain is None
         else f"<p>Shrinkage: discovery gain {100 * test.discovery_gain:+.1f} pts "
-        f"(selection-biased) − held-out gain {100 * test.gain:+.1f} pts = {100 * test.shrinkage:.1f} pts.</p>")
+        f"(selection-biased) − held-out gain {100 * test.gain:+.1f} pts = {100 * test.shrinkage:.1f} pts.</p>") + (
+        "" if not test.seen_before_test else
+        "<p><strong>Not a first look: " + html.escape(_seqs(test.seen_before_test)) + " had already scored this "
+        "selection on this held-out set before the test (seen before test; see the looks below), so its outcomes "
+        "were known when the test was run.</strong></p>")
+
+
+def _seqs(seqs: list[int]) -> str:
+    return ("look " if len(seqs) == 1 else "looks ") + ", ".join(map(str, seqs))
 
 
 def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocument | None,
@@ -262,17 +271,15 @@ def _figures(target: Path, screen: ScreenDocument, diagnostics: DiagnosticsDocum
 
 
 def _looks_section(looks: list[Look], result: int | None) -> str:
-    """Every use of the held-out set, from ``heldout_log.jsonl``: the first test is the result."""
-    def role(look: Look) -> str:
-        text = "the result" if look.seq == result else "exploratory" if look.exploratory else "look"
-        return text + (" (forced)" if look.forced else "") + ("" if look.complete else " (incomplete)") + (
-            "" if look.chained else " (unchained: an older celtk)")
-
+    """Every use of the held-out set, from ``heldout_log.jsonl``: the first test is the result; a look before it that
+    scored the tested selection is marked seen before test."""
     return ("<h2>Looks at the held-out set</h2><p>Every use of the held-out examples, as the hash-chained "
-            "<code>heldout_log.jsonl</code> records it. The first test is the result; the others are exploratory.</p>"
+            "<code>heldout_log.jsonl</code> records it. The first test is the result; the others are exploratory. "
+            "A look marked <em>seen before test</em> scored the tested selection on the same held-out set before "
+            "the test did.</p>"
             + _table(["#", "what", "when", "n", "head sets", "frozen selection scored", "role"],
-                     [[r.seq, html.escape(r.what), r.when, "" if r.n is None else r.n, len(r.heads),
-                       "yes" if r.frozen else "no", role(r)] for r in looks]))
+                     [[r.seq, r.what, r.when, "" if r.n is None else r.n, len(r.heads),
+                       "yes" if r.frozen else "no", r.role(result)] for r in looks]))
 
 
 def _stability_section(stability: StabilityDocument) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -151,8 +151,17 @@ class RunDirectory:
 
     # -- the held-out log ------------------------------------------------------------------
     def looks(self) -> list[Look]:
-        """Every look at the held-out set, oldest first (verifies the log's chain)."""
-        return self.log.looks()
+        """Every look at the held-out set, oldest first (verifies the log's chain). A look whose head sets include the
+        selection frozen now, on its held-out set, is shown ``frozen`` even when it was made before that selection was
+        frozen (its line says ``"frozen": null`` then); once that selection is tested it is also ``seen_before_test``
+        (:mod:`celtk.run.heldout`)."""
+        looks = self.log.looks()
+        selection = self.load_if(SelectionDocument)
+        contract = selection.heldout if selection is not None else None
+        if selection is None or contract is None:
+            return looks
+        return [replace(look, frozen=True) if selection.heads in look.heads and look.heldout_hash == contract.hash
+                else look for look in looks]
 
     def look_records(self) -> list[LookRecord]:
         return [record(look) for look in self.looks()]
@@ -179,9 +188,10 @@ class RunDirectory:
 
     def begin_look(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *,
                    exploratory: bool, forced: bool = False, **extra: Any) -> int:
-        """Log a look before anything is scored; ``frozen`` is worked out from ``selection.json``."""
+        """Log a look before anything is scored; ``frozen`` is worked out from ``selection.json`` (``null`` in the
+        line while no selection is frozen: a look before ``select`` cannot say, and the views work it out later)."""
         frozen_heads = self.frozen_heads()
-        frozen = frozen_heads is not None and frozen_heads in heads
+        frozen = None if frozen_heads is None else frozen_heads in heads
         return self.log.begin(what, heads, heldout_hash, n, frozen=frozen, exploratory=exploratory, forced=forced,
                               **extra)
 
@@ -232,12 +242,18 @@ class RunDirectory:
             return None
         self.verify()
         selection, first = self.load(SelectionDocument), self.load(TestDocument)
-        if selection.heads != first.heads or selection.forced_after_test:
+        if selection.heads != first.heads or (selection.forced_after_test and self._selected_since(first)):
             return None
         self.heldout_overrides(heldout)  # a held-out size other than the frozen one is refused, as for a new test
         if self.has(ScreenDocument):
             check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
         return first
+
+    def _selected_since(self, test: TestDocument) -> bool:
+        """Whether a forced ``select`` followed ``test`` (the log's ``select-forced`` lines): a selection forced
+        after other looks but before the test is what the test tested."""
+        forced = [entry.get("seq", -1) for entry in self.log.events("select-forced")]
+        return test.look is None or any(seq > test.look for seq in forced)
 
     # -- the rules -------------------------------------------------------------------------
     def refuse_select_after_looks(self, force: bool) -> list[Look]:
@@ -313,6 +329,7 @@ class RunDirectory:
             selection = self.load(SelectionDocument)
             test = self.require_tested("celtk ablations")
             check_test_matches_selection(self.path, test, selection)
+            check_tested_heldout(self.path, "celtk ablations", test, selection)
             return Admission(selection=selection, test=test)
         if stage == "calibrate":  # its nulls mix the selection's statistic with the screen's scores
             selection = self.load(SelectionDocument)
@@ -326,12 +343,14 @@ class RunDirectory:
 
     def _check_tested_selection(self, what: str, test: TestDocument, selection: SelectionDocument) -> None:
         """``test.json`` (the run's first test, kept through forced repeats) must test the heads ``selection.json``
-        holds now: after a forced reselection of other heads it tests the old ones."""
+        holds now, on the held-out set frozen with them: after a forced reselection it tests the old ones, or the
+        old held-out set."""
         if test.heads != selection.heads:
             raise RunStoreError(f"{self.path}/test.json tests {test.heads}, but selection.json now holds "
                                 f"{selection.heads} (selected again with --force after the test): {what} reads the "
                                 "tested selection's held-out outcomes, and the run's result stays its first test. "
                                 "Select and test the new heads in a new run directory.")
+        check_tested_heldout(self.path, what, test, selection)
 
     def admit(self, stage: str | None, session: Session, document: ScreenDocument | SelectionDocument) -> None:
         """Every model-side same-run check of ``stage`` (``None``: those every stage makes), once its session is
@@ -443,6 +462,20 @@ class RunDirectory:
                                 "the run was made on.")
 
 
+def check_tested_heldout(out: Path, what: str, test: TestDocument, selection: SelectionDocument) -> None:
+    """``test.json`` must have scored the held-out set frozen with ``selection.json``: a ``select --force`` with
+    another held-out size (or seed) after the test freezes a new set, and ``what`` (the report, transfer,
+    calibrate, ablations) would show the old test's figures beside the new contract."""
+    contract = selection.heldout
+    if contract is None or test.heldout_hash == contract.hash:
+        return
+    raise RunStoreError(f"{out}/test.json tested a held-out set of {test.n} examples (hash {test.heldout_hash}), but "
+                        f"selection.json was frozen again (select --force after the test) with another held-out set, "
+                        f"{contract.n} examples (hash {contract.hash}): {what} would put results on the two sets side "
+                        "by side as one run's. The run's result stays its first test, on the old set; select and test "
+                        "in a new run directory to use the new held-out set (`celtk looks` lists what this run did).")
+
+
 def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], heldout: list[Example]) -> None:
     """Refuse a held-out set that shares an example (by content) with the discovery set."""
     count, shown = shared_examples(dict(zip(discovery_hashes, discovery_ids, strict=True)), heldout)
@@ -454,7 +487,8 @@ def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], held
 def record(look: Look) -> LookRecord:
     return LookRecord(seq=look.seq, what=look.what, heads=look.heads, n=look.n,
                       heldout_hash=look.heldout_hash, frozen=look.frozen, exploratory=look.exploratory,
-                      forced=look.forced, complete=look.complete, result=look.result, chained=look.chained)
+                      forced=look.forced, complete=look.complete, result=look.result, chained=look.chained,
+                      seen_before_test=look.seen_before_test)
 
 
 def _describe(looks: list[Look]) -> str:

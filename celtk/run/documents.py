@@ -584,6 +584,7 @@ class LookRecord(Record):
     complete: bool  # its result was written
     result: str | None  # the file it wrote
     chained: bool  # False: a line from before the log was hash-chained
+    seen_before_test: int | None = optional()  # made before the run's test (this seq), it scored the tested selection
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -688,6 +689,8 @@ class TestDocument(Document):
     look: int | None = optional()  # the held-out log's seq of the look that gave this result
     # every look at the held-out set up to the last write of this file (the first test stays the result)
     looks: list[LookRecord] | None = field(default=None, metadata={"omit_none": True, "rows": LookRecord})
+    # earlier looks (seq) that already scored this selection on this held-out set: the test is not a first look
+    seen_before_test: list[int] | None = optional()
 
     def to_pandas(self) -> Any:
         """One row per held-out example (``id``, ``intact_correct``, ``ablated_correct``, ``outcome``: ``fix``,

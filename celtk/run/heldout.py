@@ -6,6 +6,11 @@ before any held-out example is scored; once the look's result document is writte
 the run was stopped, or its result could not be written — never a result without a log line.
 Other events (a select forced after a look) are lines of their own.
 
+A look made before the run's test whose head sets include the selection that test scored, on the same held-out set
+(a ``stability`` look, ``eval --run --ablate``, a random-heads null set), already showed the test's comparison: the
+log's view marks it *seen before test* (``Look.seen_before_test``, the test's ``seq``) and the test lists it
+(``Look.seen_by``). The marking is worked out from the lines whenever the log is read; no line is ever rewritten.
+
 Each line carries ``seq`` (0, 1, …) and ``prev``, the SHA-256 of the previous line's text, so
 an edited line breaks the next line's ``prev``; ``heldout_log.head`` records how many lines the
 log had and the hash of the last one, so a truncated log (or an edited last line) is detected
@@ -20,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +49,12 @@ class Look:
     """One use of held-out examples, as the log records it.
 
     ``frozen``: the frozen selection's held-out outcomes were among those scored (a test, or any
-    other look that scored that head set). ``exploratory``: not the run's test (other selections,
-    variants, random sets, repeats). ``result``/``digest``: the document the look wrote and its
-    SHA-256, once written (``None``: incomplete)."""
+    other look that scored that head set; a look made before the selection was frozen counts once the
+    selection it scored is tested: ``seen_before_test``). ``exploratory``: not the run's test (other
+    selections, variants, random sets, repeats). ``result``/``digest``: the document the look wrote and
+    its SHA-256, once written (``None``: incomplete). ``seen_before_test``: the ``seq`` of the run's test
+    (not a repeat) whose comparison this earlier look already scored; ``seen_by``, on that test: those
+    looks' ``seq``."""
 
     seq: int
     what: str
@@ -61,15 +69,31 @@ class Look:
     result: str | None = None
     digest: str | None = None
     chained: bool = True
+    seen_before_test: int | None = None
+    seen_by: list[int] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
         return self.result is not None
 
+    def role(self, result: int | None) -> str:
+        """What this look is, in words, for a run whose result is the test look ``result`` (``test.json``'s
+        ``look``): the views (``celtk test``, ``celtk looks``, the report) show it."""
+        text = "the result" if self.seq == result else "exploratory" if self.exploratory else "look"
+        text += (" (forced)" if self.forced else "") + ("" if self.complete else " (incomplete)")
+        if self.seen_by:
+            text += f"; not a first look: {_looks(self.seen_by)} already scored this comparison"
+        if self.extra.get("seen_before"):
+            text += f"; seen before in another run directory ({', '.join(map(str, self.extra['seen_before']))})"
+        if self.seen_before_test is not None:
+            text += f"; seen before test (look {self.seen_before_test})"
+        return text
+
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "what": self.what, "when": self.when, "heads": [h.names() for h in self.heads],
                 "heldout_hash": self.heldout_hash, "n": self.n, "frozen": self.frozen, "exploratory": self.exploratory,
-                "forced": self.forced, "complete": self.complete, "result": self.result, "chained": self.chained}
+                "forced": self.forced, "complete": self.complete, "result": self.result, "chained": self.chained,
+                "seen_before_test": self.seen_before_test, "seen_by": self.seen_by}
 
 
 _LOOK_KEYS = {"seq", "prev", "event", "what", "when", "heads", "heldout_hash", "n", "frozen", "exploratory", "forced"}
@@ -168,7 +192,7 @@ class HeldoutLog:
                 old = looks[seq]
                 if old.result is None:  # the first file a look wrote is its result
                     looks[seq] = Look(**{**old.__dict__, "result": entry.get("file"), "digest": entry.get("sha256")})
-        return [looks[s] for s in order]
+        return _mark_seen_before_test([looks[s] for s in order])
 
     def _heads(self, index: int, value: Any) -> list[HeadSet]:
         try:
@@ -191,9 +215,10 @@ class HeldoutLog:
         Ledger().record_line(self.directory, len(lines), text, chained)
         return chained
 
-    def begin(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *, frozen: bool,
+    def begin(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *, frozen: bool | None,
               exploratory: bool, forced: bool = False, **extra: Any) -> int:
-        """Log a look before its held-out examples are scored; returns its ``seq``."""
+        """Log a look before its held-out examples are scored; returns its ``seq``. ``frozen``: whether the frozen
+        selection is among ``heads`` (``None``: no selection was frozen yet, so the line cannot say)."""
         entry = self.append({"event": "look", "what": what, "when": _now(), "heads": [h.names() for h in heads],
                              "heldout_hash": heldout_hash, "n": n, "frozen": frozen, "exploratory": exploratory,
                              "forced": forced, **extra})
@@ -211,6 +236,35 @@ class HeldoutLog:
     def note(self, event: str, **fields: Any) -> None:
         """Record an event that is not a look (e.g. a select forced after looks)."""
         self.append({"event": event, "when": _now(), **fields})
+
+
+def _mark_seen_before_test(looks: list[Look]) -> list[Look]:
+    """``looks`` with each look made before the run's test that scored the tested selection on the test's held-out
+    set marked ``seen_before_test`` (and ``frozen``: it scored what was then, or later, frozen), and the test with
+    those looks in ``seen_by``. The run's test is a test look with no complete test before it (later ones are forced
+    repeats, which the views already label); a look is marked for the latest such test after it."""
+    tests, complete = [], False
+    for look in looks:
+        if look.what == "test" and look.heads and not complete:
+            tests.append(look)
+        complete = complete or (look.what == "test" and look.complete)
+    seen: dict[int, int] = {}
+    for look in looks:
+        if look.what == "test":
+            continue
+        later = [t for t in tests
+                 if t.seq > look.seq and t.heldout_hash == look.heldout_hash and t.heads[0] in look.heads]
+        if later:
+            seen[look.seq] = later[-1].seq
+    by: dict[int, list[int]] = {}
+    for seq, test in seen.items():
+        by.setdefault(test, []).append(seq)
+    return [replace(look, seen_before_test=seen[look.seq], frozen=True) if look.seq in seen
+            else replace(look, seen_by=by[look.seq]) if look.seq in by else look for look in looks]
+
+
+def _looks(seqs: list[int]) -> str:
+    return ("look " if len(seqs) == 1 else "looks ") + ", ".join(map(str, seqs))
 
 
 def _now() -> str:

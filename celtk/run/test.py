@@ -37,7 +37,9 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
     The look is logged in ``heldout_log.jsonl`` before anything is scored, and ``test.json`` is written
     after it. The first test is the run's result: a second one is refused unless ``force``, and then
     ``test.json`` keeps the first result, lists every look (``looks``) and this look's figures go to
-    ``test-repeat-SEQ.json``. Returns ``test.json``'s document. Refuses a changed discovery set,
+    ``test-repeat-SEQ.json``. Earlier looks that already scored the selection on this held-out set (a
+    ``stability`` or ``eval --run`` look) are listed in ``seen_before_test``: the test is then not a first
+    look. Returns ``test.json``'s document. Refuses a changed discovery set,
     shots, intact baseline or held-out set, and a log or result edited by hand."""
     out = Path(out)
     stored = None if force else stored_test(out, heldout)
@@ -71,7 +73,9 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
             progress("test", 2, 2)
         document = _document(sel, session, intact, ablated, n_boot, seq)
         if first is None:
-            document = replace(document, looks=_records(rd, seq, TestDocument.FILE))
+            looks = _records(rd, seq, TestDocument.FILE)
+            seen_earlier = [r.seq for r in looks if r.seen_before_test == seq]  # looks that already scored it
+            document = replace(document, looks=looks, seen_before_test=seen_earlier or None)
             rd.finish_look(seq, (document, None))
             return document
         repeat_name = f"test-repeat-{seq}.json"

@@ -18,11 +18,20 @@ from celtk.run.heldout import HeldoutLog
 
 
 @pytest.fixture(scope="module")
-def selected_run(planted, tmp_path_factory):
-    """The planted run screened and selected, not yet tested (copy it before changing it)."""
+def screened_run(planted, tmp_path_factory):
+    """The planted run screened, not yet selected (copy it before changing it)."""
     model, task = planted
-    out = tmp_path_factory.mktemp("selected")
+    out = tmp_path_factory.mktemp("screened")
     run_screen(planted_config(task), out, model=model)
+    return out
+
+
+@pytest.fixture(scope="module")
+def selected_run(screened_run, planted, tmp_path_factory):
+    """The planted run screened and selected, not yet tested (copy it before changing it)."""
+    model, _ = planted
+    out = tmp_path_factory.mktemp("selected") / "run"
+    shutil.copytree(screened_run, out)
     run_select(out, p=4, k=2, model=model)
     return out
 
@@ -170,3 +179,60 @@ def test_a_log_downgraded_to_unchained_lines_is_refused(run_copy, planted):
     (run_copy / "heldout_log.head").unlink()
     with pytest.raises(RunStoreError, match="line 1 has no hash chain"):
         HeldoutLog(run_copy).looks()
+
+
+def test_a_look_that_scored_the_selection_before_its_test_is_marked_seen_before_test(run_copy, planted):
+    """eval --run --ablate of the frozen heads before the test showed its held-out comparison: the log's view, the
+    test (its document and output), `celtk looks` and the report say so, worked out when the log is read (no line
+    is rewritten); a look at other heads, or one after the test, is not marked."""
+    from click.testing import CliRunner
+
+    from celtk.cli import main
+    from celtk.run.directory import RunDirectory
+    from celtk.run.documents import SelectionDocument
+
+    model, _ = planted
+    heads = SelectionDocument.load(run_copy).heads
+    other = run_eval(None, model=model, heads="L0H1", split="heldout", run=run_copy).config["look"]
+    seen = run_eval(None, model=model, heads=heads, split="heldout", run=run_copy, limit=10).config["look"]
+    before = (run_copy / "heldout_log.jsonl").read_text()
+    test = run_test(run_copy, model=model, n_boot=50)
+    assert (run_copy / "heldout_log.jsonl").read_text().startswith(before)  # earlier lines as they were
+    assert test.seen_before_test == [seen] and other not in test.seen_before_test
+    after = run_eval(None, model=model, heads=heads, split="heldout", run=run_copy, limit=5).config["look"]
+    looks = {look.seq: look for look in RunDirectory(run_copy).looks()}
+    assert looks[seen].seen_before_test == test.look and looks[seen].frozen
+    assert looks[other].seen_before_test is None and looks[after].seen_before_test is None
+    assert looks[not_none(test.look)].seen_by == [seen]
+    assert [r.seen_before_test for r in not_none(test.looks)] == [None, test.look, None]
+    stored = json.loads((run_copy / "test.json").read_text())
+    assert stored["seen_before_test"] == [seen] and stored["looks"][1]["seen_before_test"] == test.look
+    listing = " ".join(CliRunner().invoke(main, ["looks", str(run_copy)], env={"COLUMNS": "300"}).output.split())
+    assert f"exploratory; seen before test (look {test.look})" in listing
+    assert f"Test look {test.look} is not a first look: look(s) {seen} had already scored" in listing
+    rerun = " ".join(CliRunner().invoke(main, ["test", str(run_copy)], env={"COLUMNS": "300"}).output.split())
+    assert f"Not a first look: look(s) {seen} already scored this selection" in rerun, rerun
+    page = write_report(run_copy).read_text()
+    assert f"Not a first look: look {seen} had already scored this selection" in page
+    assert f"<td>exploratory; seen before test (look {test.look})</td>" in page
+
+
+def test_a_stability_look_before_select_is_seen_before_the_test_of_the_selection_it_scored(screened_run, planted,
+                                                                                            tmp_path):
+    """Before select nothing is frozen, so the stability look's line says "frozen": null (not false); once select
+    freezes its reference row, the views show the look as having scored it, and the test marks it."""
+    from celtk.run.directory import RunDirectory
+
+    model, _ = planted
+    out = tmp_path / "run"
+    shutil.copytree(screened_run, out)
+    stability = run_stability(out, resamples=2, p=4, k=2, model=model, n_boot=50)
+    assert json.loads((out / "heldout_log.jsonl").read_text().splitlines()[0])["frozen"] is None
+    forced = run_select(out, p=4, k=2, model=model, force=True)
+    assert forced.heads == stability.reference_selection
+    (look,) = RunDirectory(out).looks()
+    assert look.frozen and look.seen_before_test is None  # scored what is frozen now; not tested yet
+    test = run_test(out, model=model, n_boot=50)
+    assert test.seen_before_test == [look.seq]
+    assert RunDirectory(out).looks()[0].seen_before_test == test.look
+    assert run_test(out, model=model, n_boot=50) == test  # tested after the forced select: the stored result

@@ -184,3 +184,19 @@ def test_transfer_and_calibrate_refuse_a_test_of_another_selection(fresh_run, pl
         run_transfer(fresh_run, variant_grid(task, zero_shot=True), model=model)
     with pytest.raises(RunStoreError, match=r"selection.json now holds L0H0 .*calibrate reads"):
         run_calibration(fresh_run, null="permutation", repeats=5, model=model)
+
+
+def test_a_reselection_with_another_heldout_set_is_not_shown_beside_the_old_test(fresh_run, planted):
+    """select --force with another held-out size after the test freezes a new held-out set; test.json (the run's
+    result) scored the old one, so transfer, calibrate, ablations and the report refuse to show them side by side."""
+    from celtk.run import run_ablation_kinds, run_calibration, run_transfer, variant_grid
+
+    model, task = planted
+    run_test(fresh_run, model=model, n_boot=50)
+    run_select(fresh_run, p=4, k=2, model=model, force=True, heldout=20)
+    for stage in (lambda: run_transfer(fresh_run, variant_grid(task, zero_shot=True), model=model),
+                  lambda: run_calibration(fresh_run, null="permutation", repeats=5, model=model),
+                  lambda: run_ablation_kinds(fresh_run, model=model), lambda: write_report(fresh_run)):
+        with pytest.raises(RunStoreError, match=r"test.json tested a held-out set of 40 examples .* another held-out "
+                                                r"set, 20 examples"):
+            stage()
