@@ -72,6 +72,9 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     except (TypeError, ValueError):
         raise ConfigError(f"chat_date must be an ISO date (YYYY-MM-DD) such as {CHAT_DATE!r}, got "
                           f"{chat_date!r}.") from None
+    if run is not None and (task is not None or data is not None):  # the run's own are used: refused, not ignored
+        raise ConfigError("run (--run) scores the run's held-out set with the run's own task and data; leave task "
+                          "(--task) and data (--data) out, or evaluate outside the run.")
     if run is not None and split != "heldout":
         raise ConfigError("run (--run) evaluates a run's held-out set; use split='heldout' (--split heldout), not "
                           f"{split!r}.")

@@ -166,7 +166,11 @@ def test_eval_outside_a_run_does_not_score_its_frozen_heldout_set(fresh_run, pla
     for split, exploratory in (("all", False), ("heldout", True)):
         with pytest.raises(ConfigError, match="include a frozen held-out set .*--split heldout --run"):
             run_eval(None, model=model, task=task, split=split, exploratory=exploratory)
+    with pytest.raises(ConfigError, match="include a frozen held-out set .*--split heldout --run"):
+        run_eval(None, model=model, task=task, split="discovery", limit=80)  # reaches the back 40 the run froze
     assert run_eval(None, model=model, task=task, split="discovery", limit=10).n == 10  # no frozen example there
+    with pytest.raises(ConfigError, match="the run's own task and data; leave task"):
+        run_eval(None, model=model, task=task, heads=selection.heads, split="heldout", run=fresh_run)
     logged = run_eval(None, model=model, heads=selection.heads, split="heldout", run=fresh_run)
     assert logged.n == 40 and [look.what for look in HeldoutLog(fresh_run).looks()] == ["eval"]
 
