@@ -72,17 +72,19 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> Any:
 
 
 def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int,
-               references: Int[Tensor, " batch"] | None) -> Any:
+               references: Int[Tensor, " batch"] | None, boundaries: Int[Tensor, " batch"] | None = None) -> Any:
     """Replace ``heads`` of one layer in every row by ``ablation``'s kind (resample: row ``b`` reads
-    reference ``references[b]`` at the row's own absolute positions)."""
+    reference ``references[b]`` at the row's own absolute positions; ``prefix``/``example`` positions: only
+    before, or from, row ``b``'s boundary ``boundaries[b]``)."""
     mask = torch.zeros(1, n_heads, dtype=torch.bool)
     mask[0, heads] = True
 
     def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
              ) -> Float[Tensor, "batch pos head_index d_head"]:
-        if references is not None and len(references) != z.shape[0]:
-            raise ValueError(f"{len(references)} row references for hook_z of shape {tuple(z.shape)}")
-        spec = ablation.spec(layer, mask, references, 0, z.shape[1])
+        for name, given in (("references", references), ("boundaries", boundaries)):
+            if given is not None and len(given) != z.shape[0]:
+                raise ValueError(f"{len(given)} row {name} for hook_z of shape {tuple(z.shape)}")
+        spec = ablation.spec(layer, mask, references, 0, z.shape[1], boundaries)
         return spec.apply(z)
 
     return hook
@@ -111,11 +113,14 @@ def as_ablation(ablation: Ablation | AblationKind | str | None) -> Ablation:
 
 @contextmanager
 def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind | str | None = None, *,
-           references: Int[Tensor, " batch"] | None = None) -> Iterator[Model]:
+           references: Int[Tensor, " batch"] | None = None,
+           boundaries: Int[Tensor, " batch"] | None = None) -> Iterator[Model]:
     """Replace the output of every head in ``heads`` at every position while the block runs: zero it
     (default), or as ``ablation`` says (``"scale:0.5"``, or an :class:`Ablation` with mean or
     resampled values; resample needs ``references``, each batch row's reference example, and reads
-    it at the row's own positions, so the batch must be right-padded from position 0).
+    it at the row's own positions, so the batch must be right-padded from position 0). An
+    :class:`Ablation` at ``prefix`` or ``example`` positions replaces only the positions before, or from,
+    each row's boundary: pass ``boundaries`` (:meth:`Ablation.boundaries` of the rows' contexts).
 
     Composes with other hooks (it adds and removes only its own) and restores the intact
     model on exit, also when the body raises. Under grouped-query attention only the
@@ -132,11 +137,18 @@ def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind
         raise ConfigError("Resample ablation replaces each row's z with its own reference example's: pass "
                           "references= (each batch row's reference, Ablation.assign) or score with "
                           "celtk.evaluate(..., ablation=...), which passes them per batch.")
-    if kind.is_zero:
+    if not kind.everywhere and boundaries is None and len(heads):
+        raise ConfigError(f"Ablation at {kind.positions} positions replaces z only "
+                          f"{'before' if kind.positions == 'prefix' else 'from'} each row's prefix boundary: pass "
+                          "boundaries= (Ablation.boundaries of the rows' contexts) or score with "
+                          "celtk.evaluate(..., ablation=...), which passes them per batch.")
+    if kind.is_zero and kind.everywhere:
         hooks = {layer: _zero_heads_hook(hs) for layer, hs in heads.by_layer().items()}
     else:
         refs = _references(references, len(kind.reference_hashes)) if kind.per_row else None
-        hooks = {layer: _spec_hook(kind, layer, hs, model.n_heads, refs) for layer, hs in heads.by_layer().items()}
+        bounds = None if kind.everywhere else torch.as_tensor(boundaries, dtype=torch.long)
+        hooks = {layer: _spec_hook(kind, layer, hs, model.n_heads, refs, bounds)
+                 for layer, hs in heads.by_layer().items()}
     with hook_z_hooks(model, hooks):
         yield model
 
@@ -184,6 +196,10 @@ def ablated_state(model: Model, state: dict[str, Shaped[Tensor, " ..."]], heads:
     says, in the output projection: inputs zeroed (zero), scaled by α (scale), or zeroed with ``W_O,h·μ_h`` added
     to the projection's bias, which must be in ``state`` (mean). Resample has no weight form."""
     kind = ablation.kind
+    if not ablation.everywhere:
+        raise ConfigError(f"An ablation at {ablation.positions} positions cannot be exported: which positions are "
+                          "replaced depends on each prompt's few-shot prefix, which no fixed weights see. Export "
+                          "positions=all, or keep the model hooked (celtk.ablate).")
     if kind.name == "resample":
         raise ConfigError("Resample ablation cannot be exported: each example reads its own reference example's z, "
                           "which no fixed weights reproduce. Export zero, mean or scale:α, or keep the model hooked "

@@ -25,6 +25,15 @@ shares with the example, the reference's ``z`` *is* the example's intact ``z`` (
 only earlier tokens), so resample ablation changes nothing there and the cached screener still runs
 the prefix once (it shortens the prefix to what the references share).
 
+Positions (:data:`POSITIONS`) are a second dimension of every kind: ``all`` (the default, the paper's) replaces
+``z_h`` at every position; ``prefix`` only at the positions of the shared few-shot prefix, the prompt text
+before the example's own (the chat template's opening, the shots and their delimiters); ``example`` only at the
+example's own positions (its prompt and the answer tokens read). An example's *boundary* is the number of leading
+tokens its context shares with the prefix text's tokens (:attr:`Ablation.prefix`, :meth:`Ablation.boundaries`):
+a property of the example and the shots, not of batching or of which other examples are scored. Under fixed
+shots, left-aligned ``resample`` at ``prefix`` positions changes nothing (every reference shares them), so
+``zero``/``mean`` at ``example`` positions are what ``resample`` compares with like for like.
+
 Per-layer, per-row replacement (:class:`RowSpec`) is what every engine applies: the hook path
 (:func:`celtk.ablation.ablate`), the cached screener's bridge and fused replays and the generation screener.
 """
@@ -49,6 +58,17 @@ KINDS = ("zero", "mean", "resample", "scale")
 # the residual stream (scale:-1e30 overflowed every logit, so all choices tied) and 1e300 is no number a dtype holds
 SCALE_LIMIT = 10.0
 REFERENCE_BATCH = 16  # fixed, so the reference values never depend on a run's batch size
+# where a kind replaces z: every position (the paper's), the shared few-shot prefix only, the example's own only
+POSITIONS = ("all", "prefix", "example")
+
+
+def check_positions(positions: str) -> str:
+    """``positions`` when it is one of :data:`POSITIONS`, else a :class:`ConfigError` naming them."""
+    if positions not in POSITIONS:
+        raise ConfigError(f"Unknown positions {positions!r}; choose all (every position, the paper's), prefix (the "
+                          "shared few-shot prefix only) or example (the example's own positions only)."
+                          + suggest(str(positions), POSITIONS))
+    return positions
 
 
 @dataclass(frozen=True)
@@ -102,16 +122,23 @@ class RowSpec:
 
     ``value`` is ``None`` (zero: ``alpha`` 0 and no scaling; scale: ``α·z``), one ``[head_index, d_head]``
     vector per head (mean), or ``[rows, pos, head_index, d_head]`` (resample: each row's reference,
-    aligned to the positions the layer sees). ``mask`` may have one row, broadcast over every row."""
+    aligned to the positions the layer sees). ``mask`` may have one row, broadcast over every row.
+    ``positions`` (``None``: every position) marks, per row, the positions replaced (``prefix``/``example``)."""
 
     mask: Bool[Tensor, "mask_rows head_index"]
     scale: float | None = None
     value: Tensor | None = None
+    positions: Bool[Tensor, "pos_rows pos"] | None = None
 
     def apply(self, z: Float[Tensor, "rows pos head_index d_head"]) -> Float[Tensor, "rows pos head_index d_head"]:
         if self.mask.shape[0] not in (1, z.shape[0]) or self.mask.shape[1] != z.shape[2]:
             raise ValueError(f"row mask of shape {tuple(self.mask.shape)} does not fit z of shape {tuple(z.shape)}")
         where = rearrange(self.mask, "rows head_index -> rows 1 head_index 1").to(z.device)
+        if self.positions is not None:
+            if self.positions.shape[0] not in (1, z.shape[0]) or self.positions.shape[1] != z.shape[1]:
+                raise ValueError(f"position mask of shape {tuple(self.positions.shape)} does not fit z of shape "
+                                 f"{tuple(z.shape)}")
+            where = where & rearrange(self.positions, "rows pos -> rows pos 1 1").to(z.device)
         if self.value is not None:
             value = self.value.to(device=z.device, dtype=z.dtype)
             if value.ndim == 2:
@@ -175,8 +202,11 @@ class Ablation:
     reference_hashes: tuple[str, ...] = ()  # content hashes of the reference examples, in reference order
     seed: int = 0
     reference_positions: int = 0  # positions averaged (mean) or stored (resample)
+    positions: str = "all"  # where z is replaced (POSITIONS)
+    prefix: tuple[int, ...] = ()  # the shared few-shot prefix's tokens: each example's boundary (prefix/example)
 
     def __post_init__(self) -> None:
+        check_positions(self.positions)
         if self.kind.name == "mean" and self.means is None:
             raise ConfigError("Mean ablation needs each head's mean z over reference examples; build it with "
                               "celtk.evaluation.scoring.ablation_for(model, 'mean', task, reference_examples, shots).")
@@ -197,6 +227,8 @@ class Ablation:
     def describe(self) -> dict[str, Any]:
         """What the values were measured on, for result documents."""
         out: dict[str, Any] = {"kind": str(self.kind)}
+        if self.positions != "all":  # every-position ablations keep the record they always had
+            out |= {"positions": self.positions, "prefix_tokens": len(self.prefix)}
         if self.kind.needs_reference:
             out |= {"n_reference": len(self.reference_hashes), "reference_positions": self.reference_positions}
         if self.kind.name == "resample":
@@ -217,25 +249,59 @@ class Ablation:
             out.append(int(allowed[rng.integers(len(allowed))]))
         return torch.tensor(out, dtype=torch.long)
 
+    @property
+    def everywhere(self) -> bool:
+        """Whether ``z`` is replaced at every position (``positions="all"``)."""
+        return self.positions == "all"
+
+    def boundaries(self, contexts: Sequence[Sequence[int]]) -> Int[Tensor, " rows"]:
+        """Each context's boundary: how many of its leading tokens are the shared prefix's (:attr:`prefix`);
+        positions before it are the prefix's, the rest the example's own."""
+        return torch.tensor([common_prefix([tuple(c), self.prefix]) for c in contexts], dtype=torch.long)
+
+    def position_mask(self, boundaries: Int[Tensor, " rows"] | None, start: int, pos: int
+                      ) -> Bool[Tensor, "rows pos"] | None:
+        """Which of the absolute positions ``start … start + pos − 1`` each row replaces (``None``: all of them)."""
+        if self.everywhere:
+            return None
+        if boundaries is None:
+            raise ConfigError(f"Ablation at {self.positions} positions needs each row's prefix boundary "
+                              "(Ablation.boundaries of the rows' contexts; celtk.evaluation.evaluate passes them per "
+                              "batch).")
+        before = torch.arange(start, start + pos)[None, :] < boundaries[:, None]
+        return before if self.positions == "prefix" else ~before
+
     def spec(self, layer: int, mask: Bool[Tensor, "mask_rows head_index"],
-             references: Int[Tensor, " rows"] | None = None, start: int = 0, pos: int = 0) -> RowSpec:
+             references: Int[Tensor, " rows"] | None = None, start: int = 0, pos: int = 0,
+             boundaries: Int[Tensor, " rows"] | None = None) -> RowSpec:
         """Layer ``layer``'s replacement for heads ``mask`` marks (one mask row: the same heads in every row);
-        resample needs each row's reference and the absolute positions the layer sees (``start … start + pos − 1``)."""
+        resample needs each row's reference and the absolute positions the layer sees (``start … start + pos − 1``),
+        and ``prefix``/``example`` positions each row's boundary (:meth:`boundaries`)."""
+        where = self.position_mask(boundaries, start, pos)
         if self.kind.name == "scale":
-            return RowSpec(mask, scale=self.kind.alpha)
+            return RowSpec(mask, scale=self.kind.alpha, positions=where)
         if self.kind.name == "mean":
             assert self.means is not None  # checked in __post_init__
-            return RowSpec(mask, value=self.means[layer])
+            return RowSpec(mask, value=self.means[layer], positions=where)
         if self.kind.name == "resample":
             assert self.reference is not None
             if references is None:
                 raise ConfigError("Resample ablation replaces each row's z with its own reference example's; the rows' "
                                   "references are needed (celtk.evaluation.evaluate passes them per batch).")
-            return RowSpec(mask, value=self.reference.gather(layer, references, start, pos))
-        return RowSpec(mask)
+            return RowSpec(mask, value=self.reference.gather(layer, references, start, pos), positions=where)
+        return RowSpec(mask, positions=where)
 
 
 ZERO_ABLATION = Ablation()
+
+
+def refuse_positions_generation(ablation: Ablation | AblationKind) -> None:
+    """Ablation at ``prefix`` or ``example`` positions is defined on teacher-forced rows, right-padded from
+    position 0; a generation-graded task's left-padded, growing rows are refused."""
+    if isinstance(ablation, Ablation) and not ablation.everywhere:
+        raise ConfigError(f"Ablation at {ablation.positions} positions is not offered for generation-graded tasks: "
+                          "their left-padded batches move every position and the generated tokens have no prefix "
+                          "boundary. Use positions all.")
 
 
 def common_prefix(sequences: Sequence[Sequence[int]]) -> int:

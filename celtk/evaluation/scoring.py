@@ -19,9 +19,17 @@ from jaxtyping import Bool, Float, Float64, Int
 from torch import Tensor
 
 from celtk.ablation import ablate, as_ablation
-from celtk.ablation_kinds import Ablation, AblationKind, reference_values
+from celtk.ablation_kinds import Ablation, AblationKind, check_positions, reference_values
 from celtk.errors import ConfigError
-from celtk.evaluation.prompts import CHAT_DATE, Prepared, Request, format_prompt, prepare, prompt_ids
+from celtk.evaluation.prompts import (
+    CHAT_DATE,
+    Prepared,
+    Request,
+    adds_special_tokens,
+    format_prompt,
+    prepare,
+    prompt_ids,
+)
 from celtk.evaluation.results import EvalResult, ExampleResult
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -150,11 +158,17 @@ def ablated(model: Model, prepared: Prepared, heads: HeadSet, ablation: Ablation
     """For :func:`score_requests`: each batch under :func:`celtk.ablation.ablate` of ``heads`` (resample: each
     row reading the reference its example draws, :meth:`Ablation.assign`, from position 0)."""
     kind = as_ablation(ablation)
+    bounds = None if kind.everywhere else kind.boundaries([r.context for r in prepared.requests])
+
+    def rows(batch: Batch) -> Any:  # each row's prefix boundary (prefix/example positions)
+        return None if bounds is None else bounds[batch.request_ids]
+
     if not kind.per_row:
-        return lambda batch: ablate(model, heads, kind)
+        return lambda batch: ablate(model, heads, kind, boundaries=rows(batch))
     drawn = kind.assign([e.content_hash for e in prepared.examples])
     return lambda batch: ablate(model, heads, kind,
-                                references=drawn[[prepared.requests[r].example for r in batch.request_ids]])
+                                references=drawn[[prepared.requests[r].example for r in batch.request_ids]],
+                                boundaries=rows(batch))
 
 
 def reference_sequences(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
@@ -177,22 +191,38 @@ def reference_sequences(model: Model, task: Task, examples: Sequence[Example], s
     return out
 
 
+def prompt_prefix(model: Model, task: Task, shots: Sequence[Example] = (), chat: bool = False,
+                  chat_date: str = CHAT_DATE) -> tuple[int, ...]:
+    """The tokens of the prompt text before an example's own context: the chat template's opening, the
+    shots and their delimiters (what every prompt under these shots shares), encoded as a prompt's context is."""
+    marker = "\x00celtk-example\x00"
+    prompt = format_prompt(model, task, Example("", marker, "", label=0), shots, chat, chat_date)
+    text = prompt[:prompt.index(marker)]
+    tokenizer = model.tokenizer
+    return tuple(tokenizer(text, add_special_tokens=adds_special_tokens(tokenizer, text)).input_ids)
+
+
 def ablation_for(model: Model, kind: AblationKind | str, task: Task, reference: Sequence[Example],
                  shots: Sequence[Example] = (), chat: bool = False, chat_date: str = CHAT_DATE,
-                 seed: int = 0) -> Ablation:
+                 seed: int = 0, positions: str = "all") -> Ablation:
     """The :class:`Ablation` of ``kind`` with its values measured on the intact ``model`` over the ``reference``
     examples (prompted with ``shots`` and ``chat`` as the examples they will ablate): per-head means, or
     every position's ``z`` for resample (drawn per example with ``seed``). Keep ``reference`` disjoint from
-    any held-out set (a run uses its discovery set). Zero and scale need no reference.
+    any held-out set (a run uses its discovery set). Zero and scale need no reference. ``positions``
+    (``all``, ``prefix``, ``example``) says where ``z`` is replaced; the prefix is :func:`prompt_prefix`'s.
 
     Example:
         >>> mean = ablation_for(model, "mean", task, splits.discovery, splits.shots)   # doctest: +SKIP
         >>> evaluate(model, task, splits.heldout, splits.shots, HeadSet.parse("L1H2"), ablation=mean)  # doctest: +SKIP
     """
     kind = AblationKind.parse(kind)
+    where: dict[str, Any] = {}
+    if check_positions(positions) != "all":
+        where = {"positions": positions, "prefix": prompt_prefix(model, task, shots, chat, chat_date)}
     if not kind.needs_reference:
-        return Ablation(kind)
+        return Ablation(kind, **where)
     sequences = reference_sequences(model, task, reference, shots, chat, chat_date)
     means, stored, count = reference_values(model, sequences, keep=kind.name == "resample")
     return Ablation(kind, means=means if kind.name == "mean" else None, reference=stored,
-                    reference_hashes=tuple(e.content_hash for e in reference), seed=seed, reference_positions=count)
+                    reference_hashes=tuple(e.content_hash for e in reference), seed=seed, reference_positions=count,
+                    **where)

@@ -287,6 +287,11 @@ class CachedScreener:
             if self.prefix_len:
                 ours = prepared.requests[0].context[:self.prefix_len]
                 self.prefix_len = common_prefix([ours, self.ablation.reference.tokens[:self.prefix_len]])
+        self._boundaries: Tensor | None = None
+        if not self.ablation.everywhere:  # prefix/example positions: the cached prefix lies before every boundary
+            self._boundaries = self.ablation.boundaries([r.context for r in prepared.requests])
+            if self.prefix_len and len(self._boundaries):
+                self.prefix_len = min(self.prefix_len, int(self._boundaries.min()))
         if self.prefix_len < MIN_SHARED_PREFIX:
             self.prefix_len = 0
 
@@ -367,10 +372,12 @@ class CachedScreener:
     def _specs(self, masks: dict[int, Bool[Tensor, "rows_g head_index"]], batch: Batch | None, copies: int, pos: int
                ) -> dict[int, Bool[Tensor, "rows_g head_index"] | RowSpec]:
         """What each layer's boolean mask (rows ``(batch g)``, ``g = copies``) stands for under this screener's
-        ablation: the masks themselves for zero; else each layer's :class:`RowSpec` for the ``pos`` positions
-        the rows hold: ``batch``'s own tokens after the shared prefix, or (``batch=None``) the prefix itself,
-        where every reference's ``z`` is the prefix's own (so reference 0 stands for all)."""
-        if self.ablation.is_zero:
+        ablation: the masks themselves for zero at every position; else each layer's :class:`RowSpec` for the
+        ``pos`` positions the rows hold: ``batch``'s own tokens after the shared prefix, or (``batch=None``) the
+        prefix itself, where every reference's ``z`` is the prefix's own (so reference 0 stands for all) and
+        every position lies before every example's boundary (so ``prefix`` positions replace all of them; under
+        ``example`` positions the prefix is never replayed: its intact keys/values are the right ones)."""
+        if self.ablation.is_zero and self.ablation.everywhere:
             return dict(masks)
         references, start = None, 0 if batch is None else self.prefix_len
         if self._references is not None:
@@ -379,7 +386,16 @@ class CachedScreener:
             else:
                 mine = self._references[[self.prepared.requests[r].example for r in batch.request_ids]]
                 references = repeat(mine, "batch -> (batch g)", g=copies)
-        return {layer: self.ablation.spec(layer, mask, references, start, pos) for layer, mask in masks.items()}
+        boundaries = None
+        if self._boundaries is not None:
+            if batch is None:
+                if self.ablation.positions != "prefix":
+                    raise AssertionError("the shared prefix is replayed under prefix positions only")
+                boundaries = torch.full((copies,), start + pos, dtype=torch.long)
+            else:
+                boundaries = repeat(self._boundaries[batch.request_ids], "batch -> (batch g)", g=copies)
+        return {layer: self.ablation.spec(layer, mask, references, start, pos, boundaries)
+                for layer, mask in masks.items()}
 
     # -- intact passes -------------------------------------------------------------
     def _prefix(self) -> _Prefix | None:
@@ -474,6 +490,8 @@ class CachedScreener:
         walked as the batches will walk the tree (one row per node)."""
         if prefix is None:
             return None
+        if self.ablation.positions == "example":  # the prefix's positions keep their intact z, so its keys/values
+            return _TreeKV(intact=prefix)
         kv = _TreeKV()
 
         def step(group: _Group, hidden: Float[Tensor, "rows_g pos d_model"], index: int
@@ -502,8 +520,8 @@ class CachedScreener:
                  ) -> Float[Tensor, "rows_g pos d_model"]:
             cache = None
             if prefix_kv is not None:  # row b·g + j attends to node j's prefix
-                cache = _PrefixKV({index: prefix_kv.keys[group.key, index]},
-                                  {index: prefix_kv.values[group.key, index]})
+                keys, values = prefix_kv.at(group.key, index)
+                cache = _PrefixKV({index: keys}, {index: values})
             return self._layer(index, hidden, state.layer_kwargs[index], rows, len(group.nodes), cache,
                                group.masks.get(index))
 
@@ -579,10 +597,18 @@ class _Group:
 @dataclass
 class _TreeKV:
     """The shared prefix's keys/values of each group of the tree at each layer it runs,
-    ``[g, kv_head, prefix, d_head]``."""
+    ``[g, kv_head, prefix, d_head]``; or, with ``intact``, the intact prefix's for every group
+    (``[1, kv_head, prefix, d_head]``, broadcast: ablation at the example's positions only)."""
 
     keys: dict[tuple[tuple[int, ...], int], Tensor] = field(default_factory=dict)
     values: dict[tuple[tuple[int, ...], int], Tensor] = field(default_factory=dict)
+    intact: _Prefix | None = None
+
+    def at(self, key: tuple[int, ...], layer: int) -> tuple[Tensor, Tensor]:
+        """Group ``key``'s prefix keys and values at ``layer``."""
+        if self.intact is not None:
+            return self.intact.keys[layer], self.intact.values[layer]
+        return self.keys[key, layer], self.values[key, layer]
 
 
 def _rows_of(hidden: Float[Tensor, "rows_g pos d_model"], group: _Group, members: list[int]

@@ -34,7 +34,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from celtk.ablation import ablate, as_ablation
-from celtk.ablation_kinds import Ablation, AblationKind
+from celtk.ablation_kinds import Ablation, AblationKind, refuse_positions_generation
 from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, decode_step, generation_result, new_cache, refuse_resample_generation
 from celtk.evaluation.prompts import Prepared, Request, prompt_ids
@@ -231,6 +231,7 @@ class GenerationScreener:
         self.model, self.prepared, self.task, self.allow_code = model, prepared, task, allow_code
         self.ablation = as_ablation(ablation)
         refuse_resample_generation(self.ablation)
+        refuse_positions_generation(self.ablation)
         self.batch_size, self.rows_per_pass, self.workers = batch_size, max(rows_per_pass, batch_size), workers
         self.rule = StopRule.for_task(model, task)
         self.ids = prompt_ids(model, prepared.prompts, prepared.examples, self.rule.max_new_tokens)

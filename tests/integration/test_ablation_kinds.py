@@ -321,3 +321,123 @@ def test_probe_effect_and_next_token_changes_take_a_kind(tiny_llama):
     assert [e.ablated_logprob for e in meaned.examples] != [e.ablated_logprob for e in zero.examples]
     changes = probe.next_token_changes(tiny_llama, PROMPT, "L1H2", ablation="scale:1.0")
     assert all(c.delta == 0 for c in changes)  # α = 1 is the intact model
+
+
+# ---------------------------------------------------------------------------------------------
+# Positions: every kind at all positions, the shared few-shot prefix only, or the example's own only
+
+
+POSITIONED = ("zero", "mean", "resample", "scale:0.5")
+
+
+@pytest.fixture(scope="module", params=("llama", "gpt2"))
+def fused_or_bridge(request, smol_tokenizer):
+    return make_tiny(request.param, smol_tokenizer)
+
+
+@pytest.mark.parametrize("positions", ["prefix", "example"])
+def test_cached_screener_equals_plain_at_prefix_and_example_positions(fused_or_bridge, positions):
+    """Every kind at prefix and example positions: the cached screener (shared prefix or not; the fused replay and
+    the bridge, walking the prefix tree) gives the plain hook path's scores."""
+    model = fused_or_bridge
+    task, splits, prepared = _arithmetic(model)
+    sets = [HeadSet.parse(s) for s in ("L1H2", "L2H3", "L0H1,L1H0,L2H3")]
+    runs = [("fused", True), ("fused", False), ("bridge", True)] if fused_layers(model) is not None \
+        else [("bridge", True), ("bridge", False)]
+    for kind in POSITIONED:
+        ablation = ablation_for(model, kind, task, splits.discovery, splits.shots, seed=3, positions=positions)
+        intact_p, plain = screen_plain(model, prepared, sets, batch_size=4, ablation=ablation)
+        # every ablation bites, but a last-layer head's prefix positions feed nothing scored, and resample at the
+        # prefix writes what every reference shares there (see below)
+        if positions == "example":
+            assert all(np.abs(_lp(plain[s]) - _lp(intact_p)).max() > 1e-4 for s in sets), kind
+        else:
+            assert np.array_equal(_lp(plain[HeadSet.parse("L2H3")]), _lp(intact_p))
+            if kind != "resample":
+                assert np.abs(_lp(plain[sets[0]]) - _lp(intact_p)).max() > 1e-4, kind
+        for replay, share in runs:
+            screener = CachedScreener(model, prepared, batch_size=4, rows_per_pass=8, share_prefix=share,
+                                      ablation=ablation, replay=replay)
+            assert (screener.prefix_len > 0) == share
+            intact_c, cached = screener.run([*sets, HeadSet()])
+            np.testing.assert_allclose(_lp(intact_c), _lp(intact_p), atol=1e-5)
+            assert np.array_equal(cached[HeadSet()].correct, intact_c.correct)
+            for s in sets:
+                assert np.array_equal(cached[s].correct, plain[s].correct), (kind, replay, share, s)
+                np.testing.assert_allclose(_lp(cached[s]), _lp(plain[s]), atol=1e-5,
+                                           err_msg=f"{kind} {replay} {share} {s}")
+
+
+def test_positions_replace_z_only_before_or_from_each_rows_boundary(tiny_llama):
+    task, splits, prepared = _arithmetic(tiny_llama)
+    heads = HeadSet.parse("L1H2")
+    batch = make_batches(prepared.requests, 10, tiny_llama.tokenizer.pad_token_id)[0]
+    intact = _z_after(tiny_llama, 1, HeadSet(), None, batch)
+    prefix = ablation_for(tiny_llama, "zero", task, splits.discovery, splits.shots, positions="prefix")
+    example = ablation_for(tiny_llama, "zero", task, splits.discovery, splits.shots, positions="example")
+    bounds = prefix.boundaries([prepared.requests[r].context for r in batch.request_ids])
+    # the boundary is the shots' text: the same for every example (fixed shots), inside every context
+    contexts = [prepared.requests[r].context for r in batch.request_ids]
+    assert len(set(bounds.tolist())) == 1 and 0 < int(bounds[0]) < min(len(c) for c in contexts)
+    assert int(bounds[0]) >= len(prefix.prefix) - 2  # at most the delimiter's last tokens merge with the example
+    cut = int(bounds[0])
+    for ablation, zeroed, kept in ((prefix, slice(0, cut), slice(cut, None)),
+                                   (example, slice(cut, None), slice(0, cut))):
+        seen = {}
+
+        def record(z, hook):
+            seen["z"] = z.detach().clone()
+            return z
+
+        with torch.no_grad(), ablate(tiny_llama, heads, ablation, boundaries=bounds), \
+                hook_z_hooks(tiny_llama, {1: record}):
+            tiny_llama.arch.decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+        z = seen["z"]
+        assert torch.all(z[:, zeroed, 2] == 0)
+        if ablation is prefix:  # later positions read ablated earlier ones only from the next layer on
+            assert torch.equal(z[:, kept, 2], intact[:, kept, 2])
+        else:
+            assert torch.equal(z[:, kept], intact[:, kept])  # nothing before the boundary changes
+        assert torch.equal(z[:, :, [0, 1, 3]], intact[:, :, [0, 1, 3]])
+
+
+def test_resample_at_the_prefix_is_the_intact_model_and_at_the_example_is_resample_everywhere(tiny_llama):
+    """Under fixed shots every reference shares the prefix, so left-aligned resampling there writes each
+    example's own z: the kind replaces only the example's positions, which is what the split shows."""
+    task, splits, _ = _arithmetic(tiny_llama)
+    heads, config = HeadSet.parse("L0H1,L1H2,L2H0"), EvalConfig(batch_size=4)
+
+    def lp(positions):
+        ablation = ablation_for(tiny_llama, "resample", task, splits.discovery, splits.shots, seed=5,
+                                positions=positions)
+        return _lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config, ablation=ablation))
+
+    intact = _lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, config=config))
+    np.testing.assert_allclose(lp("prefix"), intact, atol=1e-5)
+    np.testing.assert_allclose(lp("example"), lp("all"), atol=1e-5)
+    assert np.abs(lp("all") - intact).max() > 1e-3
+    zero = {p: _lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config,
+                            ablation=ablation_for(tiny_llama, "zero", task, splits.discovery, splits.shots,
+                                                  positions=p)))
+            for p in ("all", "prefix", "example")}
+    assert np.array_equal(zero["all"], _lp(evaluate(tiny_llama, task, splits.heldout, splits.shots, heads, config)))
+    assert np.abs(zero["prefix"] - intact).max() > 1e-3 and np.abs(zero["prefix"] - zero["all"]).max() > 1e-3
+    assert np.abs(zero["example"] - zero["all"]).max() > 1e-3
+
+
+def test_all_positions_keep_the_record_and_other_positions_are_refused_where_undefined(tiny_llama, tmp_path):
+    task, splits, _ = _arithmetic(tiny_llama)
+    everywhere = ablation_for(tiny_llama, "mean", task, splits.discovery, splits.shots)
+    assert everywhere.positions == "all" and "positions" not in everywhere.describe()
+    zero = ablation_for(tiny_llama, "zero", task, splits.discovery, splits.shots, positions="all")
+    assert zero.everywhere and zero.prefix == () and zero.describe() == {"kind": "zero"}
+    prefix = ablation_for(tiny_llama, "scale:0.5", task, splits.discovery, splits.shots, positions="prefix")
+    assert prefix.describe() == {"kind": "scale:0.5", "positions": "prefix", "prefix_tokens": len(prefix.prefix)}
+    with pytest.raises(ConfigError, match="Unknown positions 'shots'; choose all .*prefix .*example"):
+        ablation_for(tiny_llama, "zero", task, splits.discovery, splits.shots, positions="shots")
+    with pytest.raises(ConfigError, match="at prefix positions replaces z only before each row's prefix boundary"):
+        with ablate(tiny_llama, "L1H2", prefix):
+            pass
+    with pytest.raises(ConfigError, match="at prefix positions cannot be exported"):
+        export_ablated(tiny_llama, "L1H2", tmp_path / "scaled", prefix)
+    assert not (tmp_path / "scaled").exists()
