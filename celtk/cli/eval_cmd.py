@@ -64,8 +64,9 @@ def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_d
                        dtype=dtype, allow_code=allow_code_execution, run=Path(run) if run else None,
                        exploratory=exploratory, ablation=ablation, reference=reference, progress=progress)
     ablated = f" ablated {doc.heads}" if len(doc.heads) else ""
+    stderr = f" ± {doc.accuracy_stderr:.2%} (standard error)" if doc.accuracy_stderr is not None else ""
     console().print(f"[bold]{doc.task}[/] on [bold]{doc.model}[/]{ablated}: accuracy "
-                    f"[bold]{doc.accuracy:.2%}[/] on {doc.n} {split} examples → {out}/eval.json")
+                    f"[bold]{doc.accuracy:.2%}[/]{stderr} on {doc.n} {split} examples → {out}/eval.json")
     if doc.config.get("run"):
         console().print(f"Logged as look {doc.config['look']} of {doc.config['run']}'s held-out set "
                         "(exploratory: the run's test stays its result).")
@@ -76,20 +77,20 @@ def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_d
 
 
 def _held_back_note(rows: list[HeldBack]) -> str:
-    """What `--split all` did not score: the task's few-shot reserve and rows repeating another's content."""
+    """What no split holds, as counts: the task's few-shot reserve and rows repeating another's content (the ids and
+    reasons are eval.json's ``held_back``)."""
     from celtk.tasks import FEWSHOT_POOL
 
-    reserve = [r.id for r in rows if r.reason == FEWSHOT_POOL]
-    repeats = len(rows) - len(reserve)
+    reserve = sum(r.reason == FEWSHOT_POOL for r in rows)
+    repeats = len(rows) - reserve
     parts = []
     if reserve:
-        shown = ", ".join(reserve[:5]) + (", …" if len(reserve) > 5 else "")
-        parts.append(f"{len(reserve)} in the task's few-shot pool ({shown}), which is set aside whatever --fewshot is, "
-                     "so discovery and held-out sets stay the same for every shot count")
+        parts.append(f"{reserve} in the task's few-shot pool (set aside whatever --fewshot is, so discovery and "
+                     "held-out sets stay the same for every shot count)")
     if repeats:
         parts.append(f"{repeats} repeating another row's content (each scored once)")
     return (f"Held back {len(rows)} row(s) of the task's data, in no split: {'; '.join(parts)}. "
-            "Ids and reasons: eval.json 'held_back'.")
+            "Ids: eval.json 'held_back'.")
 
 
 COMMANDS = [eval_cmd]

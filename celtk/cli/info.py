@@ -26,7 +26,7 @@ def models_cmd() -> None:
 
 @click.command("tasks")
 def tasks_cmd() -> None:
-    """List the registered tasks."""
+    """List the registered tasks, and the subtasks of those that have them (arithmetic:2da, ...)."""
     from rich.table import Table
 
     from celtk.tasks import task_classes
@@ -35,7 +35,10 @@ def tasks_cmd() -> None:
     for col in ("name", "kind", "description"):
         table.add_column(col)
     for name, cls in sorted(task_classes().items()):
-        table.add_row(name, str(cls.kind) if isinstance(cls.kind, str) else "target/choice", cls.description)
+        kind = str(cls.kind) if isinstance(cls.kind, str) else "target/choice"
+        table.add_row(name, kind, cls.description)
+        for option, description in getattr(cls, "option_descriptions", {}).items():
+            table.add_row(f"  {name}:{option}", kind, description)
     console().print(table)
 
 

@@ -860,9 +860,12 @@ class EvalDocument(Document):
     heads: HeadSet = coded(HEADS)
     n: int
     accuracy: float
+    # the standard error of the accuracy, as lm-eval's acc_stderr: sqrt(acc (1 - acc) / (n - 1)); None for n < 2 (and in
+    # files written before it was recorded)
+    accuracy_stderr: float | None = optional()
     examples: list[EvalExample] = rows(EvalExample)
     config: dict[str, Any]
-    held_back: list[HeldBack] = rows(HeldBack)
+    held_back: list[HeldBack] = rows(HeldBack)  # rows no split holds, each with its reason (the CLI prints the count)
 
     def correct(self) -> Bool[np.ndarray, " example"]:
         """Per example, whether it was right (bool ``[n]``)."""

@@ -3,6 +3,7 @@ of ``celtk eval``."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -171,10 +172,17 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
     return document
 
 
+def accuracy_stderr(accuracy: float, n: int) -> float | None:
+    """The accuracy's standard error as lm-eval reports ``acc_stderr`` (the sample standard deviation of the 0/1
+    verdicts over √n): √(acc (1 − acc) / (n − 1)); ``None`` when ``n < 2``."""
+    return math.sqrt(accuracy * (1.0 - accuracy) / (n - 1)) if n >= 2 else None
+
+
 def _document(model: Model, task: Task, heads: HeadSet, result: EvalResult, splits: Splits,
               settings: dict[str, Any]) -> EvalDocument:
     return EvalDocument(
         model=model.name, task=task.full_name, heads=heads, n=len(result.examples), accuracy=result.accuracy,
+        accuracy_stderr=accuracy_stderr(result.accuracy, len(result.examples)),
         examples=[EvalExample(id=e.id, correct=e.correct, logprob=e.logprob, extra=e.extra) for e in result.examples],
         config={**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest().to_json()},
         held_back=[HeldBack(id=i, reason=why) for i, why in splits.held_back])  # rows no split holds, and why

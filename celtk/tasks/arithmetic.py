@@ -37,6 +37,18 @@ OFFICIAL_FILES = {
     "4da": "four_digit_addition", "4ds": "four_digit_subtraction", "5da": "five_digit_addition",
     "5ds": "five_digit_subtraction",
 }
+SUBTASK_DESCRIPTIONS = {  # what `celtk tasks` lists under arithmetic
+    "1dc": "one-digit composite: three digits, two operators (+, -, *), e.g. (2 * 4) * 6",
+    "2da": "two-digit addition, e.g. 98 plus 45",
+    "2dm": "two-digit multiplication, e.g. 12 times 34",
+    "2ds": "two-digit subtraction (answers may be negative), e.g. 45 minus 98",
+    "3da": "three-digit addition",
+    "3ds": "three-digit subtraction",
+    "4da": "four-digit addition",
+    "4ds": "four-digit subtraction",
+    "5da": "five-digit addition",
+    "5ds": "five-digit subtraction",
+}
 HUB_DATA = "hf://datasets/EleutherAI/arithmetic/data/{file}.jsonl"  # what lm-eval 0.4's arithmetic yaml reads
 SHOT_POOL = 100  # official rows per subtask set aside for shots (never evaluated)
 _WORDS = {"a": ("plus", lambda x, y: x + y), "s": ("minus", lambda x, y: x - y), "m": ("times", lambda x, y: x * y)}
@@ -125,6 +137,7 @@ class Arithmetic(Task):
     description = ("GPT-3 arithmetic (10 subtasks; ':2da' picks one); offline generator, or the official files "
                    "(--data hub|PATH)")
     target_delimiter = ""
+    option_descriptions = SUBTASK_DESCRIPTIONS  # `celtk tasks` lists them (arithmetic:2da, ...)
 
     def __init__(self, option: str | None = None, data_path: str | None = None) -> None:
         super().__init__(option, data_path)

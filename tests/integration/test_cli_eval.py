@@ -97,6 +97,8 @@ def test_split_all_scores_every_row_it_can_and_names_the_rest(tiny_dir, tmp_path
     scored = {e["id"] for e in doc["examples"]}
     held = {r["id"]: r["reason"] for r in doc["held_back"]}
     assert doc["n"] == 60 and len(held) == 20 and set(held.values()) == {"few-shot pool"}
+    assert doc["accuracy_stderr"] == pytest.approx((doc["accuracy"] * (1 - doc["accuracy"]) / 59) ** 0.5)
+    assert "2da-" not in result.output  # the held-back rows as a count; their ids stay in eval.json
     assert scored | set(held) == {f"2da-{i}" for i in range(80)} and not scored & set(held)
     assert ("Held back 20 row(s) of the task's data, in no split: 20 in the task's few-shot pool"
             in " ".join(result.output.split()))
