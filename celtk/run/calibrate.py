@@ -1,19 +1,20 @@
-"""How large a discovery gain does a search find when there is nothing to find? Two nulls for
+"""How large a discovery gain does a search find when there is nothing to find? Three nulls for
 ``selection.json``'s discovery gain (``calibration-NULL.json``); the statistics are in
-:mod:`celtk.search.nulls`, which says when each p-value is valid:
+:mod:`celtk.search.nulls`, and :mod:`celtk.search.null_levels` simulates which hold their level:
 
-* ``permutation`` (no model, stored outcomes only): every candidate the search scored (each
-  screened head and each scored set) relabelled independently under McNemar's exact null, the
-  best kept; conservative.
+* ``search`` (no model; the screen's per-example outcomes and the search's scored counts): the whole
+  search, screen included, rerun on outcomes relabelled under "no head helps" (each example's
+  discordant candidates all fix it or all damage it, by a fair coin), every subset scored on its
+  heads' changed examples. Its p-value holds its level whether sets' outcomes are independent of
+  their heads' or heads add up: the number to quote.
+* ``permutation`` (no model): every candidate the search scored relabelled independently under
+  McNemar's exact null, the best kept. Under additive heads it rejects too often, so it is a scale
+  only: no p-value, and the document says why.
 * ``random-heads`` (forward passes): Algorithm 1 run again with a random pool of p heads in place
-  of the screened top p, per repeat: the same number and make-up of candidates as the search, so
-  its best is the same statistic and the p-value compares like with like. Each repeat's best set
-  is then scored on the held-out set (a logged, exploratory look). With ``n_candidates`` it is the
-  older control instead (the best of that many random sets of the selection's size): a different
-  statistic, so no p-value is given, and the document says why.
-
-Relabelling intact against ablated per example *across* candidates (one swap for all) is not
-used: the intact vector is shared, so one swap cannot be applied consistently to several sets.
+  of the screened top p; each repeat's best set is then scored on the held-out set (a logged,
+  exploratory look). Random pools inherit no luck, so under additive heads it rejects most of the
+  time: a scale only. With ``n_candidates`` it is the older control (the best of that many random
+  sets of the selection's size): a different statistic, no p-value either.
 """
 
 from __future__ import annotations
@@ -32,42 +33,69 @@ from celtk.run.directory import RunDirectory
 from celtk.run.documents import CalibrationDocument, ScreenDocument, SelectionDocument
 from celtk.run.memo import memo_for
 from celtk.run.session import open_run
-from celtk.search.nulls import p_value, permutation_null, random_pool_null, random_pools
-from celtk.search.scores import HeadScore, rank
+from celtk.search.nulls import (
+    beyond_union,
+    p_value,
+    permutation_null,
+    random_pool_null,
+    random_pools,
+    search_null,
+)
+from celtk.search.scores import HeadScore, head_ids, rank
 from celtk.search.selection import n_subsets
 
 Progress = Callable[[str, int, int], None]
-NULLS = ("permutation", "random-heads")
+NULLS = ("search", "permutation", "random-heads")
 MAX_RANDOM_SETS = 1_000_000  # random head sets one calibration may draw (Algorithm 1's limit of subsets)
 MAX_RELABELLED = 20_000_000  # relabelled gains the permutation null holds at once (three 8-byte arrays: ~0.5 GB)
+MAX_SEARCHED = 2_000_000_000  # (repeat, subset, example) cells the search null scores in all (minutes, not hours)
+LEVELS = ("simulated with no effect anywhere (celtk.search.null_levels; benchmarks/null_levels.py): false-positive "
+          "rate at α = 0.05 within 5 % plus three standard errors whether a set's outcomes are independent of its "
+          "heads' or its heads' margin shifts add up")
 VALIDITY = {
-    "permutation": "exact McNemar null per candidate (discordant outcomes exchangeable under no effect); the best is "
-                   "taken over independently relabelled candidates, which is conservative",
+    "search": "the whole search rerun on relabelled outcomes (each example's changed candidates all fix it or all "
+              "damage it, by a fair coin; the screen, the top-p pool and every subset up to k scored again, a set "
+              "changing the examples its heads change, plus examples beyond them at the rate the search's own sets "
+              f"showed); {LEVELS}: valid, and conservative",
+    "permutation": "each scored candidate relabelled independently under McNemar's exact null, the best kept; a "
+                   "descriptive scale: it holds its level only where sets' outcomes are independent of their heads'",
     "random-heads": "the search itself on random pools: every single head and every subset of a random pool of p, "
-                    "the best by the ranking key, i.e. the search's own statistic over as many candidates; valid where "
-                    "candidates' outcomes are exchangeable under no effect, optimistic where subsets inherit their "
-                    "heads' luck (celtk.search.nulls)",
+                    "the best by the ranking key; a descriptive scale: it holds its level only where sets' outcomes "
+                    "are independent of their heads'",
     "random-heads-control": "control: the best of random head sets of the selection's size, chosen on discovery; "
                             "includes any effect random ablations have on this model",
 }
+NO_P_VALUE = {
+    "permutation": "no p-value: relabelling each candidate independently treats the pool's subsets as fresh draws, "
+                   "but a subset of the screen's luckiest heads inherits their luck (ablations add up); simulated "
+                   "with additive heads and no effect anywhere, this p-value is at most 0.05 in well over 5 % of "
+                   "searches (docs/selection-holds.md, from benchmarks/null_levels.py). Quote the search null "
+                   "(--null search).",
+    "random-heads": "no p-value: random pools hold none of the screen's luckiest heads, so their subsets inherit no "
+                    "luck while the search's do (ablations add up); simulated with additive heads and no effect "
+                    "anywhere, this p-value is at most 0.05 in most searches (docs/selection-holds.md, from "
+                    "benchmarks/null_levels.py). Quote the search null (--null search).",
+}
 
 
-def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200, seed: int = 0,
+def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed: int = 0,
                     n_candidates: int | None = None, model: Model | None = None,
                     progress: Progress | None = None) -> CalibrationDocument:
     """The distribution of the best discovery gain under ``null`` (:data:`NULLS`), its held-out
-    counterpart, and, where the null's statistic is the search's own, the share of null bests at
-    or above the observed discovery gain as a p-value (+1 correction). ``n_candidates`` (random-heads
-    only) takes the best of that many random sets per repeat instead of the search on a random pool:
-    a control with no p-value. Writes ``calibration-NULL.json``; the random-heads null's held-out
-    scoring is a look, logged before it is made."""
+    counterpart, and, for the ``search`` null (the one whose p-value holds its level, simulated under
+    independent and additive heads), the share of null bests at or above the observed discovery gain
+    as a p-value (+1 correction). The other two are scales: ``p_value`` is ``None`` and
+    ``p_value_note`` says why. ``n_candidates`` (random-heads only) takes the best of that many random
+    sets per repeat instead of the search on a random pool (the older control). Writes
+    ``calibration-NULL.json``; the random-heads null's held-out scoring is a look, logged before it
+    is made."""
     if null not in NULLS:
         raise ConfigError(f"Unknown null {null!r}; use one of {', '.join(NULLS)}.")
     if repeats < 1 or (n_candidates is not None and n_candidates < 1):
         raise ConfigError(f"repeats and n_candidates must be at least 1, got {repeats} and {n_candidates}.")
-    if null == "permutation" and n_candidates is not None:
-        raise ConfigError("n_candidates (--candidates) applies to the random-heads null; the permutation null "
-                          "relabels every candidate the search scored.")
+    if null != "random-heads" and n_candidates is not None:
+        raise ConfigError(f"n_candidates (--candidates) applies to the random-heads null; the {null} null "
+                          "scores the search's own candidates.")
     if null == "random-heads" and n_candidates is not None and repeats * n_candidates > MAX_RANDOM_SETS:
         raise ConfigError(f"repeats × candidates = {repeats:,} × {n_candidates:,} = {repeats * n_candidates:,} random "
                           f"head sets, more than the limit of {MAX_RANDOM_SETS:,} (each is scored on the discovery "
@@ -91,11 +119,50 @@ def run_calibration(out: Path, *, null: str = "permutation", repeats: int = 200,
                                   f"use --repeats {MAX_RELABELLED // len(discordant):,} or fewer.")
             disc, held, n_cand = permutation_null(discordant, n_disc, n_held, repeats, seed)
             document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
-                                           null_heldout_gains=[float(g) for g in held], p_value=p_value(disc, observed),
-                                           validity=VALIDITY[null])
+                                           null_heldout_gains=[float(g) for g in held], p_value=None,
+                                           p_value_note=NO_P_VALUE[null], validity=VALIDITY[null])
+            document.save(out)
+            return document
+        if null == "search":
+            document = _search(rd, sel, base, n_held=test.n if test else sel.heldout.n if sel.heldout
+                               else int(sel.config["heldout"]))
             document.save(out)
             return document
         return _random_heads(rd, sel, base, n_candidates, model, progress)
+
+
+def _search(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any], *, n_held: int) -> CalibrationDocument:
+    """The search null: Algorithm 1 rerun on relabelled outcomes from the screen's per-example discordance."""
+    if sel.strategy != "algorithm1" or sel.p is None:
+        raise ConfigError(f"The search null reruns Algorithm 1 (screen, top-p pool, subsets up to k); this selection "
+                          f"was made by {sel.strategy} search, whose statistic it does not reproduce. The "
+                          "permutation null (--null permutation) gives a descriptive scale for every strategy, "
+                          "without a p-value.")
+    repeats, p, k = base["repeats"], int(sel.p), sel.k
+    screen = rd.load(ScreenDocument)
+    rows = screen.heads
+    if repeats * n_subsets(p, k) * screen.n > MAX_SEARCHED:
+        most = max(1, MAX_SEARCHED // max(1, n_subsets(p, k) * screen.n))
+        raise ConfigError(f"repeats × subsets of a pool × discovery examples = {repeats:,} × {n_subsets(p, k):,} × "
+                          f"{screen.n:,} = {repeats * n_subsets(p, k) * screen.n:,} scorings, more than the limit of "
+                          f"{MAX_SEARCHED:,}; use --repeats {most:,} or fewer.")
+    intact = screen.intact_correct.outcomes()
+    scored = np.stack([r.correct.scored() for r in rows])
+    discordant = (np.stack([r.correct.outcomes() for r in rows]) != intact[None, :]) & scored
+    tie_break = str(sel.strategy_options.get("tie_break", "numeric"))
+    ranks = sorted(range(len(rows)), key=lambda i: head_ids(HeadSet((rows[i].head,)), tie_break))
+    order = np.empty(len(rows), dtype=np.int64)
+    order[ranks] = np.arange(len(rows))
+    where = {r.head: i for i, r in enumerate(rows)}
+    sets = [r for r in sel.ranking if len(r.heads) > 1]
+    rates = beyond_union(discordant, [[where[h] for h in r.heads] for r in sets], [r.fixes + r.damage for r in sets])
+    disc, held, n_cand = search_null(discordant, p, k, repeats, base["seed"], n_held=n_held, order=order,
+                                     extra_rate=rates, scored=None if scored.all() else scored)
+    beyond = ", ".join(f"{size} heads {rate:.3f}" for size, rate in rates.items()) or "none (k = 1)"
+    return CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
+                               null_heldout_gains=[float(g) for g in held],
+                               p_value=p_value(disc, base["observed_discovery_gain"]),
+                               validity=f"{VALIDITY['search']} (changes beyond the heads' union: {beyond})")
 
 
 def _discordant(rd: RunDirectory, sel: SelectionDocument) -> Int[np.ndarray, " candidate"]:
@@ -137,8 +204,8 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
                               f"use --repeats {max(1, MAX_RANDOM_SETS // n_subsets(p, k)):,} or fewer.")
         best = random_pool_null(run.scores, run.intact, memo, random_pools(heads, p, repeats, seed), k)
         disc = np.array([b.gain / n for b in best])
-        n_cand, note, validity = len(run.scores) + n_subsets(p, k), None, VALIDITY["random-heads"]
-        pv: float | None = p_value(disc, base["observed_discovery_gain"])
+        n_cand, note, validity = len(run.scores) + n_subsets(p, k), NO_P_VALUE["random-heads"], VALIDITY["random-heads"]
+        pv: float | None = None
     else:
         size = len(sel.heads)
         if size > len(heads):

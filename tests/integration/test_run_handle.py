@@ -18,7 +18,7 @@ from celtk.heads import HeadSet
 
 # Files every stage below writes whose bytes depend only on the settings and the model, not on the clock.
 DOCUMENTS = ("screen.json", "screen.csv", "selection.json", "diagnostics.json", "test.json", "transfer.json",
-             "calibration-permutation.json", "fingerprint.json")
+             "calibration-search.json", "fingerprint.json")
 
 
 def count_model_loads(monkeypatch) -> list[str]:
@@ -94,7 +94,7 @@ def test_the_handle_loads_once_and_writes_what_the_cli_writes(exported, tmp_path
     # the documents the handle returned are the files it wrote
     assert screen.to_json() == readable(handle_dir / "screen.json")
     assert test.to_json() == readable(handle_dir / "test.json")
-    assert calibration.to_json() == readable(handle_dir / "calibration-permutation.json")
+    assert calibration.to_json() == readable(handle_dir / "calibration-search.json")
 
 
 def test_a_handle_reopens_a_run_from_its_settings_and_refuses_others(planted, tmp_path, monkeypatch):
