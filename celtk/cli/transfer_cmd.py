@@ -90,14 +90,16 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
 
 @click.command("calibrate")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--null", "null", type=click.Choice(["permutation", "random-heads"]), default="permutation",
+@click.option("--null", "null", type=click.Choice(["search", "permutation", "random-heads"]), default="search",
               show_default=True,
-              help="permutation: relabel each scored candidate's discordant examples (stored outcomes, no model). "
-                   "random-heads: best of random head sets of the selection's size (forward passes).")
+              help="search: the whole search rerun on relabelled outcomes (stored outcomes, no model; the p-value "
+                   "to quote). permutation: each scored candidate relabelled alone (a scale, no p-value). "
+                   "random-heads: the search on random pools (forward passes; a scale, no p-value).")
 @click.option("--repeats", type=click.IntRange(min=1, max=100_000), default=200, show_default=True,
               help="Null draws (at most 100,000).")
-@click.option("--candidates", "n_candidates", type=click.IntRange(min=1, max=100_000), default=20, show_default=True,
-              help="Random sets per draw (random-heads; at most 100,000).")
+@click.option("--candidates", "n_candidates", type=click.IntRange(min=1, max=100_000), default=None,
+              help="random-heads only: the older control, the best of N random sets of the selection's size per "
+                   "draw, in place of the search on a random pool (at most 100,000).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
     """The best discovery gain a search finds under no effect, beside the run's; writes OUT/calibration-NULL.json."""
@@ -105,9 +107,6 @@ def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
 
     from celtk.run.calibrate import run_calibration
 
-    given = click.get_current_context().get_parameter_source("n_candidates") != click.core.ParameterSource.DEFAULT
-    if null == "permutation" and not given:  # the default 20 is the random-heads null's; permutation refuses any
-        n_candidates = None
     with progress_bar() as progress:
         doc = run_calibration(Path(out), null=null, repeats=repeats, seed=seed, n_candidates=n_candidates,
                               progress=progress)

@@ -271,11 +271,11 @@ class Run:
                                    n_boot=n_boot, progress=progress)
 
     @validated
-    def calibrate(self, *, null: str = "permutation", repeats: int = 200, n_candidates: int | None = None,
+    def calibrate(self, *, null: str = "search", repeats: int = 200, n_candidates: int | None = None,
                   seed: int = 0, progress: Progress | None = None) -> CalibrationDocument:
-        """``celtk calibrate``: the best discovery gain a search finds under ``null`` (``permutation`` or
-        ``random-heads``; ``n_candidates``: random sets per draw, random-heads only — the CLI's
-        ``--candidates``, 20 there, unset here)."""
+        """``celtk calibrate``: the best discovery gain a search finds under ``null`` (``search``, the p-value to
+        quote; ``permutation`` or ``random-heads``, scales without one; ``n_candidates``: the older control's
+        random sets per draw, random-heads only — the CLI's ``--candidates``)."""
         return stages.run_calibration(self.out, null=null, repeats=repeats, seed=seed, n_candidates=n_candidates,
                                       model=self.model, progress=progress)
 
