@@ -23,6 +23,13 @@ def _fixed_seeds() -> None:
     torch.manual_seed(0)
 
 
+# `make test` runs two pytest-xdist workers (one per core, each module on one worker: --dist loadscope): each
+# worker, and every process it starts, computes on one thread, so the two do not fight over the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+
 # celtk's ledger (celtk.run.ledger) records every frozen held-out set and look outside the runs: the module- and
 # session-scoped fixtures write to one for the session, each test to its own, so that tests that copy a fixture's
 # run and test each copy are not copies of one another's held-out set, and no test writes into a user's cache.

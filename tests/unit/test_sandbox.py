@@ -154,7 +154,7 @@ def test_the_weak_modes_kill_guard_allows_the_programs_own_pid(monkeypatch):
 
 # --- resource limits ---
 
-@pytest.mark.parametrize("name,program", [
+HOSTILE = [
     ("infinite loop", "while True:\n    pass"),
     ("sleep past wall time", "import time\ntime.sleep(60)"),
     ("memory bomb", "x = bytearray(4 << 30)\nassert False"),
@@ -162,7 +162,10 @@ def test_the_weak_modes_kill_guard_allows_the_programs_own_pid(monkeypatch):
     ("socket", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)"),
     ("raw socket module", "import _socket\ns = _socket.socket()\ns.connect(('1.1.1.1', 80))"),
     ("kill parent", f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\nassert False"),
-])
+]
+
+
+@pytest.mark.parametrize("name,program", HOSTILE, ids=[name for name, _ in HOSTILE])  # not by the program: a pid
 def test_hostile_code_fails_safely(name, program):
     result = run(program)
     assert not result.passed, name
