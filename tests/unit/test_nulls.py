@@ -1,6 +1,10 @@
 """The search null's fast path against the plain search, and its parts by hand: the subsets it enumerates, the
 changes beyond a set's heads' union it adds, and where a racing screen left examples unscored."""
 
+import importlib
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -147,3 +151,16 @@ def test_no_effect_search_p_values_are_shares_of_draws():
     assert set(p) == {"search", "permutation", "random-heads", "random-heads-control"}
     assert all(round(v * 10) == v * 10 and 0.1 <= v <= 1 for v in p.values())  # (1 + count) / (1 + 9)
     assert level_bound(100) == pytest.approx(0.05 + 3 * np.sqrt(0.05 * 0.95 / 100))
+
+
+def test_the_docs_table_of_null_levels_is_the_benchmarks_json(monkeypatch):
+    """docs/selection-holds.md shows what benchmarks/null_levels.py last wrote to docs/null-levels.json, and
+    every null that prints a p-value (the search null) is within 5 % + 3 SE under every simulated model."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    bench = importlib.import_module("null_levels")
+    data = json.loads(bench.DATA.read_text())
+    page = bench.PAGE.read_text()
+    assert f"{bench.START}\n{bench.table(data)}\n\n{bench.caption(data)}\n{bench.END}" in page
+    assert set(data["models"]) >= {"independent", "additive"} and data["bound"] == level_bound(data["sims"])
+    assert all(data["rates"][model]["search"] <= data["bound"] for model in data["models"])
