@@ -70,7 +70,8 @@ def _print_transfer(doc: TransferDocument) -> None:
 @click.option("--plain-text", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Plain text for the language-modelling loss, intact against ablated.")
 @click.option("--heldout", type=click.IntRange(min=1), default=None,
-              help="Held-out examples per variant (default: as configured).")
+              help="Held-out examples each variant of another task (--tasks, --subtasks) draws (default: the run's "
+                   "held-out size); the run's own task keeps its frozen held-out set.")
 @click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
 def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_models, plain_text, heldout, n_boot) -> None:
@@ -83,6 +84,12 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
     given = click.get_current_context().get_parameter_source("shots_seeds") != click.core.ParameterSource.DEFAULT
     grid = variant_grid(task, shot_seeds=shots_seeds if given else None, zero_shot=zero_shot, subtasks=_names(subtasks),
                         tasks=_names(tasks), chat=chat, models=other_models)
+    if heldout is not None and all(v.task is None for v in grid):
+        raise click.UsageError(
+            f"--heldout {heldout} sets how many held-out examples a variant of another task draws (--tasks, "
+            "--subtasks), and every variant asked for here (" + ", ".join(v.name for v in grid) + ") scores the run's "
+            "own held-out set, frozen with the selection at its size: it cannot apply. Drop --heldout, or add a "
+            "variant of another task.")
     with progress_bar() as progress:
         doc = run_transfer(Path(out), grid, heldout=heldout, plain_text=plain_text, n_boot=n_boot, progress=progress)
     _print_transfer(doc)

@@ -50,6 +50,7 @@ class TaskSize:
         choices: requests per example (1 for a fixed target).
         shared_prefix: tokens every request shares (the shots), run once per ablation.
         generate_tokens: tokens generated per example (generate tasks).
+        shots_included: shots the token estimates already hold (MBPP's are of its 3-shot prompts).
     """
 
     name: str
@@ -62,6 +63,7 @@ class TaskSize:
     shared_prefix: int = 0
     generate_tokens: int = 0
     mean_prompt_tokens: int | None = None
+    shots_included: int = 0
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -91,16 +93,17 @@ PAPER_TASKS = {
     "hellaswag": TaskSize("hellaswag", "choice", 2000, 10042, prompt_tokens=120, continuation_tokens=60, choices=4,
                           mean_prompt_tokens=45),
     "mbpp": TaskSize("mbpp", "generate", 374, 500, prompt_tokens=900, continuation_tokens=0, generate_tokens=256,
-                     mean_prompt_tokens=600),
+                     mean_prompt_tokens=600, shots_included=3),
 }
 
 
 @dataclass(frozen=True)
 class Device:
-    """A device as the plan sees it: sustained dense throughput and memory."""
+    """A device as the plan sees it: sustained dense throughput (``None``: not known, so no time is estimated) and
+    memory."""
 
     name: str
-    flops_per_second: float
+    flops_per_second: float | None
     memory_bytes: float
 
 
@@ -113,7 +116,7 @@ class StagePlan:
     flops: float
     weight_bytes: float
     activation_bytes: float
-    seconds: float
+    seconds: float | None  # None: the device's throughput is not known
     fits: bool
 
     @property
@@ -121,22 +124,54 @@ class StagePlan:
         return self.weight_bytes + self.activation_bytes
 
 
-def shape_from_config(config: Any) -> Shape:
-    """A :class:`Shape` from an HF ``config.json`` (path or dict) or a ``transformers`` config."""
+GPT2_KEYS = {"n_layer": "num_hidden_layers", "n_head": "num_attention_heads", "n_embd": "hidden_size",
+             "n_inner": "intermediate_size", "n_positions": "max_position_embeddings"}
+"""GPT-2 style ``config.json`` names and the names the plan reads (GPT-2, GPT-J, GPT-Neo spell their sizes so)."""
+
+
+def read_model_config(config: Any) -> dict[str, Any] | Any:
+    """An HF ``config.json`` (path or dict, its text config for multimodal wrappers) as a dict, GPT-2 style keys
+    (``n_layer``, ``n_head``, ``n_embd``, ``n_inner``, ``n_positions``) read as their Llama-style names; a
+    ``transformers`` config object is returned as it is."""
     if isinstance(config, (str, Path)):
         path = Path(config)
         try:
             config = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ConfigError(f"Cannot read model config {path}: {error}. Give an HF config.json.") from None
+        if not isinstance(config, dict):
+            raise ConfigError(f"Model config {path} holds no JSON object; give an HF config.json.")
+    if not isinstance(config, dict):
+        return config
+    if "text_config" in config:  # multimodal wrappers (Gemma 3)
+        return read_model_config(config["text_config"])
+    gpt2 = {new: config[old] for old, new in GPT2_KEYS.items() if old in config and new not in config}
+    if gpt2:  # GPT-2 has a plain (ungated) MLP and ties its embeddings unless it says otherwise
+        return {"tie_word_embeddings": True, **config, **gpt2, "gated_mlp": False}
+    return config
+
+
+def context_window(config: Any) -> int | None:
+    """The longest sequence the model's positions cover (``max_position_embeddings``, GPT-2's ``n_positions``), or
+    ``None`` where the config names none."""
+    config = read_model_config(config)
+    value = config.get("max_position_embeddings") if isinstance(config, dict) else getattr(
+        config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def shape_from_config(config: Any) -> Shape:
+    """A :class:`Shape` from an HF ``config.json`` (path or dict; GPT-2 style keys too) or a ``transformers``
+    config."""
+    config = read_model_config(config)
+
     def get(key: str) -> Any:  # Any: config values are JSON numbers, checked for presence below
         return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
-    if isinstance(config, dict) and "text_config" in config:  # multimodal wrappers (Gemma 3)
-        return shape_from_config(config["text_config"])
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if get(k) is None]
     if missing:
         raise ConfigError(f"Model config lacks {', '.join(missing)}; a decoder config.json names hidden_size, "
-                          "num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size.")
+                          "num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size "
+                          "(GPT-2 style: n_embd, n_layer, n_head, n_inner, vocab_size).")
     for key in SIZE_KEYS:  # a string, a bool, zero or a negative number would make the plan's arithmetic nonsense
         value = get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -151,13 +186,15 @@ def shape_from_config(config: Any) -> Shape:
         raise ConfigError(f"Model config has hidden_size = {d_model} and num_attention_heads = {heads}, and no "
                           "head_dim: the head size must divide the hidden size, or be given as head_dim.")
     return Shape(get("num_hidden_layers"), heads, kv, get("head_dim") or d_model // heads, d_model,
-                 get("intermediate_size") or 4 * d_model, get("vocab_size"))
+                 get("intermediate_size") or 4 * d_model, get("vocab_size"), get("gated_mlp") is not False)
 
 
 def n_parameters(shape: Shape, tied: bool) -> int:
-    """Weights of a Llama-style decoder (biases and norms included only as the small terms they are)."""
+    """Weights of a Llama-style decoder, or of a GPT-2 style one without the MLP's gate (biases and norms included
+    only as the small terms they are; GPT-2's learned position embeddings left out)."""
     q, kv = shape.n_heads * shape.d_head, shape.n_kv_heads * shape.d_head
-    layer = (shape.d_model * (q + 2 * kv) + q * shape.d_model + 3 * shape.d_model * shape.d_ff + 2 * shape.d_model
+    mlp = (3 if shape.gated_mlp else 2) * shape.d_model * shape.d_ff
+    layer = (shape.d_model * (q + 2 * kv) + q * shape.d_model + mlp + 2 * shape.d_model
              + q + 2 * kv)
     embed = shape.d_vocab * shape.d_model
     return shape.n_layers * layer + embed * (1 if tied else 2) + shape.d_model
@@ -199,8 +236,9 @@ def _plain_flops(shape: Shape, task: TaskSize, n_examples: int) -> float:
 
 
 def _stage(name: str, evaluations: int, flops: float, weights: float, activations: float, device: Device) -> StagePlan:
-    return StagePlan(name, evaluations, flops, weights, activations, flops / device.flops_per_second,
-                     weights + activations <= device.memory_bytes)
+    seconds = None if device.flops_per_second is None else flops / device.flops_per_second
+    fits = weights + activations <= device.memory_bytes
+    return StagePlan(name, evaluations, flops, weights, activations, seconds, fits)
 
 
 def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8, rows_per_pass: int | None = None,
@@ -221,14 +259,15 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
     if task.kind not in ("target", "choice", "generate"):
         raise ConfigError(f"Task kind {task.kind!r} is not one of target, choice, generate.")
     shape, width_bytes = shape_from_config(config), DTYPE_BYTES[dtype]
+    check_context(config, task)
     if not 1 <= k <= pool <= shape.n_layers * shape.n_heads:
         raise ConfigError(f"Algorithm 1's pool p = {pool} and set size k = {k} must satisfy 1 ≤ k ≤ p ≤ the model's "
                           f"{shape.n_layers * shape.n_heads} heads.")
     for name, value in (("batch_size", batch_size), ("rows_per_pass", rows_per_pass)):
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}.")
-    tied = bool((json.loads(Path(config).read_text()) if isinstance(config, (str, Path)) else
-                 config if isinstance(config, dict) else vars(config)).get("tie_word_embeddings", False))
+    read = read_model_config(config)
+    tied = bool((read if isinstance(read, dict) else vars(read)).get("tie_word_embeddings", False))
     weights = float(n_parameters(shape, tied) * width_bytes)
     rows = rows_per_pass or batch_size
     n_heads = shape.n_layers * shape.n_heads
@@ -263,6 +302,21 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
             _stage("select", subsets, cached([hs.heads[0].layer for hs in select_sets], select_layers), weights,
                    select_bytes, device),
             _stage("test", 2, 2 * _plain_flops(shape, task, task.n_heldout), weights, test_bytes, device)]
+
+
+def check_context(config: Any, task: TaskSize) -> None:
+    """Refuse a task whose longest sequence (prompt and scored continuation, or prompt and generated tokens) is longer
+    than the model's context window, naming both and what to shorten."""
+    window = context_window(config)
+    extra, what = ((task.generate_tokens, "generated tokens") if task.kind == "generate"
+                   else (task.continuation_tokens, "answer tokens"))
+    longest = task.prompt_tokens + extra
+    if window is not None and longest > window:
+        raise ConfigError(f"The longest sequence, {task.prompt_tokens} prompt tokens (shots and chat template "
+                          f"included) plus {extra} {what} = {longest} tokens, exceeds the model's context window of "
+                          f"{window} tokens (max_position_embeddings / n_positions in its config.json); no stage could "
+                          "score it. Use fewer shots (--fewshot, --fewshot-tokens), a shorter --prompt-tokens, or a "
+                          "model with a longer context.")
 
 
 def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -> TaskSize:

@@ -13,6 +13,7 @@ from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import SelectionDocument, StabilityDocument, StableSelection, TestDocument
 from celtk.run.memo import memo_for
+from celtk.run.select import search_settings
 from celtk.run.session import open_run
 from celtk.search.stability import stability
 from celtk.search.strategies import get_strategy
@@ -22,16 +23,19 @@ Progress = Callable[[str, int, int], None]
 
 
 def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
-                  strategy: str = "algorithm1", p: int = 10, k: int = 3, width: int = 3, model: Model | None = None,
-                  n_boot: int = 2000, progress: Progress | None = None) -> StabilityDocument:
+                  strategy: str = "algorithm1", p: int | None = None, k: int | None = None, width: int = 3,
+                  model: Model | None = None, n_boot: int = 2000, progress: Progress | None = None
+                  ) -> StabilityDocument:
     """Selections of ``strategy`` on ``resamples`` resamples of the discovery set, how often each
     head and set is chosen, and each distinct selection's held-out gain: exploratory for every
     selection but the frozen one (``selection.json``), since many are compared on the same held-out set.
 
     The held-out scoring is a look, logged before it is made (on the held-out set fixed with the
     selection, when there is one): after it, ``select`` is refused unless forced, since the rows
-    include what a selection with these ``p`` and ``k`` would choose."""
+    include what a selection with these ``p`` and ``k`` would choose (by default the run's, as ``select`` takes them).
+    """
     out = Path(out)
+    p, k, _ = search_settings(out, p, k)
     get_strategy(strategy).check(k=k, p=p, width=width)
     rd = RunDirectory(out)
     with rd.lock():

@@ -73,7 +73,7 @@ def test_report_onto_a_full_disk_is_one_error_and_leaves_no_half_figure(screened
 
 def test_stdout_on_a_full_device_is_one_error(screened):
     with open("/dev/full", "w") as full:
-        for args in (["circuits"], ["--version"], ["plan", "--config", str(Path(__file__).parents[2] / "examples"
+        for args in (["circuits"], ["--version"], ["plan", "--model-config", str(Path(__file__).parents[2] / "examples"
                                                                           / "configs" / "SmolLM3-3B.json")]):
             result = subprocess.run([*CELTK, *args], stdout=full, stderr=subprocess.PIPE, text=True)
             _one_error_line(result, r"could not write its output \(standard output\): No space left on device")
