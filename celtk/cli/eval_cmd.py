@@ -38,8 +38,9 @@ if TYPE_CHECKING:  # annotations only: the document loads with the stage
 @click.option("--allow-code-execution", is_flag=True, help="Run model-written code (MBPP) in the sandbox.")
 @click.option("--ablation", default="zero", show_default=True,
               help="What replaces an ablated head's z: zero (the paper's), mean, resample or scale:α (e.g. scale:0.5).")
-@click.option("--reference", type=click.IntRange(min=1), default=100, show_default=True,
-              help="With --ablation mean/resample: discovery examples the values are measured on.")
+@click.option("--reference", type=click.IntRange(min=1), default=None,
+              help="With --ablation mean/resample: discovery examples the values are measured on (default: what the "
+                   "task's discovery split holds, at most 100).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Output directory.")
 def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_date, run, exploratory, batch_size,
              device, dtype, allow_code_execution, ablation, reference, out) -> None:

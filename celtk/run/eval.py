@@ -38,7 +38,7 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
              heads: HeadSet | str = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
              fewshot: int = 0, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
              device: str = "cpu", dtype: str = "float32", allow_code: bool = False, run: Path | None = None,
-             exploratory: bool = False, ablation: str = "zero", reference: int = 100,
+             exploratory: bool = False, ablation: str = "zero", reference: int | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> EvalDocument:
     """Evaluate ``model`` (an alias/path, or a loaded :class:`Model`) on ``split`` of ``task`` with
     ``heads`` ablated; returns the ``eval.json`` document and writes it to ``out`` (unless ``None``).
@@ -50,15 +50,16 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     result). Without ``run`` it is refused unless ``exploratory``: then the task's held-out pool is
     scored outside any run, and ``eval.json`` says so. ``ablation`` is the kind (``zero``, ``mean``,
     ``resample``, ``scale:α``); mean and resample measure their values on discovery examples, disjoint
-    from held-out: a run's discovery set, or else the first ``reference`` of the task's discovery split
+    from held-out: a run's discovery set, or else the first ``reference`` of the task's discovery split (default
+    what it holds, at most :data:`REFERENCE`)
     (refused with ``split="all"``, which would evaluate them too)."""
     head_set = as_head_set(heads)
     kind = AblationKind.parse(ablation)
     if kind.needs_reference and split == "all":
         raise ConfigError(f"{kind} ablation measures its values on discovery examples, which split 'all' evaluates "
                           "too; evaluate --split heldout (or discovery) with it.")
-    if reference < 1:
-        raise ConfigError(f"reference must be at least 1 example, got {reference}.")
+    if reference is not None and reference < 1:
+        raise ConfigError(f"reference (--reference) must be at least 1 discovery example, got {reference}.")
     data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
@@ -84,6 +85,9 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
                           "run (run=DIR, `--run DIR`): its task, data, seed, shots and held-out set are used and the "
                           "look is logged there. To score the task's held-out pool outside any run, pass "
                           "exploratory=True (`--exploratory`); eval.json then says so.")
+    if run is not None and reference is not None:  # the run's discovery set is the reference: refused, not ignored
+        raise ConfigError("run (--run) measures mean and resample values on the run's own discovery set; leave "
+                          "reference (--reference) out.")
     if run is not None:
         return _eval_run(out, Path(run), model, head_set, limit, batch_size, allow_code, progress, kind)
     if task is None:
@@ -96,12 +100,12 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
                 "all": splits.discovery + splits.heldout}[split]
     if split == "all" and limit is not None:
         examples = examples[:limit]
+    refs = reference_examples(the_task, reference, seed, fewshot) if kind.needs_reference else []  # before the model
     with locked(Path(out)) if out is not None else nullcontext():
         loaded = model if isinstance(model, Model) else load_model(model, device=device, dtype=dtype)
         loaded.validate_heads(head_set)
         _refuse_frozen(loaded, the_task, examples)
         config = EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code, chat_date=chat_date)
-        refs = make_splits(the_task, reference, 0, seed=seed, fewshot=fewshot).discovery if kind.needs_reference else []
         chosen = ablation_for(loaded, kind, the_task, refs, splits.shots, chat, chat_date, seed=seed)
         result = evaluate(loaded, the_task, examples, splits.shots, head_set, config,
                           progress=(lambda done, total: progress("eval", done, total)) if progress else None,
@@ -109,7 +113,7 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
         document = _document(loaded, the_task, head_set, result, splits, asdict(config) | {
             "fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data, "device": device,
             "dtype": dtype} | ({"exploratory": True} if split == "heldout" else {})
-            | _kind_record(chosen, f"the first {reference} discovery examples"))
+            | _kind_record(chosen, f"the first {len(refs)} discovery examples"))
         if out is not None:
             write_json(Path(out) / EvalDocument.FILE, document.to_json())
     return document
@@ -126,6 +130,25 @@ def _refuse_frozen(model: Model, task: Task, examples: list[Example]) -> None:
                           "weights and task): scoring them outside the run would be an unlogged look. Evaluate the "
                           f"run's held-out set through it (--split heldout --run {shared[0][0]}), which logs the look, "
                           "or the discovery split (--split discovery), or a seed whose examples no run froze.")
+
+
+REFERENCE = 100  # discovery examples mean and resample measure their values on by default, where the task has them
+
+
+def reference_examples(task: Task, reference: int | None, seed: int, fewshot: int) -> list[Example]:
+    """The first ``reference`` examples of ``task``'s discovery split (default: all of it, at most
+    :data:`REFERENCE`), on which mean and resample ablation measure their values; more than the split holds is
+    refused, naming ``--reference`` and what would fit."""
+    available = make_splits(task, None, 0, seed=seed, fewshot=fewshot).discovery
+    if reference is None:
+        return available[:REFERENCE]
+    if reference > len(available):
+        raise ConfigError(f"--reference {reference} (reference) asks for more discovery examples than "
+                          f"{task.full_name} holds ({len(available)}) to measure the mean or resample values on; "
+                          f"use --reference {len(available)} or fewer, or leave it out (default: what the discovery "
+                          f"split holds, at most {REFERENCE}).")
+    return available[:reference]
+
 
 
 def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:
