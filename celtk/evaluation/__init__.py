@@ -3,6 +3,7 @@
 * :mod:`celtk.evaluation.results`: :class:`EvalConfig`, :class:`ExampleResult`, :class:`EvalResult`.
 * :mod:`celtk.evaluation.prompts`: chat templates and dates, encoding, :func:`prepare`.
 * :mod:`celtk.evaluation.scoring`: teacher-forced scoring and the mean/resample reference values.
+* :mod:`celtk.evaluation.shared_prefix`: streamed passes that run the shared few-shot prefix once per pass.
 * :mod:`celtk.evaluation.generation`: greedy generation and its grading.
 
 :func:`evaluate` is the front door: it scores a task's examples with heads ablated, by teacher forcing or by
@@ -18,7 +19,8 @@ from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.evaluation.generation import evaluate_generation, refuse_resample_generation
 from celtk.evaluation.prompts import prepare
 from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
-from celtk.evaluation.scoring import ablated, ablation_for, aggregate, make_batches, score_requests
+from celtk.evaluation.scoring import ablation_for
+from celtk.evaluation.shared_prefix import score_pass
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model
 from celtk.planning.plan import check_memory
@@ -44,9 +46,7 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
             return evaluate_generation(model, task, examples, shots, config, progress)
     prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
     check_memory(model, prepared, config.batch_size, cached=False, what="Scoring")
-    batches = make_batches(prepared.requests, config.batch_size, model.tokenizer.pad_token_id)
-    return aggregate(prepared, *score_requests(model, prepared, batches, progress,
-                                               around=ablated(model, prepared, heads, kind)))
+    return score_pass(model, prepared, config.batch_size, heads, kind, progress)
 
 
 __all__ = ["EvalConfig", "EvalResult", "ExampleResult", "ablation_for", "evaluate", "prepare"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from celtk.ablation_kinds import Ablation
 from celtk.errors import RunStoreError
 from celtk.evaluation.results import EvalResult
-from celtk.evaluation.scoring import ablated, aggregate, make_batches, score_requests
+from celtk.evaluation.shared_prefix import score_pass
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
@@ -121,7 +121,7 @@ def _finite(logprob: float | list[float] | None) -> float | list[float] | None:
 
 
 def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalResult, EvalResult]:
-    """Two plain passes over a split, intact then under ``heads`` (removed as the run's ablation kind
+    """Two streamed passes over a split, intact then under ``heads`` (removed as the run's ablation kind
     says), one batch resident at a time: no layer cache, so the held-out set's size does not bound memory."""
     intact, ablated = score_kinds(session, which, heads, [session.ablation()])
     return intact, ablated[0]
@@ -129,15 +129,12 @@ def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalR
 
 def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequence[Ablation]
                 ) -> tuple[EvalResult, list[EvalResult]]:
-    """One plain intact pass over a split, then one under ``heads`` per ablation kind in ``ablations``
-    (streamed as :func:`score_streaming`)."""
+    """One intact pass over a split, then one under ``heads`` per ablation kind in ``ablations`` (streamed as
+    :func:`score_streaming`; each pass runs the shared few-shot prefix once:
+    :func:`celtk.evaluation.shared_prefix.score_pass`)."""
     if session.task.kind == "generate":  # graded by generation: the session's screener decodes
         runs = [session.screener_on(session.prepared(which), ablation).run([heads]) for ablation in ablations]
         return runs[0][0], [results[heads] for _, results in runs]
     prepared, model = session.prepared(which), session.model
     size = session.batch_sizes(prepared)[0]
-    batches = make_batches(prepared.requests, size, model.tokenizer.pad_token_id)
-    intact = aggregate(prepared, *score_requests(model, prepared, batches))
-    return intact, [aggregate(prepared, *score_requests(model, prepared, batches,
-                                                        around=ablated(model, prepared, heads, a)))
-                    for a in ablations]
+    return score_pass(model, prepared, size), [score_pass(model, prepared, size, heads, a) for a in ablations]
