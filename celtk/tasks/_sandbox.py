@@ -21,18 +21,22 @@ whole program by a cgroup where one can be made (:mod:`._sandbox_cgroup`), else 
 ``RLIMIT_NPROC``. Cleanup ends the PID namespace (the kernel kills every process in it) or, in
 the weak mode, the process group; it never kills by user.
 
-Grading: the program runs under a small runner, as ``exec`` in fresh globals like ``code_eval``;
-it passes only if ``exec`` returned normally, i.e. every statement ran, every assertion held and
+Grading: the program runs under a small runner, as ``exec`` in fresh globals like ``code_eval``, in
+the process's main thread (so ``signal.signal`` and ``signal.alarm`` work as under lm-eval); it
+passes only if ``exec`` returned normally, i.e. every statement ran, every assertion held and
 nothing raised (``SystemExit`` included). Exit status alone proves nothing: only a per-run random
-token, written to a private copy of stdout after ``exec`` returns, does. The token is out of the
-program's reach: the runner keeps it only inside an audit hook (:func:`sys.addaudithook`, which
-no Python code can remove or read) and runs the program in a second thread, while an audit guard
-refuses the program every way Python offers to reach another frame or object (``sys._getframe``,
-traceback, generator and coroutine frames, tracing and profiling, ``gc``'s object lists), to read
-memory (``ctypes`` and the test modules, ``/proc/*/mem``, code objects built from bytes) or to
-start a process without the guard (``exec``, ``posix_spawn``, ``subprocess``). The hook releases the
-token only to the runner's own frame after ``exec`` returns; a forked child loses it. In the
-program's thread ``signal.signal`` is unavailable (as in any thread but the main one).
+token, written to a private copy of stdout, does. The token lives only in a supervisor thread of
+the runner, never in the main thread, where the program's signal handlers run and see every frame.
+The supervisor writes it when the main thread's runner frame stands on the line after a normal
+return from ``exec`` (it reads that frame's instruction offset; the program cannot move a frame
+without tracing, which the guard refuses), so no handler, ``atexit`` hook, ``os._exit`` code,
+replaced builtin or rebound runner global can pass wrong code. An audit guard
+(:func:`sys.addaudithook`, which no Python code can remove, its state bound in its closure) refuses
+the program every way Python offers to reach another thread's frames or objects
+(``sys._getframe``, traceback, generator and coroutine frames, tracing, profiling and
+``sys.monitoring``, ``gc``'s object lists), to read memory (``ctypes`` and the test modules,
+``/proc``'s files, code objects built from bytes) or to start a process without the guard (``exec``,
+``posix_spawn``, ``subprocess``). A forked child has no supervisor, so it never holds the token.
 """
 
 from __future__ import annotations
@@ -57,18 +61,20 @@ WEAK_OPT_IN_ENV = "CELTK_ALLOW_WEAK_SANDBOX"
 TOOL_DIRS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")  # where the namespace tools are looked up, in order
 TOOLS = ("unshare", "setpriv", "mount", "umount", "pivot_root", "sh", "mkdir", "ln")
 
-# Runs inside the sandbox as `python -I -S -c RUNNER`; stdin holds "<token>\n<weak 0|1><guard 0|1>\n<program>".
+# Runs inside the sandbox as `python -I -S -c RUNNER`; stdin holds
+# "<token>\n<weak 0|1><guard 0|1><the pass line's number>\n<program>".
 _RUNNER = r"""
 # celtk-sandbox-runner
-import os, signal, sys, threading
+import _thread, os, signal, sys, time
 
 def _setup():
-    token, weak, source = sys.stdin.buffer.read().split(b"\n", 2)
+    token, flags, source = sys.stdin.buffer.read().split(b"\n", 2)
     null = os.open(os.devnull, os.O_RDWR)
     channel, errors = os.dup(1), os.dup(2)  # private copies; the program's 0, 1, 2 go to /dev/null
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    if weak[:1] == b"1":  # no namespaces: keep the program off the network and off other processes
+    weak = flags[:1] == b"1"
+    if weak:  # no namespaces: keep the program off the network and off other processes
         import socket
         def no_net(*a, **k):
             raise OSError("network access is disabled in the celtk sandbox")
@@ -82,67 +88,57 @@ def _setup():
         os.killpg = lambda group, sig: no_kill(-group if group else 0, sig)
     # imports compile from source from now on: a cached .pyc would need marshal, which the guard refuses
     sys.dont_write_bytecode, sys.pycache_prefix = True, "/nonexistent/celtk-sandbox"
-    return token, weak[:1] == b"1", weak[1:] == b"1", source, channel, errors
+    return token, weak, flags[1:2] == b"1", int(flags[2:]), source, channel, errors
 
 _FRAMES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _REFUSED = frozenset({
     "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile", "sys._settraceallthreads",
-    "sys._setprofileallthreads", "sys.addaudithook", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
-    "code.__new__", "marshal.load", "marshal.loads", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
-    "subprocess.Popen", "os.symlink", "os.link"})
+    "sys._setprofileallthreads", "sys.monitoring.register_callback", "sys.addaudithook", "gc.get_objects",
+    "gc.get_referrers", "gc.get_referents", "code.__new__", "marshal.load", "marshal.loads", "os.exec",
+    "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen", "os.symlink", "os.link"})
 _MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "_testcapi", "_testinternalcapi", "_testbuffer",
                       "_testmultiphase", "_testsinglephase", "_testimportmultiple", "_xxsubinterpreters",
                       "_xxinterpchannels", "_xxtestfuzz"})
 
-def _arm(token, channel, weak, guard):
-    # The token lives only in this hook's closure: no Python code can read or remove an audit hook,
-    # and the guard below keeps the program from the hook's frame while it runs.
-    state, entered, busy = [token], [], [None, 0]
-    getframe, ident, write, leave = sys._getframe, threading.get_ident, os.write, os._exit
-    realpath = os.path.realpath
-    def hook(event, args):
-        if busy[0] == ident():  # the one frame lookup made below, in this thread
-            if event == "sys._getframe" and busy[1]:
-                busy[1] -= 1
-                return
-        elif event == "celtk.enter" and not entered:  # the runner's thread, before the program starts
-            busy[0], busy[1] = ident(), 1
-            try:
-                entered.append(getframe(1))
-            finally:
-                busy[0] = None
-            return
-        elif event == "celtk.pass":
-            busy[0], busy[1] = ident(), 1
-            try:
-                caller = getframe(1)
-            except BaseException:
-                caller = None
-            busy[0] = None
-            if entered and caller is entered[0] and state:  # exec returned in the runner's own frame
-                write(channel, state.pop())
-                leave(0)
-            state.clear()
-            leave(1)
-        elif event == "celtk.fail":
-            state.clear()
-            return
-        if not entered or not guard:
-            return
+def _arm(weak, frames=_FRAMES, refused=_REFUSED, modules=_MODULES, add=sys.addaudithook, text=str.__str__,
+         stat=os.stat, denied=PermissionError, no_frame=ValueError):
+    # Everything the guard uses is bound here: the program may rebind this module's globals and builtins.
+    proc = stat("/proc").st_dev if weak and os.path.isdir("/proc") else None
+    def guard(event, args):
         if event == "sys._getframe":
-            raise ValueError("call stack frames are not available in the celtk sandbox")
-        if event in _REFUSED or event.startswith("ctypes."):
-            raise PermissionError(f"{event} is disabled in the celtk sandbox")
-        if event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAMES:
-            raise PermissionError(f"reading {args[1]} is disabled in the celtk sandbox")
-        if event == "import" and args and str(args[0]).partition(".")[0] in _MODULES:
-            raise PermissionError(f"import of {args[0]} is disabled in the celtk sandbox")
-        if weak and event == "open" and args and isinstance(args[0], (str, bytes)):
-            path = os.fsdecode(args[0])
-            if realpath(path).startswith("/proc/") or os.path.basename(path.rstrip("/")) == "mem":
-                raise PermissionError("process memory is not readable in the celtk sandbox")
-    sys.addaudithook(hook)
-    os.register_at_fork(after_in_child=state.clear)  # a forked child never holds the token
+            raise no_frame("call stack frames are not available in the celtk sandbox")
+        if event in refused or event.startswith("ctypes."):
+            raise denied(f"{event} is disabled in the celtk sandbox")
+        if event == "object.__getattr__" and args[1] in frames:
+            raise denied(f"reading {args[1]} is disabled in the celtk sandbox")
+        if event == "import" and text(args[0]).partition(".")[0] in modules:
+            raise denied(f"import of {text(args[0])} is disabled in the celtk sandbox")
+        if proc is not None and event == "open":
+            try:  # the kernel resolves the path as open will: any name of a file of /proc
+                inside = stat(args[0]).st_dev == proc
+            except (OSError, TypeError, ValueError):
+                inside = False
+            if inside:
+                raise denied("/proc (process memory among it) is not readable in the celtk sandbox")
+    add(guard)
+
+def _supervise(token, frame, passing, channel, wait, write=os.write, leave=os._exit, caught=BaseException):
+    # The only holder of the token, in a thread of its own: Python runs signal handlers in the main thread
+    # only, and the guard keeps every way to another thread's frames from the program. It passes the
+    # program when the main thread's runner frame stands on the pass line, which only a normal return
+    # from exec reaches; nothing the program installs can move that frame there.
+    while True:
+        try:
+            if frame.f_lasti in passing:
+                break
+            wait(True, 0.05)
+        except caught:
+            pass
+    try:
+        write(channel, token)
+    except caught:
+        leave(1)
+    leave(0)
 
 def _describe(error):
     tb, line = error.__traceback__, None
@@ -154,30 +150,67 @@ def _describe(error):
         text = type(error).__name__
     return (f"program.py, line {line}: " if line else "") + text
 
-def _work(source, errors, audit=sys.audit, leave=os._exit, write=os.write):
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    audit("celtk.enter")
+def _failed(error, errors, write=os.write, leave=os._exit):
+    try:
+        write(errors, _describe(error)[-2000:].encode(errors="replace"))
+    finally:
+        leave(1)
+
+def _arrived(release, pid, getpid=os.getpid, mask=signal.pthread_sigmask, block=signal.SIG_BLOCK,
+             every=signal.valid_signals(), sleep=time.sleep, leave=os._exit, caught=BaseException):
+    if getpid() != pid:  # a forked copy that ran the program to its end holds no supervisor: exit as Python would
+        leave(0)
+    mask(block, every)  # no more handlers of the program from here
+    try:
+        release()  # wake the supervisor, which sees this frame's caller on the pass line
+    except caught:
+        pass
+    while True:
+        sleep(60)
+
+def _main(getframe=sys._getframe, start=_thread.start_new_thread, lock=_thread.allocate_lock,
+          stack=_thread.stack_size, mask=signal.pthread_sigmask, getpid=os.getpid, failed=_failed,
+          arrived=_arrived, leave=os._exit, caught=BaseException):
+    token, weak, guard, line, source, channel, errors = _setup()
+    here = getframe()
+    passing = frozenset(at for begin, end, number in here.f_code.co_lines() if number == line
+                        for at in range(begin, end, 2))
+    gate = lock()
+    gate.acquire()
+    mask(signal.SIG_BLOCK, signal.valid_signals())  # the supervisor's thread starts, and stays, with all blocked
+    stack(1 << 18)
+    start(_supervise, (token, here, passing, channel, gate.acquire))
+    stack(0)
+    del token
+    release, pid = gate.release, getpid()
+    if guard:
+        _arm(weak)
+    mask(signal.SIG_SETMASK, [])  # the program runs in the main thread, with signals as Python starts them
     try:
         exec(compile(source, "program.py", "exec"), {})
-    except BaseException as error:
-        audit("celtk.fail")
-        write(errors, _describe(error)[-2000:].encode(errors="replace"))
-        leave(1)
-    audit("celtk.pass")
-    leave(1)  # reached only when the pass was refused
+    except caught as error:
+        failed(error, errors)
+    else:
+        arrived(release, pid)  # the pass line
+    leave(1)
 
-def _main():
-    token, weak, guard, source, channel, errors = _setup()
-    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # the main thread runs no handler
-    _arm(token, channel, weak, guard)
-    del token
-    worker = threading.Thread(target=_work, args=(source, errors), daemon=True)
-    worker.start()
-    worker.join()
-    os._exit(1)
+def _linger(sleep=time.sleep, leave=os._exit, caught=BaseException):
+    # Reached only if a handler of the program raised on the way out: give the supervisor its look, then fail.
+    waited = 0
+    while waited < 40:
+        waited += 1
+        try:
+            sleep(0.05)
+        except caught:
+            pass
+    leave(1)
 
-_main()
+try:
+    _main()
+finally:
+    _linger()
 """
+_PASS_LINE = next(number for number, text in enumerate(_RUNNER.splitlines(), 1) if text.endswith("# the pass line"))
 
 # Runs as PID 1 of the new namespaces (root there): build a new root holding only the paths given
 # (read-only binds, or symlinks) and an empty /tmp, pivot into it, drop the old root, then run the
@@ -320,7 +353,7 @@ def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: 
                    *(part for entry in sandbox_paths() for part in entry)]
         drop = None
     stdin = tempfile.TemporaryFile()
-    stdin.write(f"{token}\n{int(mode == 'weak')}{int(guard)}\n{program}\n".encode())
+    stdin.write(f"{token}\n{int(mode == 'weak')}{int(guard)}{_PASS_LINE}\n{program}\n".encode())
     stdin.seek(0)
     env = {"PATH": ":".join(TOOL_DIRS), "HOME": workdir, "TMPDIR": workdir, "PYTHONDONTWRITEBYTECODE": "1",
            "LANG": "C.UTF-8"}

@@ -91,6 +91,7 @@ def test_failing_assert_fails():
 # --- grading: only a program whose every statement ran without raising passes (lm-eval's code_eval) ---
 
 WRONG = "def add(a, b):\n    return a - b\n"
+RIGHT = "def add(a, b):\n    return a + b\n"
 TESTS = "assert add(1, 2) == 3\nassert add(0, 0) == 0\n"
 
 
@@ -113,8 +114,58 @@ def test_wrong_code_with_an_exit_trick_fails(name, bypass):
     assert not run(bypass + WRONG + TESTS).passed, name  # trick armed, then the tests fail
 
 
+# Tricks a program in the main thread could try with what it installs: handlers, hooks, replaced builtins.
+_EVERY_FD = ("    for fd in range(3, 64):\n        try:\n            os.write(fd, b'0' * 32)\n"
+             "        except OSError:\n            pass\n")
+HANDLER_TRICKS = {
+    "a handler on every catchable signal exits 0":
+        "import os, signal, time\nfor s in signal.valid_signals():\n    try:\n"
+        "        signal.signal(s, lambda *a: os._exit(0))\n    except (OSError, ValueError):\n        pass\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)\ntime.sleep(0.05)\n",
+    "a handler raises SystemExit(0)":
+        "import signal, time\ndef _leave(signum, frame):\n    raise SystemExit(0)\n"
+        "signal.signal(signal.SIGALRM, _leave)\nsignal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)\ntime.sleep(0.05)\n",
+    "a handler writes a marker to every fd":
+        "import os, signal, time\ndef _mark(signum, frame):\n" + _EVERY_FD + "    os._exit(0)\n"
+        "signal.signal(signal.SIGALRM, _mark)\nsignal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)\ntime.sleep(0.05)\n",
+    "a handler jumps a frame past the tests":
+        "import signal, time\ndef _jump(signum, frame):\n    while frame is not None:\n"
+        "        for line in sorted({n for _, _, n in frame.f_code.co_lines() if n and n > frame.f_lineno}):\n"
+        "            try:\n                frame.f_trace = lambda *a: None\n                frame.f_lineno = line\n"
+        "                break\n            except (ValueError, AttributeError):\n                pass\n"
+        "        frame = frame.f_back\nsignal.signal(signal.SIGALRM, _jump)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)\ntime.sleep(0.05)\n",
+    "a handler releases every lock in reach (wakes the supervisor early)":
+        "import signal, time\ndef _wake(signum, frame):\n    while frame is not None:\n"
+        "        for v in list(frame.f_locals.values()):\n            for w in (v, getattr(v, '__self__', None)):\n"
+        "                try:\n                    w.release()\n"
+        "                except Exception:\n                    pass\n"
+        "        frame = frame.f_back\nsignal.signal(signal.SIGALRM, _wake)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)\ntime.sleep(0.05)\n",
+    "atexit writes a marker to every fd": "import atexit, os\ndef _mark():\n" + _EVERY_FD + "atexit.register(_mark)\n",
+    "sys.exit replaced": "import sys\nsys.exit = lambda *a: None\nsys.exit(0)\n",
+    "a forked child writes a marker to every fd and exits 0":
+        "import os\nif os.fork() == 0:\n" + _EVERY_FD + "    os._exit(0)\nos.wait()\n",
+    "the runner's globals rebound":
+        "import __main__\nfor _k, _v in list(vars(__main__).items()):\n"
+        "    if _k.startswith('_') and not _k.startswith('__'):\n"
+        "        setattr(__main__, _k, frozenset() if isinstance(_v, frozenset) else (lambda *a, **k: None))\n",
+    "exceptions and checks replaced in builtins":
+        "import builtins\nbuiltins.BaseException = builtins.Exception = type('Nothing', (Warning,), {})\n"
+        "builtins.isinstance = lambda *a: False\nbuiltins.len = lambda *a: 0\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HANDLER_TRICKS))
+def test_wrong_code_with_a_handler_or_hook_trick_fails(name):
+    """Whatever the program installs before or among its failing tests, they fail."""
+    trick = HANDLER_TRICKS[name]
+    assert not run(trick + WRONG + TESTS).passed, name
+    assert not run(WRONG + trick + TESTS).passed, name
+
+
 def test_correct_code_passes_whatever_it_leaves_behind():
-    right = "def add(a, b):\n    return a + b\n"
+    right = RIGHT
     assert run(right + TESTS).passed
     assert run(right + "import atexit, os\natexit.register(lambda: os._exit(3))\n" + TESTS).passed  # hooks never run
     assert run(right + "print('noise')\nimport sys\nsys.stderr.write('x' * 100000)\n" + TESTS).passed
@@ -125,13 +176,20 @@ def test_main_guard_does_not_run_as_in_code_eval():
     assert run("def f():\n    return 1\nif __name__ == '__main__':\n    assert False\nassert f() == 1").passed
 
 
-def test_a_program_may_signal_itself():
-    """Signal 0 to its own pid works in every mode; Python signal handlers are not available in the
-    program's thread (the runner's guard, see the module docstring), as in any thread but the main one."""
+def test_a_program_may_signal_itself_and_handle_signals():
+    """The program runs in the process's main thread, as under code_eval: signal 0 to its own pid works,
+    and so do Python signal handlers: a SIGALRM time limit by ``signal.alarm``, and a repeating timer whose
+    handler still fires after the tests have passed."""
     program = "import os, signal, threading\nos.kill(os.getpid(), 0)\nsignal.pthread_kill(threading.get_ident(), 0)"
     assert run(program).passed
-    refused = run("import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)")
-    assert not refused.passed and "main thread" in refused.stderr_tail
+    alarm = ("import signal\ndef too_slow(signum, frame):\n    raise TimeoutError\n"
+             "signal.signal(signal.SIGALRM, too_slow)\nsignal.alarm(2)\n" + RIGHT + TESTS + "signal.alarm(0)\n")
+    ticking = ("import signal\nticks = []\nsignal.signal(signal.SIGALRM, lambda signum, frame: ticks.append(signum))\n"
+               "signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)\nwhile not ticks:\n    pass\n" + RIGHT + TESTS)
+    for correct in (alarm, ticking):
+        result = run(correct)
+        assert result.passed, result.stderr_tail
+    assert not run(alarm.replace(RIGHT, WRONG)).passed
 
 
 def nobody_can_run_python() -> bool:
@@ -353,7 +411,7 @@ def test_two_evaluations_at_once_do_not_touch_each_other():
         victim.wait()
 
 
-# --- what the program can see, and the grading token (issue 29, item 5) ---
+# --- what the program can see, and the grading token ---
 
 def test_the_program_sees_only_the_interpreter_and_an_empty_directory():
     """Not the project, not other tasks' data, not the home directory or the caches, not /proc: its root
@@ -389,14 +447,28 @@ _WRITE_ANY = ("def _emit(found):\n    import os\n    for fd in range(3, 64):\n  
               "            _look(v)\n            for cell in getattr(v, '__closure__', None) or ():\n"
               "                _look(cell.cell_contents)\n                if isinstance(cell.cell_contents, list):\n"
               "                    [_look(x) for x in cell.cell_contents]\n        f = f.f_back\n")
+_GC_SCAN = ("import gc\nfor o in gc.get_objects():\n    _look(o)\n"
+            "    if callable(o):\n        for c in getattr(o, '__closure__', None) or ():\n"
+            "            _look(c.cell_contents)\n            if isinstance(c.cell_contents, list):\n"
+            "                [_look(x) for x in c.cell_contents]\n")
+# every thread's current frame through the C API (the supervisor's included), for a program that got ctypes
+_NATIVE_WALK = ("    _api = ctypes.pythonapi\n    _api.PyInterpreterState_Get.restype = ctypes.c_void_p\n"
+                "    _api.PyInterpreterState_ThreadHead.restype = _api.PyThreadState_Next.restype = ctypes.c_void_p\n"
+                "    _api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]\n"
+                "    _api.PyThreadState_Next.argtypes = [ctypes.c_void_p]\n"
+                "    _api.PyThreadState_GetFrame.restype = ctypes.py_object\n"
+                "    _api.PyThreadState_GetFrame.argtypes = [ctypes.c_void_p]\n"
+                "    _ts = _api.PyInterpreterState_ThreadHead(_api.PyInterpreterState_Get())\n"
+                "    while _ts:\n        try:\n            _stacks.append(_api.PyThreadState_GetFrame(_ts))\n"
+                "        except ValueError:\n            pass\n        _ts = _api.PyThreadState_Next(_ts)\n")
 STEALS = {
     "the runner's frame": "import sys\n_scan_frame(sys._getframe())\n",
     "a traceback's frames": "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n"
                             "    _scan_frame(e.__traceback__.tb_frame)\n",
     "a signal handler's frame": "import os, signal\nsignal.signal(signal.SIGUSR1, lambda s, f: _scan_frame(f))\n"
                                 "os.kill(os.getpid(), signal.SIGUSR1)\n",
-    # a timer whose handler lands in the audit hook's own frame (its free variables hold the token) while the
-    # program makes audit events: this passed wrong code when the program ran in the main thread (issue 40)
+    # a timer whose handler lands in the audit hook's own frame while the program makes audit events: this
+    # passed wrong code when the program ran in the main thread with the token in the hook's free variables
     "a timer handler inside the audit hook": "import signal\ndef _h(s, f):\n    while f is not None:\n"
                                              "        for v in list(f.f_locals.values()):\n            _look(v)\n"
                                              "            if isinstance(v, list):\n"
@@ -404,11 +476,31 @@ STEALS = {
                                              "signal.signal(signal.SIGALRM, _h)\n"
                                              "signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)\n"
                                              "for _ in range(200000):\n    open('/dev/null').close()\n",
-    "the garbage collector's objects": "import gc\nfor o in gc.get_objects():\n    _look(o)\n"
-                                       "    if callable(o):\n        for c in getattr(o, '__closure__', None) or ():\n"
-                                       "            _look(c.cell_contents)\n"
-                                       "            if isinstance(c.cell_contents, list):\n"
-                                       "                [_look(x) for x in c.cell_contents]\n",
+    "the garbage collector's objects": _GC_SCAN,
+    "the runner's globals, rebound to switch the guard off": "import __main__\n"
+                                                            "for _k in ('_REFUSED', '_MODULES', '_FRAMES'):\n"
+                                                            "    setattr(__main__, _k, frozenset())\n"
+                                                            + _GC_SCAN,
+    # builtins a guard might call: str (a stand-in that names ctypes as something else), len, isinstance
+    "builtins, replaced to switch the guard off": "import builtins, gc, sys\n_saved = dict(vars(builtins))\n"
+                                                  "class _Any(type):\n    def __instancecheck__(cls, value):\n"
+                                                  "        return isinstance(value, _saved['str'])\n"
+                                                  "class _Str(str, metaclass=_Any):\n    def __new__(cls, *a, **k):\n"
+                                                  "        if a[:1] in (('ctypes',), ('_ctypes',)):\n"
+                                                  "            return 'harmless'\n"
+                                                  "        return _saved['str'](*a, **k)\n"
+                                                  "builtins.str, builtins.len = _Str, (lambda *a: 0)\n"
+                                                  "_stacks, _objects = [], []\ntry:\n    import ctypes\n"
+                                                  "except Exception:\n    ctypes = None\n"
+                                                  "builtins.isinstance = lambda *a: False\n"
+                                                  "try:\n    _objects = gc.get_objects()\nexcept Exception:\n"
+                                                  "    pass\ntry:\n"
+                                                  "    _stacks = list(sys._current_frames().values())\n"
+                                                  "except Exception:\n    pass\n"
+                                                  "vars(builtins).update(_saved)\n"
+                                                  "if ctypes is not None:\n" + _NATIVE_WALK
+                                                  + "for _f in _stacks:\n    _scan_frame(_f)\n"
+                                                  + _GC_SCAN.replace("gc.get_objects()", "_objects"),
     "every thread's frames": "import sys\nfor f in sys._current_frames().values():\n    _scan_frame(f)\n",
     "a trace function": "import sys\nsys.settrace(lambda f, e, a: _scan_frame(f))\nlen([])\n",
     "process memory": "import re\nm = open('/proc/self/mem', 'rb')\nfor line in open('/proc/self/maps'):\n"
