@@ -1,0 +1,318 @@
+"""A Table 1 of our own: celtk's whole protocol (screen, select, test) over three split seeds, on real models of
+three families, on arithmetic subtasks where each model's intact accuracy leaves room both ways.
+
+Three steps, each resumable (rerun the same command after an interruption: finished work is read, not redone):
+
+    nice .venv/bin/python benchmarks/table1.py sweep   # intact accuracy of every arithmetic subtask, per model
+    nice .venv/bin/python benchmarks/table1.py run     # `celtk replicate` per (model, task), one at a time
+    .venv/bin/python benchmarks/table1.py write        # docs/table1.json and docs/table1.md from what is finished
+
+``sweep`` scores each model, intact, on the 100 discovery examples of split seed 0 of every arithmetic subtask
+(3 shots, as the runs use) and keeps, per model, the two subtasks inside the 15–85 % band that lie closest to 50 %:
+room for ablation to help and to hurt. ``run`` then runs ``celtk replicate --seeds 1,2,3`` (discovery 100,
+held-out 300, 3 shots, zero ablation, p 10, k 3: the demo's settings) for each chosen (model, task), printing
+``celtk plan``'s estimate first and measuring this machine's float32 matmul rate beside each job; the demo's own
+(model, task) goes first, outside the band, because the demo runs it. Every run directory sits under
+``runs/table1/`` with its own held-out ledger (``runs/table1/ledger.jsonl``), so these runs' frozen sets are
+guarded among themselves and do not collide with other work on this machine. ``write`` regenerates the page:
+every (model, task) row, finished or not (a pending row says what is still to run), with the sweep it was chosen
+from and the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "runs" / "table1"
+DOC = ROOT / "docs" / "table1.md"
+DATA = ROOT / "docs" / "table1.json"
+CELTK = [sys.executable, "-m", "celtk.cli"]
+
+MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m")
+SUBTASKS = ("1dc", "2da", "2dm", "2ds", "3da", "3ds", "4da", "4ds", "5da", "5ds")
+BAND = (0.15, 0.85)
+PER_MODEL = 2
+SEEDS = (1, 2, 3)
+SETTINGS = {"discovery": 100, "heldout": 300, "fewshot": 3, "p": 10, "k": 3}
+DEMO = ("smollm2-135m", "arithmetic:2da")  # `make demo`: seed 1 of this row must stay L1H2, L14H8, L19H4
+SWEEP_EXAMPLES = 100
+
+
+def ledger_env() -> dict[str, str]:
+    OUT.mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "CELTK_LEDGER": str(OUT / "ledger.jsonl")}
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
+    """This machine's dense float32 matmul rate now (best of ``repeats``), the yardstick beside every time."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best / 1e9
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def write_atomic(path: Path, data: dict | str) -> None:
+    text = data if isinstance(data, str) else json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return  # a rerun of finished work changes nothing
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    part.write_text(text, encoding="utf-8")
+    part.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------------------- sweep
+def sweep_model(alias: str) -> dict[str, dict]:
+    """Intact accuracy of ``alias`` on every arithmetic subtask (seed 0's discovery examples, 3 shots)."""
+    from celtk import evaluate, get_task, load_model, make_splits
+
+    model = load_model(alias)
+    found = {}
+    for sub in SUBTASKS:
+        task = get_task(f"arithmetic:{sub}")
+        splits = make_splits(task, SWEEP_EXAMPLES, 1, seed=0, fewshot=SETTINGS["fewshot"])
+        start = time.perf_counter()
+        result = evaluate(model, task, splits.discovery, splits.shots)
+        correct = [bool(r.correct) for r in result.examples]
+        found[sub] = {"accuracy": sum(correct) / len(correct), "n": len(correct),
+                      "seconds": round(time.perf_counter() - start, 1)}
+        print(f"  {alias} {sub}: {found[sub]['accuracy']:.0%} of {len(correct)} ({found[sub]['seconds']} s)",
+              flush=True)
+    return found
+
+
+def sweep() -> dict:
+    path = OUT / "sweep.json"
+    done = read(path)
+    for alias in MODELS:
+        if alias in done:
+            continue
+        done[alias] = {"subtasks": sweep_model(alias), "gflops": round(matmul_gflops(), 1)}
+        write_atomic(path, done)  # one model at a time: an interruption keeps the models already swept
+        print(f"swept {alias}: " + ", ".join(f"{s} {v['accuracy']:.0%}" for s, v in done[alias]["subtasks"].items()),
+              flush=True)
+    return done
+
+
+def chosen(swept: dict) -> dict[str, list[str]]:
+    """Per model, ``PER_MODEL`` subtasks: the demo's own for the demo's model, then those inside the band closest to
+    50 % (ties: the subtask order), then, where the band holds too few, those outside it closest to the band."""
+    picks = {}
+    for alias, entry in swept.items():
+        accuracy = {f"arithmetic:{s}": v["accuracy"] for s, v in entry["subtasks"].items()}
+        inside = sorted((abs(a - 0.5), t) for t, a in accuracy.items() if BAND[0] <= a <= BAND[1])
+        outside = sorted((min(abs(a - BAND[0]), abs(a - BAND[1])), t) for t, a in accuracy.items()
+                         if not BAND[0] <= a <= BAND[1])
+        first = [DEMO[1]] if alias == DEMO[0] else []
+        picks[alias] = list(dict.fromkeys(first + [t for _, t in inside] + [t for _, t in outside]))[:PER_MODEL]
+    return picks
+
+
+def in_band(swept: dict, alias: str, task: str) -> bool | None:
+    sub = swept.get(alias, {}).get("subtasks", {}).get(task.split(":")[1])
+    return None if sub is None else BAND[0] <= sub["accuracy"] <= BAND[1]
+
+
+def jobs(swept: dict) -> list[tuple[str, str]]:
+    """The order the replicates run in: the demo's row, then each model's first task, then each model's second."""
+    picks = chosen(swept)
+    order = [DEMO]
+    for rank in range(PER_MODEL):
+        order += [(alias, picks[alias][rank]) for alias in MODELS if alias in picks and len(picks[alias]) > rank]
+    return list(dict.fromkeys(order))
+
+
+def job_dir(alias: str, task: str) -> Path:
+    return OUT / alias / task.replace(":", "-")
+
+
+# ------------------------------------------------------------------------------------------------------------ run
+def plan(alias: str, task: str, gflops: float) -> str:
+    """``celtk plan``'s estimate for one seed of the job, at the matmul rate just measured."""
+    command = [*CELTK, "plan", "--model", alias, "--task", task.split(":")[0],
+               "--discovery", str(SETTINGS["discovery"]), "--heldout", str(SETTINGS["heldout"]),
+               "--p", str(SETTINGS["p"]), "--k", str(SETTINGS["k"]), "--batch-size", "32",
+               "--device-flops", str(gflops * 1e9), "--device-memory", str(20 * 2**30)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**ledger_env(), "COLUMNS": "120"})
+    return (done.stdout + done.stderr).strip()
+
+
+def run_job(alias: str, task: str) -> dict:
+    directory = job_dir(alias, task)
+    record_path = directory / "table1_job.json"
+    record = read(record_path)
+    if (directory / "replicate.json").exists() and record.get("finished"):
+        return record
+    gflops = matmul_gflops()
+    estimate = plan(alias, task, gflops)
+    print(f"== {alias} {task}: matmul {gflops:.0f} GFLOP/s\n{estimate}", flush=True)
+    command = [*CELTK, "replicate", "--model", alias, "--task", task, "--seeds", ",".join(map(str, SEEDS)),
+               "--discovery", str(SETTINGS["discovery"]), "--heldout", str(SETTINGS["heldout"]),
+               "--fewshot", str(SETTINGS["fewshot"]), "--p", str(SETTINGS["p"]), "--k", str(SETTINGS["k"]),
+               "--out", str(directory)]
+    directory.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(directory / "table1_job.log", "a", encoding="utf-8") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=ledger_env())
+    seconds = time.time() - start
+    sessions = [*record.get("sessions", []), {"seconds": round(seconds, 1), "gflops_before": round(gflops, 1),
+                                              "gflops_after": round(matmul_gflops(), 1), "rc": done.returncode,
+                                              "host": platform.node()}]
+    record = {"model": alias, "task": task, "command": " ".join(command[2:]), "plan": estimate, "sessions": sessions,
+              "finished": done.returncode == 0 and (directory / "replicate.json").exists()}
+    write_atomic(record_path, record)
+    status = "finished" if record["finished"] else f"FAILED rc={done.returncode}"
+    print(f"   {status} in {seconds:.0f} s "
+          f"(log: {directory / 'table1_job.log'})", flush=True)
+    return record
+
+
+def run() -> None:
+    finish(*DEMO)  # needs no sweep: the demo's row first
+    for alias, task in jobs(sweep()):
+        finish(alias, task)
+
+
+def finish(alias: str, task: str) -> None:
+    record = run_job(alias, task)
+    if not record["finished"]:
+        raise SystemExit(f"{alias} {task} did not finish; its log says why. Rerun to resume.")
+    write()
+
+
+# ---------------------------------------------------------------------------------------------------------- write
+def row(alias: str, task: str, swept: dict) -> dict:
+    band = {"in_band": in_band(swept, alias, task)}
+    directory = job_dir(alias, task)
+    job, replicate = read(directory / "table1_job.json"), read(directory / "replicate.json")
+    if not replicate:
+        return {"model": alias, "task": task, "status": "pending", **band}
+    tested = [r for r in replicate["per_seed"] if r["status"] == "tested"]
+    seeds = []
+    for r in replicate["per_seed"]:
+        timing = read(directory / r["run"] / "run_timing.json")
+        seeds.append({**r, "wall_seconds": timing.get("wall_seconds")})
+    mean = lambda key: sum(r[key] for r in tested) / len(tested) if tested else None  # noqa: E731
+    intact, ablated = mean("intact_accuracy"), mean("ablated_accuracy")
+    rer = (ablated - intact) / (1 - intact) if tested and intact is not None and intact < 1 else None
+    rates = [s[k] for s in job.get("sessions", []) for k in ("gflops_before", "gflops_after")]
+    return {"model": alias, "task": task, "status": "finished", **band, "seeds": seeds,
+            "n_tested": replicate["n_tested"],
+            "intact_accuracy": intact, "ablated_accuracy": ablated, "mean_gain": replicate["mean_gain"],
+            "mean_gain_ci": replicate["mean_gain_ci"], "relative_error_reduction": rer,
+            "n_significant": replicate["n_significant"], "head_frequency": replicate["head_frequency"],
+            "wall_seconds": round(sum(s["seconds"] for s in job.get("sessions", [])), 1),
+            "gflops": [min(rates), max(rates)] if rates else None, "plan": job.get("plan")}
+
+
+def pct(x: float | None, sign: bool = False) -> str:
+    return "–" if x is None else (f"{x * 100:+.1f}" if sign else f"{x * 100:.1f}")
+
+
+def markdown(data: dict) -> str:
+    lines = ["# Table 1, our own: three families, three split seeds", "",
+             "Generated by `benchmarks/table1.py write` from the runs `benchmarks/table1.py run` made (do not edit by "
+             "hand; the numbers are also in `docs/table1.json`). Each row is `celtk replicate` over split seeds "
+             f"{', '.join(map(str, SEEDS))}: discovery {SETTINGS['discovery']}, held-out {SETTINGS['heldout']}, "
+             f"{SETTINGS['fewshot']} shots, zero ablation, p {SETTINGS['p']}, k {SETTINGS['k']} (the demo's settings), "
+             "float32 on CPU. Accuracies are held-out, in %, means over the tested seeds; the gain's interval is a t "
+             "interval over seeds; *significant* counts seeds whose McNemar p, Holm-adjusted over the seeds, is "
+             "below 0.05; *relative error reduction* is (ablated − intact) / (1 − intact).", "",
+             "## Results", "",
+             "| model | task | intact → ablated | gain (95 % CI over seeds) | rel. error red. | significant | "
+             "most frequent heads | wall time | matmul GFLOP/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        task = r["task"] + (" (outside the band)" if r.get("in_band") is False else "")
+        if r["status"] != "finished":
+            lines.append(f"| {r['model']} | {task} | pending | | | | | | |")
+            continue
+        ci = r["mean_gain_ci"]
+        gain = pct(r["mean_gain"], True) + (f" [{pct(ci[0], True)}, {pct(ci[1], True)}]" if ci else "")
+        heads = ", ".join(f"{h} ({v:.0%})" for h, v in list(r["head_frequency"].items())[:3]) or "–"
+        rate = f"{r['gflops'][0]:.0f}–{r['gflops'][1]:.0f}" if r["gflops"] else "–"
+        lines.append(f"| {r['model']} | {task} | {pct(r['intact_accuracy'])} → {pct(r['ablated_accuracy'])} | "
+                     f"{gain} | {pct(r['relative_error_reduction'], True)} | {r['n_significant']}/{r['n_tested']} | "
+                     f"{heads} | {r['wall_seconds'] / 60:.0f} min | {rate} |")
+    lines += ["", "## Every seed", "",
+              "| model | task | seed | selection | discovery gain | held-out intact → ablated | gain [95 % CI] | "
+              "McNemar p | Holm p | wall |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        for s in r.get("seeds", []):
+            if s["status"] != "tested":
+                lines.append(f"| {r['model']} | {r['task']} | {s['seed']} | nothing frozen ({s['status']}: no set "
+                             f"gains on discovery; intact {pct(s.get('intact_discovery_accuracy'))}) | | | | | | |")
+                continue
+            wall = f"{s['wall_seconds'] / 60:.1f} min" if s.get("wall_seconds") else "–"
+            lines.append(f"| {r['model']} | {r['task']} | {s['seed']} | {s['heads']} | "
+                         f"{pct(s['discovery_gain'], True)} | "
+                         f"{pct(s['intact_accuracy'])} → {pct(s['ablated_accuracy'])} | "
+                         f"{pct(s['gain'], True)} [{pct(s['gain_ci'][0], True)}, {pct(s['gain_ci'][1], True)}] | "
+                         f"{s['mcnemar_p']:.3g} | {s['holm_p']:.3g} | {wall} |")
+    lines += ["", "## How the tasks were chosen", "",
+              f"Intact accuracy on the {SWEEP_EXAMPLES} discovery examples of split seed 0, 3 shots "
+              f"(`benchmarks/table1.py sweep`). Per model {PER_MODEL} subtasks were run: for {DEMO[0]} the demo's own "
+              f"({DEMO[1]}) first; then those inside {BAND[0]:.0%}–{BAND[1]:.0%} closest to 50 % (room for ablation to "
+              "help and to hurt); where the band holds too few, those outside it closest to the band, marked "
+              "*outside the band* in the results.", "",
+              "| model | " + " | ".join(SUBTASKS) + " | chosen |", "|---|" + "---|" * (len(SUBTASKS) + 1)]
+    for alias, entry in data["sweep"].items():
+        cells = [pct(entry["subtasks"][s]["accuracy"]) for s in SUBTASKS]
+        lines.append(f"| {alias} | " + " | ".join(cells) + f" | {', '.join(data['chosen'].get(alias, [])) or '–'} |")
+    plans = [(r["model"], r["task"], r["plan"]) for r in data["rows"] if r.get("plan")]
+    if plans:
+        lines += ["", "## `celtk plan` before each job", "",
+                  "The estimate `celtk plan` printed before the job (one seed, at the matmul rate measured then), "
+                  "beside the measured wall time per seed in the table above.", ""]
+        for alias, task, text in plans:
+            lines += [f"### {alias}, {task}", "", "```", text, "```", ""]
+    lines += ["", f"Machine: {data['machine']}.", ""]
+    return "\n".join(lines)
+
+
+def write() -> dict:
+    swept = read(OUT / "sweep.json")
+    order = jobs(swept) if swept else [DEMO]
+    data = {"settings": SETTINGS, "seeds": list(SEEDS), "band": list(BAND), "sweep": swept,
+            "chosen": chosen(swept) if swept else {}, "rows": [row(a, t, swept) for a, t in order],
+            "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, torch CPU float32"}
+    write_atomic(DATA, data)
+    write_atomic(DOC, markdown(data))
+    return data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=["sweep", "run", "write"])
+    args = parser.parse_args()
+    if args.step == "sweep":
+        sweep()
+    elif args.step == "run":
+        run()
+    data = write()
+    for r in data["rows"]:
+        print(f"{r['model']:>20} {r['task']:<16} {r['status']}"
+              + (f"  {pct(r['intact_accuracy'])} → {pct(r['ablated_accuracy'])}, gain {pct(r['mean_gain'], True)}, "
+                 f"{r['n_significant']}/{r['n_tested']} significant" if r["status"] == "finished" else ""))
+
+
+if __name__ == "__main__":
+    main()
