@@ -234,9 +234,10 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, b
         return document
 
 
-def run_compare(out: Path, circuit: str, *, top: int = 10) -> CompareDocument:
+def run_compare(out: Path, circuit: str, *, top: int = 10, any_model: bool = False) -> CompareDocument:
     """Overlap of the run's selection and screen ranking with ``circuit`` (a file or packaged name),
-    and the run's task-critical vs enhancing heads. Needs no model.
+    and the run's task-critical vs enhancing heads. Needs no model. A circuit found on another model than the
+    run's is refused unless ``any_model`` (one of another shape always is).
 
     On a racing screen only the top-``p`` pool has a rank on the whole discovery set (the other heads
     were dropped early or, kept to the end, may rank below dropped ones): the ranking is the pool,
@@ -259,7 +260,8 @@ def run_compare(out: Path, circuit: str, *, top: int = 10) -> CompareDocument:
         ranking = ranking[:racing.p]
     # the circuit helpers give the comparison's fields as its file writes them; the document decodes them once
     report = CompareDocument.from_json({
-        **compare_with_circuit(loaded, doc.n_layers, doc.n_heads, list(selection), ranking, top),
+        **compare_with_circuit(loaded, doc.n_layers, doc.n_heads, list(selection), ranking, top,
+                               model=None if any_model else doc.model_name),
         "critical_vs_enhancing": None if racing else critical_and_enhancing(scores, n=top),
         "run_selection": selection.names()})
     if racing is not None:

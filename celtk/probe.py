@@ -10,12 +10,14 @@ prompt. Everything returns data (dataclasses, numpy arrays); nothing prints.
     >>> eff.fixes[:3], eff.summary.gain                                           # doctest: +SKIP
     >>> att = celtk.probe.attention(model, prompt, "L14H8")                        # doctest: +SKIP
     >>> dla = celtk.probe.direct_logit_attribution(model, prompt, answer, "L14H8")  # doctest: +SKIP
+    >>> figure = celtk.probe.plot_attention(model, prompt, "L14H8", last=30)        # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -33,6 +35,10 @@ from celtk.heads import Head, HeadSet, all_heads, as_head_set
 from celtk.models import Model
 from celtk.stats import PairedComparison, compare_paired
 from celtk.tasks import Example, Task
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,39 @@ def attention(model: Model, prompt: str, head: Head | str) -> AttentionPattern:
     with torch.no_grad():
         _, cache = model.bridge.run_with_cache(_encode(model, prompt), names_filter=lambda n: n == name)
     return AttentionPattern(head, tokens(model, prompt), cache[name][0, head.head].float().cpu().numpy())
+
+
+def plot_attention(model: Model, prompt: str, head: Head | str, *, last: int | None = None, ax: Axes | None = None
+                   ) -> Figure:
+    """A heatmap of ``head``'s attention pattern on ``prompt`` (:func:`attention`): queries down, keys across,
+    each labelled with its token. ``last``: show only the last ``last`` positions (queries and keys; a few-shot
+    prompt is long). ``ax``: a matplotlib Axes to draw on; by default a new figure, closed in pyplot, so a
+    notebook shows the returned figure once (and a script saves it with ``figure.savefig``)."""
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
+        raise TaskError(f"plot_attention: last must be a positive number of positions (or None: all), got {last!r}.")
+    pattern = attention(model, prompt, head)
+    start = 0 if last is None else max(0, len(pattern.tokens) - last)
+    shown, labels = pattern.pattern[start:, start:], [repr(t)[1:-1] for t in pattern.tokens[start:]]
+    if ax is None:
+        # matplotlib only when a figure is asked for (celtk.probe imports without it); pyplot, so that a notebook's
+        # inline backend displays the figure
+        import matplotlib.pyplot as plt
+
+        size = min(12.0, 2.0 + 0.22 * len(labels))
+        opened, ax = plt.subplots(figsize=(size + 1.0, size))
+        plt.close(opened)
+    image = ax.imshow(shown, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    ax.set_title(f"{pattern.head} attention" + (f", last {len(labels)} of {len(pattern.tokens)} tokens"
+                                                 if start else ""))
+    figure = ax.get_figure(root=True)
+    if figure is None:  # an Axes not placed in a figure has nowhere to draw
+        raise TaskError("plot_attention: ax belongs to no figure; pass an Axes from a figure (fig.add_subplot()).")
+    figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return figure
 
 
 def _final_norm_factor(model: Model, resid: Float[Tensor, "*pos d_model"]) -> Float[Tensor, "*pos d_model"]:

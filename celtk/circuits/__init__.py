@@ -7,7 +7,11 @@ Circuit file (JSON)::
     {"name": "...", "model": "gpt2 (GPT-2 small)", "n_layers": 12, "n_heads": 12,
      "source": "paper / URL", "heads": [{"head": "L9H9", "role": "name mover"}, ...]}
 
-Packaged circuits: :func:`packaged_circuits` (``ioi-gpt2-small``: Wang et al. 2022).
+``model`` names the model the circuit was found on as celtk names it (an alias, a hub id, a directory; a
+description may follow in parentheses): a run of another model is refused (:func:`check_circuit_model`), as is one
+of another shape. Packaged circuits (:func:`packaged_circuits`): ``ioi-gpt2-small`` (Wang et al. 2022) and, for each
+packaged model alias, ``attributes-ALIAS``: its induction and previous-token heads as celtk's own detectors
+(:func:`head_attribute_scores`, ``celtk attributes``) find them (:func:`attribute_circuit` wrote them).
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ from celtk.heads import Head
 from celtk.search.scores import HeadScore, head_order
 
 _PACKAGED = {"ioi-gpt2-small": "ioi_gpt2_small.json"}
+ATTRIBUTE_ALIASES = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+_PACKAGED |= {f"attributes-{alias}": f"attributes_{alias.replace('-', '_').replace('.', '_')}.json"
+              for alias in ATTRIBUTE_ALIASES}
+# a head is an induction (previous-token) head when at least this share of its attention goes where the role says
+ATTRIBUTE_THRESHOLDS = {"induction": 0.4, "previous_token": 0.4}
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,45 @@ def load_circuit(source: str | Path) -> Circuit:
                    doc.get("source", ""), roles)
 
 
+def model_key(name: str) -> str:
+    """How a model is compared: its name without a description in parentheses, a hub owner or directory, or a
+    ``.gguf`` suffix, lower case (``openai-community/gpt2`` and ``gpt2 (GPT-2 small)`` are both ``gpt2``)."""
+    bare = name.split(" (", 1)[0].strip().rstrip("/")
+    return Path(bare).name.removesuffix(".gguf").lower()
+
+
+def check_circuit_model(circuit: Circuit, model: str) -> None:
+    """Refuse a circuit found on another model than the run's ``model`` (a circuit file without ``model`` is checked
+    by shape only). A circuit is a claim about one model's heads: the same places in another model are other heads."""
+    if circuit.model in ("", "?") or model_key(circuit.model) == model_key(model):
+        return
+    raise HeadError(f"Circuit {circuit.name!r} was found on {circuit.model!r}; this run's model is {model!r}. Heads "
+                    "at the same places in another model are other heads: compare with a circuit of this model "
+                    f"(packaged: {', '.join(packaged_circuits())}), or pass any_model=True (`--any-model`) to "
+                    "compare anyway (a fine-tune or a copy of the same model under another name).")
+
+
+def attribute_circuit(alias: str, scores: dict[str, Float[np.ndarray, "layer head"]], length: int = 40,
+                      batch: int = 8, seed: int = 0) -> dict[str, Any]:
+    """A circuit file's content from a model's attribute scores (:func:`head_attribute_scores` on ``alias``): every
+    head whose induction or previous-token score reaches :data:`ATTRIBUTE_THRESHOLDS`, with that role (induction
+    first, should a head reach both), strongest first within a role."""
+    n_layers, n_heads = scores["induction"].shape
+    rows: dict[Head, tuple[str, float]] = {}
+    for role in ("induction", "previous_token"):
+        grid = scores[role]
+        for layer, head in zip(*np.nonzero(grid >= ATTRIBUTE_THRESHOLDS[role]), strict=True):
+            rows.setdefault(Head(int(layer), int(head)), (role.replace("_", "-"), float(grid[layer, head])))
+    ordered = sorted(rows.items(), key=lambda item: (item[1][0], -item[1][1]))
+    thresholds = ", ".join(f"{role.replace('_', '-')} ≥ {value}" for role, value in ATTRIBUTE_THRESHOLDS.items())
+    return {"name": f"Induction and previous-token heads of {alias}", "model": alias, "n_layers": int(n_layers),
+            "n_heads": int(n_heads),
+            "source": f"celtk's attribute detectors (celtk.circuits.head_attribute_scores; `celtk attributes`) on "
+                      f"{alias}: {batch} sequences of {length} random tokens repeated once, seed {seed}; a head is "
+                      f"listed where its mean attention score reaches {thresholds}",
+            "heads": [{"head": str(head), "role": role, "score": round(score, 3)} for head, (role, score) in ordered]}
+
+
 def hypergeom_tail(overlap: int, population: int, drawn: int, marked: int) -> float:
     """P(X ≥ overlap) for X ~ Hypergeometric(population, marked, drawn): drawing ``drawn`` heads at
     random, how often would at least ``overlap`` of them be circuit heads."""
@@ -95,14 +143,18 @@ def hypergeom_tail(overlap: int, population: int, drawn: int, marked: int) -> fl
 
 
 def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selection: Sequence[Head],
-                         ranking: Sequence[Head], top: int = 10) -> dict[str, Any]:
+                         ranking: Sequence[Head], top: int = 10, model: str | None = None) -> dict[str, Any]:
     """Overlap of a CEL selection and of the screen's top-``top`` heads (``ranking``, best first) with the
     circuit, each beside the overlap expected by chance (hypergeometric), and the circuit heads' ranks in the
-    screen. Returns the fields of :class:`celtk.analysis.CompareDocument` as its file writes them."""
+    screen. ``model``: the run's model, refused unless the circuit was found on it (:func:`check_circuit_model`;
+    ``None``: the shape alone is checked). Returns the fields of :class:`celtk.analysis.CompareDocument` as its
+    file writes them."""
     if (circuit.n_layers, circuit.n_heads) != (n_layers, n_heads):
         raise HeadError(f"Circuit {circuit.name!r} is for a {circuit.n_layers} × {circuit.n_heads} model "
                         f"({circuit.model}); this run's model is {n_layers} × {n_heads}. Compare with a circuit "
                         "found on a model of the same shape.")
+    if model is not None:
+        check_circuit_model(circuit, model)
     strays = [h for h in [*selection, *ranking] if not isinstance(h, Head)]
     if strays:
         raise HeadError(f"compare_with_circuit takes heads (celtk.heads.Head), got {strays[0]!r}; parse names "

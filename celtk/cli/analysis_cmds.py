@@ -43,13 +43,14 @@ def attributes_cmd(out, length, seed) -> None:
 @click.option("--circuit", required=True, help="Circuit JSON file, or a packaged circuit (see `celtk circuits`).")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Screen top-N compared, and critical/enhancing list length.")
-def compare_cmd(out, circuit, top) -> None:
+@click.option("--any-model", is_flag=True, help="Compare with a circuit found on another model of the same shape.")
+def compare_cmd(out, circuit, top, any_model) -> None:
     """Overlap of the run's heads with a circuit, beside chance (OUT/compare-CIRCUIT.json)."""
     from rich.table import Table
 
     from celtk.analysis import run_compare
 
-    doc = run_compare(Path(out), circuit, top=top)
+    doc = run_compare(Path(out), circuit, top=top, any_model=any_model)
     table = Table(title=f"{doc.circuit} ({doc.n_circuit_heads} of {doc.population} heads) vs this run")
     for col in ("heads compared", "n", "overlap", "expected by chance", "P(≥ overlap)", "shared"):
         table.add_column(col, justify="right")

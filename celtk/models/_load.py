@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import TqdmWarning
 
 from celtk.errors import ConfigError, HubUnreachableError, ModelSourceError, suggest
 from celtk.models._aliases import ALIASES
@@ -178,9 +182,28 @@ def load_model(
     target, kind, metadata = _resolve_source(source)
     if kind != "hub":
         _check_weight_files(target, kind)
-    hf_model, tokenizer = read_hf_model(target, source, torch_dtype)
-    return wrap_hf_model(hf_model, tokenizer, name=source, source=kind, device=torch_device,
-                         local_dir=target if kind != "hub" else None, metadata=metadata)
+    with quiet_transformers():
+        hf_model, tokenizer = read_hf_model(target, source, torch_dtype)
+        return wrap_hf_model(hf_model, tokenizer, name=source, source=kind, device=torch_device,
+                             local_dir=target if kind != "hub" else None, metadata=metadata)
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' own progress bars ("Loading weights: 272/272") off, and tqdm's notebook warning ("IProgress not
+    found", when transformers first imports tqdm.auto in a kernel without ipywidgets) ignored, inside a load only:
+    celtk reports its own progress, and a notebook cell shows nothing else. The caller's setting comes back after."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)
+        from transformers.utils import logging as hf_logging  # transformers, as every load does
+
+        enabled = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if enabled:
+                hf_logging.enable_progress_bar()
 
 
 def wrap_hf_model(

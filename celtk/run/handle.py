@@ -321,10 +321,11 @@ class Run:
         return stages.run_attributes(self.out, model=self.model, length=length, seed=seed)
 
     @validated
-    def compare(self, circuit: str, *, top: int = 10) -> CompareDocument:
+    def compare(self, circuit: str, *, top: int = 10, any_model: bool = False) -> CompareDocument:
         """``celtk compare --circuit``: the run's heads beside a known circuit (a file or packaged name;
-        :class:`celtk.analysis.CompareDocument`). Needs no model."""
-        return stages.run_compare(self.out, circuit, top=top)
+        :class:`celtk.analysis.CompareDocument`). Needs no model. ``any_model``: compare with a circuit
+        found on another model (of the same shape)."""
+        return stages.run_compare(self.out, circuit, top=top, any_model=any_model)
 
     @validated
     def report(self, *, to: str | Path | None = None) -> Path:

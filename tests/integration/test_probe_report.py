@@ -13,6 +13,7 @@ from _support import not_none, self_consistent_task
 
 from celtk import probe
 from celtk.analysis import CompareDocument, HeadAttributesDocument, run_attributes, run_compare
+from celtk.errors import HeadError
 from celtk.evaluation import evaluate
 from celtk.heads import Head, HeadSet
 from celtk.report import write_report
@@ -93,7 +94,9 @@ def gpt2_shaped_run(smol_tokenizer, tmp_path_factory):
 
 def test_compare_with_ioi_circuit_on_same_shape(gpt2_shaped_run):
     model, out = gpt2_shaped_run
-    report = run_compare(out, "ioi-gpt2-small", top=10)
+    with pytest.raises(HeadError, match="found on 'gpt2 \\(GPT-2 small\\)'; this run's model is 'tiny-llama'"):
+        run_compare(out, "ioi-gpt2-small", top=10)  # the same shape, another model
+    report = run_compare(out, "ioi-gpt2-small", top=10, any_model=True)
     selection = json.loads((out / "selection.json").read_text())["heads"]
     from celtk.circuits import load_circuit
 
