@@ -49,6 +49,9 @@ def _run_options(fn):
         click.option("--ablation", default=None, help="What replaces an ablated head's z: zero (default, the paper's), "
                      "mean or resample (values from the discovery set) or scale:α; recorded, never mixed in one run."),
         _tie_break_option("numeric"),
+        click.option("--positions", type=click.Choice(("all", "prefix", "example")), default=None,
+                     help="Where the ablation replaces z: all positions (default, the paper's), the shared few-shot "
+                     "prefix only, or the example's own positions only; recorded, never mixed in one run."),
     ]
     for option in reversed(options):
         fn = option(fn)

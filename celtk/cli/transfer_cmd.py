@@ -145,14 +145,22 @@ def _print_kinds(doc: AblationKindsDocument) -> None:
     table = Table(title=f"{doc.heads} under each ablation kind, on {doc.n} held-out examples (intact "
                         f"{doc.intact_accuracy:.1%}; the run was tested under {doc.run_ablation}: "
                         f"{100 * doc.test_gain:+.1f} pts)")
-    for col in ("kind", "ablated", "gain (pts)", "95% CI (pts)", "McNemar p", "fixes/damage", "Δ log-prob"):
+    for col in ("kind", "positions", "draws", "ablated", "gain (pts)", "95% CI (pts)", "p", "fixes/damage",
+                "draw spread (pts)", "Δ log-prob"):
         table.add_column(col, justify="right")
     for r in doc.kinds:
         ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
-        table.add_row(r.kind, "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain),
-                      ci, "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.3g}", f"{r.fixes}/{r.damage}",
+        p = r.mcnemar_p if r.draws == 1 else r.paired_p
+        spread = (f"{100 * min(r.draw_gains):+.1f} … {100 * max(r.draw_gains):+.1f}" if r.draw_gains else "")
+        table.add_row(r.kind, r.positions, str(r.draws),
+                      "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain),
+                      ci, "undefined" if p is None else f"{p:.3g}", f"{r.fixes:g}/{r.damage:g}", spread,
                       "" if r.mean_delta_logprob is None else f"{r.mean_delta_logprob:+.3f}")
     console().print(table)
+    console().print("positions: where z was replaced (all; prefix: the shared few-shot prefix only; example: the "
+                    "example's own positions only). p: exact McNemar with one draw; over several resample draws an "
+                    "exact paired sign-flip test of the per-example mean verdicts, whose fixes and damage are sums of "
+                    "fractions; draw spread: the lowest and highest single-draw gain.")
     for kind, why in doc.omitted.items():
         console().print(f"{kind}: {why}.")
 
@@ -163,15 +171,21 @@ def _print_kinds(doc: AblationKindsDocument) -> None:
               help="Ablation kinds to score beside the scale sweep (zero, mean, resample, scale:α).")
 @click.option("--alphas", callback=_floats, default="1,0.75,0.5,0.25,0,-0.5", show_default=True,
               help="The scale sweep: z × α for each α (1 is intact, 0 is zeroing; −10 ≤ α ≤ 10).")
+@click.option("--positions", default="all,prefix,example", show_default=True,
+              help="Where each named kind replaces z: all positions, the shared few-shot prefix only, the example's "
+                   "own positions only (the scale sweep runs at the run's positions).")
+@click.option("--draws", type=click.IntRange(min=1, max=1000), default=5, show_default=True,
+              help="Resample draws per example, averaged per example before the paired statistics.")
 @click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
-def ablations_cmd(out, kinds, alphas, n_boot) -> None:
-    """Does the tested selection's gain survive mean, resample and scaled ablation? Held-out looks; writes
-    OUT/ablation-kinds.json."""
+def ablations_cmd(out, kinds, alphas, positions, draws, n_boot) -> None:
+    """Does the tested selection's gain survive mean, resample and scaled ablation, at every position, the
+    few-shot prefix's and the example's own? Held-out looks; writes OUT/ablation-kinds.json."""
     from celtk.run.ablations import run_ablation_kinds
 
     with progress_bar() as progress:
-        doc = run_ablation_kinds(Path(out), kinds=_names(kinds), alphas=alphas, n_boot=n_boot, progress=progress)
+        doc = run_ablation_kinds(Path(out), kinds=_names(kinds), alphas=alphas, positions=_names(positions),
+                                 draws=draws, n_boot=n_boot, progress=progress)
     _print_kinds(doc)
 
 

@@ -58,17 +58,20 @@ def kinds_section(out: Path, target: Path, selected: HeadSet | None, table, figu
         raise RunStoreError(f"{out}/ablation-kinds.json scored {doc.heads}, not this run's selection "
                             f"{selected}; rerun `celtk ablations {out}`.")
     _curve(target / "ablation_kinds.png", doc)
-    rows = [[r.kind, f"{r.ablated_accuracy:.1%}" if r.ablated_accuracy is not None else "undefined",
+    rows = [[r.label if r.draws == 1 else f"{r.label} ({r.draws} draws)",
+             f"{r.ablated_accuracy:.1%}" if r.ablated_accuracy is not None else "undefined",
              _pts(r.gain),
              "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]",
-             "undefined" if r.mcnemar_p is None else f"{r.mcnemar_p:.2g}", f"{r.fixes} / {r.damage}",
+             "undefined" if (r.mcnemar_p if r.draws == 1 else r.paired_p) is None
+             else f"{r.mcnemar_p if r.draws == 1 else r.paired_p:.2g}", f"{r.fixes:g} / {r.damage:g}",
              "" if r.mean_delta_logprob is None else f"{r.mean_delta_logprob:+.3f}"] for r in doc.kinds]
     note = "".join(f"<p>{kind}: {why}.</p>" for kind, why in doc.omitted.items())
     return ("<h2>Does it survive other ablation kinds?</h2>"
             f"<p>Held-out looks of the frozen selection (after its test, {100 * doc.test_gain:+.1f} pts under "
             f"<code>{doc.run_ablation}</code>), intact accuracy {doc.intact_accuracy:.1%} on {doc.n} examples. Mean "
             f"and resample values come from the {doc.reference.get('n', 0)} discovery examples.</p>"
-            + table(["kind", "ablated", "gain (pts)", "95% CI", "McNemar p", "fixes / damage", "Δ log-prob"], rows)
+            + table(["kind", "ablated", "gain (pts)", "95% CI", "p (McNemar; over draws sign-flip)",
+                     "fixes / damage", "Δ log-prob"], rows)
             + note
             + figure(target / "ablation_kinds.png", "Held-out gain against the scale of the heads' output, and under "
                                                      "zero, mean and resample ablation"))

@@ -1,30 +1,47 @@
 """Does the selection survive? The frozen, tested selection on its held-out examples under each ablation
-kind (zero, mean, resample) and along a scale sweep (α = 1 … 0 and one negative value), each against the
-intact model with its paired CI and exact McNemar p (``ablation-kinds.json``).
+kind (zero, mean, resample) at each of the positions asked (all, the shared few-shot prefix only, the
+example's own only) and along a scale sweep (α = 1 … 0 and one negative value, at the run's positions), each
+against the intact model with its paired CI and exact test (``ablation-kinds.json``).
 
 Zeroing can push later layers off their training distribution, so a gain from zeroing could be that shift
 rather than the removal of a harmful computation (Zhang & Nanda 2023; Heimersheim & Nanda 2024). Mean and
 resample ablation keep the head's output on its usual distribution; the scale sweep asks whether the gain
 grows as the head's output shrinks. These are held-out looks of the frozen selection, logged as such: the
-selection was tested first (``celtk test``), and nothing here chooses heads."""
+selection was tested first (``celtk test``), and nothing here chooses heads.
+
+Positions make the kinds comparable. Under fixed shots every resample reference shares the shot prefix, and
+left-aligned resampling writes each example's own ``z`` there: ``resample`` replaces only the example's own
+positions, while ``zero`` and ``mean`` at ``all`` replace every one. ``zero @ example`` and ``mean @ example``
+are what ``resample`` compares with like for like; ``@ prefix`` shows what replacing the shots alone does.
+
+Resample is drawn ``draws`` times per example (the run's seed, then seed + 1, …). Its per-example outcome is the
+mean verdict over the draws, a fraction; the row's accuracy, gain, fixes and damage are those fractions summed,
+its CI a paired bootstrap of the per-example differences (mean verdict − intact), and its p-value an exact paired
+sign-flip test of those differences (``paired_p``: every difference is a multiple of 1/draws, so the null
+distribution of their sum under independent sign flips is enumerated exactly; with one draw the differences are
+−1, 0, 1 and the test is McNemar's exact test). Each draw's own outcomes and gain are kept (their spread is the
+resampling noise). The first draw is the run's own seed, so a resample run's test reproduces from it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from jaxtyping import Float
+from jaxtyping import Float, Int
+from scipy.stats import binom
 
-from celtk.ablation_kinds import Ablation, AblationKind
+from celtk.ablation_kinds import Ablation, AblationKind, check_positions
 from celtk.errors import ConfigError, RunStoreError
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import AblationKindsDocument, Correctness, KindRow, TestDocument
 from celtk.run.session import Session, session_for
 from celtk.run.test import score_kinds
-from celtk.stats import compare_paired
+from celtk.stats import bootstrap_chunks, compare_paired
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
@@ -32,19 +49,28 @@ if TYPE_CHECKING:
 Progress = Callable[[str, int, int], None]
 KINDS = ("zero", "mean", "resample")
 ALPHAS = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5)
+POSITIONS = ("all", "prefix", "example")
+DRAWS = 5  # resample draws per example by default
 
 
 def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Sequence[float] = ALPHAS,
+                       positions: Sequence[str] = POSITIONS, draws: int = DRAWS,
                        model: Model | None = None, n_boot: int = 10_000,
                        progress: Progress | None = None) -> AblationKindsDocument:
-    """Score ``selection.json``'s heads on the tested held-out set under each of ``kinds`` and each
-    ``scale:α`` of ``alphas``, against one intact pass (plain streamed passes, as ``celtk test``); mean and
-    resample are measured on the run's discovery set. Refuses a run that has not been tested, a held-out
-    set other than the test's, and a baseline or a run-kind result that no longer reproduces ``test.json``.
-    The look (every kind at once) is logged in the run's held-out log before anything is scored, and
-    ``ablation-kinds.json`` is recorded there when written."""
+    """Score ``selection.json``'s heads on the tested held-out set under each of ``kinds`` at each of
+    ``positions`` (all, prefix, example) and each ``scale:α`` of ``alphas`` at the run's positions, against one
+    intact pass (plain streamed passes, as ``celtk test``); mean and resample are measured on the run's
+    discovery set, resample drawn ``draws`` times per example. Refuses a run that has not been tested, a
+    held-out set other than the test's, and a baseline or a run-kind result that no longer reproduces
+    ``test.json``. The look (every kind at once) is logged in the run's held-out log before anything is scored,
+    and ``ablation-kinds.json`` is recorded there when written."""
     out = Path(out)
     rd = RunDirectory(out)
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ConfigError(f"draws must be a whole number of resample draws per example, at least 1, got {draws!r}.")
+    where = list(dict.fromkeys(check_positions(p) for p in positions))
+    if not where:
+        raise ConfigError("Name at least one of the positions all, prefix, example to score the kinds at.")
     wanted = _kinds(kinds, alphas)
     with rd.lock():
         admitted = rd.require("ablations")
@@ -52,31 +78,55 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         session = session_for(sel, model, **(rd.heldout_overrides() or {"heldout": test.n}))
         rd.admit("ablations", session, sel)
         heldout_hash = session.splits.manifest().heldout_hash
+        run_where = session.config.positions
+        cells = [(k, p) for k in wanted if k.alpha is None for p in where]
+        cells += [(k, run_where) for k in wanted if k.alpha is not None]
         omitted = {}
-        if session.task.kind == "generate" and any(k.name == "resample" for k in wanted):
-            wanted = [k for k in wanted if k.name != "resample"]
-            omitted["resample"] = ("not offered for generation-graded tasks "
-                                   "(a generation reads positions no reference has)")
+        if session.task.kind == "generate":
+            if any(k.name == "resample" for k, _ in cells):
+                omitted["resample"] = ("not offered for generation-graded tasks "
+                                       "(a generation reads positions no reference has)")
+            if any(p != "all" for _, p in cells):
+                omitted["prefix and example positions"] = ("not offered for generation-graded tasks (left-padded "
+                                                           "batches move every position)")
+            cells = [(k, p) for k, p in cells if k.name != "resample" and p == "all"]
         heads = sel.heads
         if progress:
-            progress("ablation kinds", 0, len(wanted))
-        ablations = [session.ablation(k) for k in wanted]
+            progress("ablation kinds", 0, len(cells))
+        # each cell's ablations: one, or one per draw for resample (the run's seed first, then seed + 1, ...)
+        plans = [_draws(session.ablation(k, p), draws) for k, p in cells]
         seq = rd.begin_look("ablation-kinds", [heads], heldout_hash, len(session.splits.heldout), exploratory=True,
-                            kinds=[str(k) for k in wanted])
-        intact, results = score_kinds(session, "heldout", heads, ablations)
+                            kinds=[_label(k, p) for k, p in cells], draws=draws)
+        intact, flat = score_kinds(session, "heldout", heads, [a for plan in plans for a in plan])
         if progress:
-            progress("ablation kinds", len(wanted), len(wanted))
-        _check_reproduces_test(out, test, intact, dict(zip(map(str, wanted), results, strict=True)),
-                               session.config.ablation)
-        rows = [_row(kind, intact, result, session, n_boot) for kind, result in zip(wanted, results, strict=True)]
+            progress("ablation kinds", len(cells), len(cells))
+        results, at = [], 0
+        for plan in plans:
+            results.append(flat[at:at + len(plan)])
+            at += len(plan)
+        own = {str(k): r[0] for (k, p), r in zip(cells, results, strict=True) if p == run_where}
+        _check_reproduces_test(out, test, intact, own, session.config.ablation)
+        rows = [_row(k, p, intact, result, session, n_boot) for (k, p), result in zip(cells, results, strict=True)]
         document = AblationKindsDocument(
             heads=sel.heads, model=sel.model.name, task=sel.task.name, run_ablation=session.config.ablation,
             test_gain=test.gain, n=len(intact.examples), intact_accuracy=intact.accuracy,
             intact_correct=Correctness.of(intact.correct), heldout_hash=heldout_hash,
-            reference=_reference(session, ablations),
+            reference=_reference(session, [plan[0] for plan in plans], draws),
             n_boot=n_boot, ci_level=0.95, kinds=rows, omitted=omitted)
         rd.finish_look(seq, (document, None))
         return document
+
+
+def _label(kind: AblationKind, positions: str) -> str:
+    return str(kind) if positions == "all" else f"{kind} @ {positions}"
+
+
+def _draws(ablation: Ablation, draws: int) -> list[Ablation]:
+    """``ablation`` alone, or for resample ``draws`` copies drawing with the seeds ``seed, seed + 1, …`` (the
+    reference values are the same; only each example's reference differs)."""
+    if not ablation.per_row:
+        return [ablation]
+    return [replace(ablation, seed=ablation.seed + i) for i in range(draws)]
 
 
 def _kinds(kinds: Sequence[str], alphas: Sequence[float]) -> list[AblationKind]:
@@ -111,17 +161,71 @@ def _correct_logprobs(result: EvalResult, session: Session) -> Float[np.ndarray,
     return np.array(values, dtype=float)
 
 
-def _row(kind: AblationKind, intact: EvalResult, result: EvalResult, session: Session, n_boot: int) -> KindRow:
-    s = compare_paired(intact.correct, result.correct, n_boot=n_boot, seed=session.config.seed)
-    before, after = _correct_logprobs(intact, session), _correct_logprobs(result, session)
-    delta = None if before is None or after is None or not len(before) else float(np.mean(after - before))
-    return KindRow(kind=str(kind), alpha=kind.alpha, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
-                   gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage,
-                   mcnemar_p=s.mcnemar_p, mean_delta_logprob=delta, ablated_correct=Correctness.of(result.correct),
-                   undefined={k: v for k, v in s.undefined.items() if k != "relative_error_reduction"})
+def _row(kind: AblationKind, positions: str, intact: EvalResult, results: Sequence[EvalResult], session: Session,
+         n_boot: int) -> KindRow:
+    before = _correct_logprobs(intact, session)
+    deltas = []
+    for result in results:
+        after = _correct_logprobs(result, session)
+        if before is not None and after is not None and len(before):
+            deltas.append(float(np.mean(after - before)))
+    delta = float(np.mean(deltas)) if deltas and len(deltas) == len(results) else None
+    first = compare_paired(intact.correct, results[0].correct, n_boot=n_boot, seed=session.config.seed)
+    row = KindRow(kind=str(kind), alpha=kind.alpha, positions=positions, mean_delta_logprob=delta,
+                  ablated_correct=Correctness.of(results[0].correct), ablated_accuracy=first.ablated_accuracy,
+                  gain=first.gain, gain_ci=list(first.gain_ci) if first.gain_ci else None, fixes=first.fixes,
+                  damage=first.damage, mcnemar_p=first.mcnemar_p,
+                  undefined={k: v for k, v in first.undefined.items() if k != "relative_error_reduction"})
+    if len(results) == 1:
+        return row
+    base = np.asarray(intact.correct, dtype=bool)
+    verdicts = np.array([np.asarray(r.correct, dtype=bool) for r in results])  # [draw, example]
+    row = replace(row, draws=len(results), draw_correct=[Correctness.of(v) for v in verdicts], mcnemar_p=None)
+    if not len(base):
+        return replace(row, undefined=row.undefined | {"paired_p": "no examples (n = 0)"})
+    units = verdicts.sum(axis=0) - len(results) * base  # per example (mean verdict − intact) × draws: integers
+    mean = verdicts.mean(axis=0)
+    return replace(row, ablated_accuracy=float(mean.mean()), gain=float(mean.mean() - base.mean()),
+                   gain_ci=_bootstrap_ci(units / len(results), n_boot, session.config.seed),
+                   fixes=float(mean[~base].sum()), damage=float((1 - mean[base]).sum()), paired_p=sign_flip_p(units),
+                   draw_gains=[float(v.mean() - base.mean()) for v in verdicts],
+                   undefined=row.undefined | {
+                       "mcnemar_p": f"averaged over {len(results)} draws: paired_p is the exact sign-flip test of "
+                                    "the per-example mean verdicts (McNemar's with one draw)"})
 
 
-def _reference(session: Session, ablations: Sequence[Ablation]) -> dict:
+def sign_flip_p(units: Int[np.ndarray, " example"]) -> float:
+    """Two-sided exact p-value of a paired sign-flip test: the probability, under independent random signs on
+    every difference, of a sum at least as far from 0 as ``units.sum()`` (integer differences, e.g. per-example
+    mean verdict − intact outcome in units of 1/draws). With differences in {−1, 0, 1} this is McNemar's exact test."""
+    sizes = np.abs(np.asarray(units, dtype=np.int64))
+    observed = abs(int(np.asarray(units).sum()))
+    if not sizes.any():
+        return 1.0
+    dist = np.ones(1)  # P(sum = s) for s = −reach … reach
+    for size, count in zip(*np.unique(sizes[sizes > 0], return_counts=True), strict=True):
+        # c differences of size v with random signs sum to v·(2k − c), k ~ Binomial(c, ½)
+        kernel = np.zeros(2 * int(size) * int(count) + 1)
+        kernel[::2 * int(size)] = binom.pmf(np.arange(count + 1), count, 0.5)
+        dist = np.convolve(dist, kernel)
+    reach = (len(dist) - 1) // 2
+    sums = np.arange(-reach, reach + 1)
+    return float(min(1.0, dist[np.abs(sums) >= observed].sum()))
+
+
+def _bootstrap_ci(differences: Float[np.ndarray, " example"], n_boot: int, seed: int,
+                  level: float = 0.95) -> list[float]:
+    """Percentile bootstrap CI of the mean per-example difference (examples resampled with replacement)."""
+    rng = np.random.default_rng(seed)
+    n, means = len(differences), []
+    for chunk in bootstrap_chunks(n_boot, n):
+        means.append(differences[rng.integers(0, n, size=(chunk, n))].mean(axis=1))
+    values = np.concatenate(means)
+    tail = (1 - level) / 2
+    return [float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))]
+
+
+def _reference(session: Session, ablations: Sequence[Ablation], draws: int = 1) -> dict:
     """What mean and resample were measured on: the run's discovery set, prompted as the held-out examples."""
     out: dict = {"set": "discovery", "n": len(session.splits.discovery)}
     for ablation in ablations:
@@ -132,4 +236,10 @@ def _reference(session: Session, ablations: Sequence[Ablation]) -> dict:
             out["resample"] = ("per example, z of a seeded reference drawn from the discovery set, left-aligned on the "
                                "first token; past the reference's end its last position")
             out["seed"] = ablation.seed
+            out["draws"] = draws
+            out["draw_seeds"] = f"{ablation.seed} … {ablation.seed + draws - 1}"
+        if not ablation.everywhere:
+            out["prefix"] = ("the prompt text before the example's own (chat opening, shots, delimiters): "
+                             f"{len(ablation.prefix)} tokens; an example's boundary is the tokens its context shares "
+                             "with it")
     return out

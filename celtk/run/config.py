@@ -25,6 +25,7 @@ from celtk.tasks import get_task, task_names
 from celtk.validation import check_fields, check_value
 
 CHAT_DATE = "2024-07-26"  # celtk.evaluation.prompts.CHAT_DATE; repeated so that reading a config does not import torch
+POSITIONS = ("all", "prefix", "example")  # celtk.ablation_kinds.POSITIONS, repeated for the same reason
 
 
 PATH_KEYS = ("model", "data")  # settings that may be given as a pathlib.Path (kept as text)
@@ -62,6 +63,9 @@ class RunConfig:
     ablation: str = "zero"  # what replaces an ablated head's z: zero (the paper's), mean, resample, scale:α
     # heads tied in gain, damage, accuracy and size: "numeric" ids, L2H0 before L10H0, or the paper's string order
     tie_break: str = "numeric"
+    # where an ablated head's z is replaced: "all" positions (the paper's), the shared few-shot "prefix" only, or the
+    # "example"'s own positions only (celtk.ablation_kinds.POSITIONS)
+    positions: str = "all"
     preset: str | None = None  # recorded: which preset (celtk.run.presets) filled unset settings
     synthetic: bool = False  # a paper preset run on generated data instead of the official rows, said out loud
 
@@ -116,6 +120,9 @@ class RunConfig:
         if self.tie_break not in TIE_BREAKS:
             raise ConfigError(f"tie_break must be 'numeric' (head ids by their numbers, L2H0 before L10H0) or 'paper' "
                               f"(the ids as strings, L10H0 before L2H0), got {self.tie_break!r}.")
+        if self.positions not in POSITIONS:
+            raise ConfigError(f"positions must be 'all' (every position, the paper's), 'prefix' (the shared few-shot "
+                              f"prefix only) or 'example' (the example's own positions only), got {self.positions!r}.")
         if self.preset is not None and self.preset not in preset_names():
             raise ConfigError(f"Unknown preset {self.preset!r}; choose one of {', '.join(preset_names())}.")
         check_paper_data(self.preset, self.task, self.data, self.synthetic)
@@ -128,10 +135,10 @@ class RunConfig:
 
     def recorded(self) -> dict[str, Any]:
         """The settings as written beside results (``config.json``, ``screen.json``, ...): every field, except
-        ``ablation`` when it is the paper's zero and ``tie_break`` when it is the default numeric, so that such runs'
-        files stay as they were before the setting."""
+        ``ablation`` when it is the paper's zero, ``tie_break`` when it is the default numeric and ``positions`` when
+        it is all, so that such runs' files stay as they were before the setting."""
         values = asdict(self)
-        for key, default in (("ablation", "zero"), ("tie_break", "numeric")):
+        for key, default in (("ablation", "zero"), ("tie_break", "numeric"), ("positions", "all")):
             if values[key] == default:
                 del values[key]
         return values

@@ -717,16 +717,28 @@ class KindRow(Record):
 
     kind: str  # zero, mean, resample, scale:α
     alpha: float | None  # scale:α's α (the dose-response axis); None for zero, mean, resample
+    positions: str = "all"  # where z was replaced: all, prefix (the shared few-shot prefix), example (its own)
+    draws: int = 1  # resample: reference draws per example, averaged per example before the statistics
     ablated_accuracy: float | None
     gain: float | None
     gain_ci: list[float] | None
-    fixes: int
-    damage: int
-    mcnemar_p: float | None
+    fixes: int | float  # a count; over several draws the per-example mean verdicts summed (intact wrong)
+    damage: int | float  # likewise, 1 − the mean verdict summed over the examples the intact model gets right
+    mcnemar_p: float | None  # one draw: exact McNemar; several: None, see paired_p
     # mean (ablated − intact) target log-probability (the correct choice's); None: generation
     mean_delta_logprob: float | None
-    ablated_correct: Correctness = coded(CORRECTNESS)
+    ablated_correct: Correctness = coded(CORRECTNESS)  # several draws: the first (the run's seed)
     undefined: dict[str, str] = field(default_factory=dict)
+    # several draws: an exact paired sign-flip test on the per-example mean verdicts (McNemar's with one draw),
+    # each draw's outcomes and each draw's gain (their spread is the resampling noise)
+    paired_p: float | None = optional()
+    draw_correct: list[Correctness] | None = coded(CORRECTNESS, depth=1, omit_none=True)
+    draw_gains: list[float] | None = optional()
+
+    @property
+    def label(self) -> str:
+        """The kind, with where it replaced z unless everywhere (``zero``, ``zero @ example``)."""
+        return self.kind if self.positions == "all" else f"{self.kind} @ {self.positions}"
 
 
 @dataclass(frozen=True, kw_only=True)

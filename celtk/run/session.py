@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jaxtyping import Bool
 
-from celtk.ablation_kinds import AblationKind
+from celtk.ablation_kinds import AblationKind, check_positions
 from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, refuse_resample_generation
 from celtk.evaluation.prompts import prepare, prepared_hash
-from celtk.evaluation.scoring import ablation_for
+from celtk.evaluation.scoring import ablation_for, prompt_prefix
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.planning.plan import check_memory
@@ -105,23 +105,34 @@ class Session:
             return 16, None
         return auto_batch(self.model, prepared)
 
-    def ablation(self, kind: Any = None) -> Any:
+    def ablation(self, kind: Any = None, positions: str | None = None) -> Any:
         """The run's ablation kind (or ``kind``) with its values (a :class:`celtk.ablation_kinds.Ablation`): mean
         and resample are measured on the intact model over the discovery set, prompted as every example is
-        (its shots, chat setting and date), resample drawn with the run's seed. Built once per kind."""
+        (its shots, chat setting and date), resample drawn with the run's seed, at the run's positions (or
+        ``positions``: all, prefix, example). Built once per kind and positions."""
         kind = AblationKind.parse(self.config.ablation if kind is None else kind)
+        positions = self.config.positions if positions is None else positions
         cache = self._ablation if self._ablation is not None else {}
         self._ablation = cache
-        if str(kind) not in cache:
+        key = str(kind) if positions == "all" else f"{kind} @ {positions}"
+        if key not in cache:
             if kind.needs_reference and not self.splits.discovery:
                 raise ConfigError(f"{kind} ablation measures its values on the run's discovery set, and this session "
                                   "has none; use zero or scale:α here.")
             if self.task.kind == "generate":  # before the reference pass, not after it
                 refuse_resample_generation(kind)
+                if positions != "all":
+                    raise ConfigError(f"Ablation at {positions} positions is not offered for generation-graded tasks: "
+                                      "their left-padded batches move every position and the generated tokens have "
+                                      "no prefix boundary. Use positions all.")
             c = self.config
-            cache[str(kind)] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots,
-                                            c.chat, c.chat_date, seed=c.seed)
-        return cache[str(kind)]
+            if positions != "all":  # the same values, measured once: only where they replace z differs
+                prefix = prompt_prefix(self.model, self.task, self.splits.shots, c.chat, c.chat_date)
+                cache[key] = replace(self.ablation(kind, "all"), positions=check_positions(positions), prefix=prefix)
+            else:
+                cache[key] = ablation_for(self.model, kind, self.task, self.splits.discovery, self.splits.shots,
+                                          c.chat, c.chat_date, seed=c.seed)
+        return cache[key]
 
     def replay(self) -> str:
         """How the screener re-runs layers: ``fused`` or ``bridge`` (:class:`celtk.screening.cached.CachedScreener`),
@@ -139,6 +150,7 @@ class Session:
             racing["tie_break"] = c.tie_break
         # zero runs keep the fingerprint they had; another kind is recorded, and never mixed with them
         kind = {"ablation": c.ablation} if c.ablation != "zero" else {}
+        kind |= {"positions": c.positions} if c.positions != "all" else {}  # likewise all positions
         return {"model": c.model, "weight_hash": self.model.weight_hash, "dtype": c.dtype, "task": self.task.config(),
                 "seed": c.seed, "fewshot": c.fewshot, "chat": c.chat, "chat_date": c.chat_date,
                 "discovery": self.splits.manifest().discovery_hash, "shots": [s.id for s in self.splits.shots],
