@@ -9,10 +9,10 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import tomllib
 
@@ -31,9 +31,28 @@ POSITIONS = ("all", "prefix", "example")  # celtk.ablation_kinds.POSITIONS, repe
 PATH_KEYS = ("model", "data")  # settings that may be given as a pathlib.Path (kept as text)
 
 
+class _PresetFills(type):
+    """How a :class:`RunConfig` is built: its ``preset`` fills the settings the call leaves out (defaults <
+    preset < the arguments given), as :func:`resolve_config` fills what neither a config file nor the flags
+    set; the preset is chosen for the task the call gives. :func:`dataclasses.replace` gives every field, so
+    a copy keeps its values (a recorded config is never filled again)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        names = [f.name for f in fields(cast("type[RunConfig]", cls))]
+        given = dict(zip(names, args, strict=False)) | kwargs
+        preset, task = given.get("preset"), given.get("task")
+        if isinstance(preset, str) and preset in preset_names():  # another is refused by validated(), naming them
+            filled = preset_values(preset, task if isinstance(task, str) else None)
+            kwargs = kwargs | {key: value for key, value in filled.items() if key not in given}
+        return super().__call__(*args, **kwargs)
+
+
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(metaclass=_PresetFills):
     """Everything a run depends on. Precedence: defaults < preset < config file < overrides.
+
+    ``RunConfig(preset="paper", task="boolq")`` has the preset's sizes and shots, as ``celtk run
+    --preset paper --task boolq`` has: the preset fills what the arguments leave out.
 
     A new setting is one typed field here (with its default) plus, if it has a range, one
     line in :meth:`validated`."""
@@ -66,7 +85,7 @@ class RunConfig:
     # where an ablated head's z is replaced: "all" positions (the paper's), the shared few-shot "prefix" only, or the
     # "example"'s own positions only (celtk.ablation_kinds.POSITIONS)
     positions: str = "all"
-    preset: str | None = None  # recorded: which preset (celtk.run.presets) filled unset settings
+    preset: str | None = None  # which preset (celtk.run.presets) filled the settings not given; recorded
     synthetic: bool = False  # a paper preset run on generated data instead of the official rows, said out loud
 
     def __post_init__(self) -> None:
@@ -88,7 +107,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], where: str = "config") -> RunConfig:
-        """Defaults updated with ``values``; unknown keys are refused, naming the valid ones."""
+        """Defaults updated with ``values`` (a ``preset`` among them fills the keys they lack, as in
+        ``RunConfig(...)``); unknown keys are refused, naming the valid ones."""
         known = set(cls.keys())
         unknown = sorted(set(values) - known)
         if unknown:
@@ -98,7 +118,7 @@ class RunConfig:
         values = {k: os.fspath(v) if k in PATH_KEYS and isinstance(v, os.PathLike) else v for k, v in values.items()}
         for key, value in values.items():
             check_type(key, value, str(annotations[key]), where)
-        return replace(cls(), **values).validated()
+        return cls(**values).validated()
 
     def validated(self) -> RunConfig:
         """Range checks of single settings (a search strategy checks its own options, e.g. k ≤ p)."""
@@ -215,11 +235,10 @@ def resolve_config(config_file: str | Path | None = None, overrides: dict[str, A
     """defaults < preset < ``config_file`` < ``overrides`` (an override of ``None`` means "not given").
 
     The preset (``preset`` in the file or overrides) fills only what neither sets; it is chosen
-    for the task the file and overrides give."""
+    for the task the file and overrides give (by :class:`RunConfig`'s construction, so
+    ``RunConfig(**settings)`` resolves a preset the same way)."""
     values = load_config_file(config_file)
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    if values.get("preset") is not None:
-        values = preset_values(values["preset"], values.get("task")) | values
     return RunConfig.from_dict(values, where=str(config_file) if config_file else "overrides")
 
 

@@ -110,3 +110,48 @@ def test_paper_sizes_match_the_paper():
         "arithmetic": (2000, 1000), "boolq": (2000, 3270), "hellaswag": (2000, 10042), "mbpp": (374, 500)}
     mbpp = get_task("mbpp")
     assert isinstance(mbpp, MBPP) and mbpp.fewshot_sampler == "first_n"
+
+
+def test_a_preset_given_to_runconfig_is_applied_as_the_cli_applies_it(tmp_path, monkeypatch):
+    """RunConfig(preset=...) fills what its arguments leave out (defaults < preset < arguments), so the library, a
+    config file and the CLI's flags resolve one preset to one config; a recorded config is never filled again."""
+    from dataclasses import replace
+
+    from click.testing import CliRunner
+
+    import celtk.run.config
+    from celtk.cli import main
+
+    direct = RunConfig(preset="paper", task="boolq", discovery=50)
+    assert (direct.task, direct.discovery, direct.heldout, direct.fewshot) == ("boolq", 50, 3270, 0)
+    assert direct == resolve_config(None, {"preset": "paper", "task": "boolq", "discovery": 50})
+    assert direct == RunConfig.from_dict({"preset": "paper", "task": "boolq", "discovery": 50})
+    mbpp = RunConfig(preset="paper:mbpp")
+    assert (mbpp.task, mbpp.discovery, mbpp.heldout, mbpp.fewshot) == ("mbpp", 374, 500, 3)
+    assert mbpp == resolve_config(None, {"preset": "paper:mbpp"})
+    # an argument equal to the default is still an argument: it wins over the preset
+    assert RunConfig(preset="paper:mbpp", fewshot=RunConfig().fewshot, discovery=200).discovery == 200
+    # a copy or a recorded config keeps its values
+    assert replace(mbpp, seed=4).discovery == 374 and replace(direct, seed=4).discovery == 50
+    assert RunConfig.from_dict({k: v for k, v in direct.recorded().items()}) == direct
+    with pytest.raises(ConfigError, match="official GPT-3 rows"):
+        RunConfig(preset="paper")  # arithmetic on generated data: refused as on the CLI
+    with pytest.raises(ConfigError, match="no settings for task 'humaneval'"):
+        RunConfig(preset="paper", task="humaneval")
+    with pytest.raises(ConfigError, match="Unknown preset 'papr'"):
+        RunConfig(preset="papr")
+
+    # the CLI's own resolution (a file and flags), caught where the screen would start
+    seen = []
+
+    def caught(config, out, **kwargs):
+        seen.append(config)
+        raise ConfigError("caught")
+
+    monkeypatch.setattr(celtk.run.config, "preflight", caught)
+    file = tmp_path / "run.toml"
+    file.write_text('preset = "paper:boolq"\nheldout = 1000\n')
+    result = CliRunner().invoke(main, ["screen", "--config", str(file), "--fewshot", "2", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1 and "caught" in result.output + result.stderr, result.output
+    assert seen == [RunConfig(preset="paper:boolq", heldout=1000, fewshot=2)]
+    assert (seen[0].task, seen[0].discovery, seen[0].heldout, seen[0].fewshot) == ("boolq", 2000, 1000, 2)
