@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,7 +53,10 @@ class ProgressSettings:
 # What one step of each stage's ``progress(stage, done, total)`` counts (the library's stage names).
 UNITS = {"load": "models", "screen work": "‰ of its work",
          "screen": "heads", "select": "head sets", "stability": "head sets", "lasso": "head sets",
-         "held-out": "head sets", "test": "passes", "eval": "batches", "transfer": "variants", "calibrate": "steps"}
+         "held-out": "head sets", "held-out work": "‰ of its work", "resamples": "resamples", "test": "passes",
+         "eval": "batches", "transfer": "variants", "transfer work": "‰ of its work", "plain-text loss": "windows",
+         "calibrate": "head sets", "calibrate held-out": "‰ of its work", "search null": "repeats"}
+HEARTBEAT = 30.0  # seconds of silence before a "still working" line when lines are asked for at every step (every = 0)
 
 
 def progress_settings() -> ProgressSettings:
@@ -66,7 +70,12 @@ class ProgressLines:
 
     A stage restarts (its rate measured afresh) when its total changes or its count goes back, as a
     search round that scores a new batch of sets does. ``per_unit[stage]`` examples per step add an
-    examples-per-second figure; ``clock`` is injectable for tests."""
+    examples-per-second figure; ``clock`` is injectable for tests.
+
+    A step can take longer than ``every`` (a model load, an intact pass, one long batch): :meth:`beat`
+    writes a "still working" line, with the elapsed time, once no line has been written for ``every``
+    seconds (30 with ``every = 0``), and :meth:`heartbeat` calls it from a background thread, so a log
+    gets a line at that cadence however coarse a stage's steps are."""
 
     def __init__(self, write: Callable[[str], None], *, every: float = 30.0, json_lines: bool = False,
                  units: dict[str, str] | None = None, per_unit: dict[str, int] | None = None,
@@ -75,20 +84,88 @@ class ProgressLines:
         self.units = {**UNITS, **(units or {})}
         self.per_unit = per_unit or {}
         self.stages: dict[str, dict[str, Any]] = {}
+        self.silence = every if every > 0 else HEARTBEAT  # the longest a log waits for a line
+        self.started = self.last_line = clock()
+        self.current: str | None = None  # the stage called last
+        self._lock = threading.Lock()  # the heartbeat thread writes too: one line at a time, whole
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        now = self.clock()
-        state = self.stages.get(stage)
-        if state is None or total != state["total"] or done < state["done"]:
-            state = self.stages[stage] = {"start": now, "start_done": done, "total": total, "done": done, "last": None}
-        state["done"] = done
-        finished = done >= total
-        if state["last"] is not None and not finished and now - state["last"] < self.every:
-            return
-        if finished and state.get("reported_end"):
-            return
-        state["last"], state["reported_end"] = now, finished
-        self.write(self.line(stage, done, total, now - state["start"], done - state["start_done"]))
+        with self._lock:
+            now = self.clock()
+            state = self.stages.get(stage)
+            if state is None or total != state["total"] or done < state["done"]:
+                state = self.stages[stage] = {"start": now, "start_done": done, "total": total, "done": done,
+                                              "last": None}
+            state["done"], state["step"], self.current = done, now, stage
+            finished = done >= total
+            if state["last"] is not None and not finished and now - state["last"] < self.every:
+                return
+            if finished and state.get("reported_end"):
+                return
+            state["last"], state["reported_end"] = now, finished
+            self._write(self.line(stage, done, total, now - state["start"], done - state["start_done"]), now)
+
+    def _write(self, text: str, now: float) -> None:
+        self.write(text)
+        self.last_line = now
+
+    def beat(self) -> bool:
+        """Write a "still working" line if no line came for ``every`` seconds (30 with ``every = 0``); ``True`` if
+        it wrote one."""
+        with self._lock:
+            now = self.clock()
+            if now - self.last_line < self.silence:
+                return False
+            self._write(self.still_working(now), now)
+            return True
+
+    @contextmanager
+    def heartbeat(self) -> Iterator[ProgressLines]:
+        """A background thread that calls :meth:`beat` when a line is due, for the ``with`` block's duration (it
+        only writes lines; it stops, and is joined, when the block ends, however it ends)."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while True:
+                with self._lock:
+                    wait = self.last_line + self.silence - self.clock()
+                if wait <= 0:
+                    try:
+                        self.beat()
+                    except (OSError, ValueError):  # the log is gone (closed, full): the stage's own lines say so
+                        return
+                    continue
+                if stop.wait(min(wait, 1.0)):
+                    return
+
+        thread = threading.Thread(target=loop, name="celtk-progress-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join(timeout=5.0)
+
+    def still_working(self, now: float) -> str:
+        """The heartbeat's line: the stage called last, where it stands, how long it has run and since its last
+        step (before any stage: how long the command has run)."""
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stage = self.current
+        state = self.stages.get(stage) if stage is not None else None
+        if stage is None or state is None:
+            if self.json_lines:
+                return json.dumps({"time": stamp, "stage": None, "still_working": True,
+                                   "elapsed_s": round(now - self.started, 1)})
+            return f"{stamp} still working (starting), elapsed {_duration(now - self.started)}"
+        done, total = state["done"], state["total"]
+        unit = self.units.get(stage, "steps")
+        elapsed, idle = now - state["start"], now - state["step"]
+        if self.json_lines:
+            return json.dumps({"time": stamp, "stage": stage, "still_working": True, "done": done, "total": total,
+                               "unit": unit, "elapsed_s": round(elapsed, 1), "since_step_s": round(idle, 1)})
+        where = (f"{done}/{total} {unit} done, still working after it" if done >= total else
+                 f"still working, {done}/{total} {unit} ({100 * done / total if total else 100:.0f}%)")
+        return f"{stamp} {stage}: {where}, elapsed {_duration(elapsed)}, last step {_duration(idle)} ago"
 
     def line(self, stage: str, done: int, total: int, elapsed: float, advanced: int) -> str:
         unit = self.units.get(stage, "steps")
@@ -118,7 +195,8 @@ def _duration(seconds: float) -> str:
 @contextmanager
 def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] | None = None) -> Iterator[Any]:
     """Progress of long stages as the ``celtk`` options ask: a rich bar with ETA on a terminal, plain
-    (or JSON) lines to stderr elsewhere (a log file, a Slurm output), nothing with ``--quiet``. Yields
+    (or JSON) lines to stderr elsewhere (a log file, a Slurm output) with a "still working" line whenever
+    none came for ``--progress-every`` seconds (:meth:`ProgressLines.heartbeat`), nothing with ``--quiet``. Yields
     a ``progress(stage, done, total)`` callback, or ``None`` when quiet. ``units`` and ``per_unit``
     name what a stage's steps count and how many examples each holds (see :class:`ProgressLines`)."""
     import sys
@@ -133,8 +211,10 @@ def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] |
             sys.stderr.write(text + "\n")
             sys.stderr.flush()
 
-        yield ProgressLines(write, every=settings.every, json_lines=settings.log_format == "json", units=units,
-                            per_unit=per_unit)
+        lines = ProgressLines(write, every=settings.every, json_lines=settings.log_format == "json", units=units,
+                              per_unit=per_unit)
+        with lines.heartbeat():  # a slow step still gets a line every `every` seconds
+            yield lines
         return
     from rich.progress import (
         BarColumn,

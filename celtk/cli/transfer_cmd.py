@@ -77,19 +77,18 @@ def _print_transfer(doc: TransferDocument) -> None:
 def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_models, plain_text, heldout, n_boot) -> None:
     """The frozen selection against the intact model under a grid of variants, on held-out examples; writes
     OUT/transfer.json."""
+    from celtk.errors import ConfigError
     from celtk.run.documents import SelectionDocument
-    from celtk.run.transfer import run_transfer, variant_grid
+    from celtk.run.transfer import check_heldout, run_transfer, variant_grid
 
     task = SelectionDocument.load(Path(out)).task.name
     given = click.get_current_context().get_parameter_source("shots_seeds") != click.core.ParameterSource.DEFAULT
     grid = variant_grid(task, shot_seeds=shots_seeds if given else None, zero_shot=zero_shot, subtasks=_names(subtasks),
                         tasks=_names(tasks), chat=chat, models=other_models)
-    if heldout is not None and all(v.task is None for v in grid):
-        raise click.UsageError(
-            f"--heldout {heldout} sets how many held-out examples a variant of another task draws (--tasks, "
-            "--subtasks), and every variant asked for here (" + ", ".join(v.name for v in grid) + ") scores the run's "
-            "own held-out set, frozen with the selection at its size: it cannot apply. Drop --heldout, or add a "
-            "variant of another task.")
+    try:  # the library's check (run_transfer makes it too), in the flags' words, as a usage error
+        check_heldout(grid, heldout, flags=True)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
     with progress_bar() as progress:
         doc = run_transfer(Path(out), grid, heldout=heldout, plain_text=plain_text, n_boot=n_boot, progress=progress)
     _print_transfer(doc)

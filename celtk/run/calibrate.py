@@ -33,6 +33,7 @@ from celtk.run.directory import RunDirectory
 from celtk.run.documents import CalibrationDocument, ScreenDocument, SelectionDocument
 from celtk.run.memo import memo_for
 from celtk.run.session import open_run
+from celtk.run.transfer import heldout_pass
 from celtk.search.nulls import (
     beyond_union,
     p_value,
@@ -88,7 +89,9 @@ def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed
     ``p_value_note`` says why. ``n_candidates`` (random-heads only) takes the best of that many random
     sets per repeat instead of the search on a random pool (the older control). Writes
     ``calibration-NULL.json``; the random-heads null's held-out scoring is a look, logged before it
-    is made."""
+    is made. ``progress(stage, done, total)`` reports ``search null`` (repeats), or for random-heads
+    ``calibrate`` (head sets scored on the discovery set) and ``calibrate held-out`` (thousandths of
+    the held-out pass)."""
     if null not in NULLS:
         raise ConfigError(f"Unknown null {null!r}; use one of {', '.join(NULLS)}.")
     if repeats < 1 or (n_candidates is not None and n_candidates < 1):
@@ -125,13 +128,14 @@ def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed
             return document
         if null == "search":
             document = _search(rd, sel, base, n_held=test.n if test else sel.heldout.n if sel.heldout
-                               else int(sel.config["heldout"]))
+                               else int(sel.config["heldout"]), progress=progress)
             document.save(out)
             return document
         return _random_heads(rd, sel, base, n_candidates, model, progress)
 
 
-def _search(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any], *, n_held: int) -> CalibrationDocument:
+def _search(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any], *, n_held: int,
+            progress: Progress | None = None) -> CalibrationDocument:
     """The search null: Algorithm 1 rerun on relabelled outcomes from the screen's per-example discordance."""
     if sel.strategy != "algorithm1" or sel.p is None:
         raise ConfigError(f"The search null reruns Algorithm 1 (screen, top-p pool, subsets up to k); this selection "
@@ -157,7 +161,9 @@ def _search(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any], *, n
     sets = [r for r in sel.ranking if len(r.heads) > 1]
     rates = beyond_union(discordant, [[where[h] for h in r.heads] for r in sets], [r.fixes + r.damage for r in sets])
     disc, held, n_cand = search_null(discordant, p, k, repeats, base["seed"], n_held=n_held, order=order,
-                                     extra_rate=rates, scored=None if scored.all() else scored)
+                                     extra_rate=rates, scored=None if scored.all() else scored,
+                                     progress=(lambda done, total: progress("search null", done, total)) if progress
+                                     else None)
     beyond = ", ".join(f"{size} heads {rate:.3f}" for size, rate in rates.items()) or "none (k = 1)"
     return CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
                                null_heldout_gains=[float(g) for g in held],
@@ -226,11 +232,7 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
     session = run.session
     seq = rd.begin_look("calibrate-random-heads", list(chosen),
                         session.splits.manifest().heldout_hash, len(session.splits.heldout), exploratory=True)
-    if progress:
-        progress("calibrate held-out", 0, 1)
-    intact, results = session.screener("heldout").run(chosen)
-    if progress:
-        progress("calibrate held-out", 1, 1)
+    intact, results = heldout_pass(session, chosen, progress, "calibrate held-out")
     heldout = {s: float(results[s].correct.mean() - intact.correct.mean()) for s in chosen}
     document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
                                    null_heldout_gains=[heldout[b.heads] for b in best], p_value=pv, p_value_note=note,

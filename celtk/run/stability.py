@@ -15,6 +15,7 @@ from celtk.run.documents import SelectionDocument, StabilityDocument, StableSele
 from celtk.run.memo import memo_for
 from celtk.run.select import search_settings
 from celtk.run.session import open_run
+from celtk.run.transfer import heldout_pass
 from celtk.search.stability import stability
 from celtk.search.strategies import get_strategy
 from celtk.stats import compare_paired, defined
@@ -33,6 +34,10 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
     The held-out scoring is a look, logged before it is made (on the held-out set fixed with the
     selection, when there is one): after it, ``select`` is refused unless forced, since the rows
     include what a selection with these ``p`` and ``k`` would choose (by default the run's, as ``select`` takes them).
+
+    ``progress(stage, done, total)`` reports ``resamples`` (the whole discovery set's search, then each
+    resample's), ``stability`` (head sets scored on the discovery set, as each start layer finishes) and
+    ``held-out work`` (thousandths of the held-out pass).
     """
     out = Path(out)
     p, k, _ = search_settings(out, p, k)
@@ -46,17 +51,14 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
         tie_break = (rd.load(SelectionDocument).config.get("tie_break", "numeric") if rd.has(SelectionDocument)
                      else run.session.config.tie_break)
         result = stability(run.scores, run.intact, memo, n_resamples=resamples, method=method, fraction=fraction,
-                           seed=seed, strategy=strategy, p=p, k=k, width=width, tie_break=tie_break)
+                           seed=seed, strategy=strategy, p=p, k=k, width=width, tie_break=tie_break,
+                           progress=(lambda done, total: progress("resamples", done, total)) if progress else None)
         session = run.session
         manifest = session.splits.manifest()
         distinct = sorted(set(result.selections) | {result.reference}, key=HeadSet.sort_key)
         seq = rd.begin_look("stability", list(distinct), manifest.heldout_hash,
                             len(session.splits.heldout), exploratory=True, p=p, k=k, strategy=strategy)
-        if progress:
-            progress("held-out", 0, len(distinct))
-        held_intact, held = session.screener("heldout").run(distinct)
-        if progress:
-            progress("held-out", len(distinct), len(distinct))
+        held_intact, held = heldout_pass(session, distinct, progress, "held-out work")
         full = memo(distinct)
         # the frozen selection's row is its held-out figure again (the test is the result); the rest were chosen after
         frozen = rd.frozen_heads() if rd.has(TestDocument) else None  # untested: no row is the test's figure

@@ -22,10 +22,12 @@ from celtk.models import Model, load_model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import Correctness, DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
 from celtk.run.session import Session, session_for
+from celtk.screening.cached import CachedScreener
 from celtk.stats import compare_paired, holm
 from celtk.tasks import Splits, get_task, make_splits
 
 Progress = Callable[[str, int, int], None]
+WORK_SCALE = 1000  # a held-out pass's progress within its batches, in thousandths of its work (as the screen's)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,13 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
     note (``dropped``), and so is a default shot seed on a run with no shots to redraw. Variants of
     the run's task family read the run's data (``data``), and every row records its data source.
     Each scored variant is a look, logged before it is scored. ``other_models`` maps a variant's
-    model name to a loaded model (otherwise it is loaded). Writes ``transfer.json``."""
+    model name to a loaded model (otherwise it is loaded). Writes ``transfer.json``.
+
+    ``heldout`` with only variants of the run's own task (the default grid is such) is refused before any
+    work (:func:`check_heldout`). ``progress(stage, done, total)`` reports ``transfer`` (variants),
+    ``transfer work`` (thousandths of the scored variants' passes, each variant an equal share, after every
+    batch of a teacher-forced pass), ``load`` (another model) and ``plain-text loss`` (windows)."""
+    check_heldout(variant_grid("") if variants is None else variants, heldout)  # the default grid: the run's task
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():
@@ -94,8 +102,9 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         rd.admit("transfer", base, sel)
         variants = variants or variant_grid(base.config.task)
         heads = sel.heads
-        planned, dropped = _plan(base, variants, other_models or {}, heldout)
+        planned, dropped = _plan(base, variants, other_models or {}, heldout, progress)
         comparisons, seqs = [], []
+        scored = [v for v, _ in planned if v.kind != "original"]
         for i, (variant, session) in enumerate(planned):
             if progress:
                 progress("transfer", i, len(planned))
@@ -106,7 +115,8 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
             rd.check_disjoint(session.splits.heldout, sel)
             seqs.append(rd.begin_look("transfer", [heads], session.splits.manifest().heldout_hash,
                                       len(session.splits.heldout), exploratory=True, variant=variant.name))
-            intact, results = session.screener("heldout").run([heads])
+            intact, results = heldout_pass(session, [heads], progress, "transfer work",
+                                           share=(scored.index(variant), len(scored)))
             comparisons.append((variant, session, intact.correct, results[heads].correct))
         if progress:
             progress("transfer", len(planned), len(planned))
@@ -114,7 +124,9 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         loss = None
         if plain_text is not None:
             loss = lm_loss(base.model, heads, read_plain_text(plain_text), source=str(plain_text), n_boot=n_boot,
-                           seed=base.config.seed, ablation=base.ablation())
+                           seed=base.config.seed, ablation=base.ablation(),
+                           progress=(lambda done, total: progress("plain-text loss", done, total)) if progress
+                           else None)
         document = TransferDocument(heads=sel.heads, model=sel.model.name, task=sel.task.name,
                                     discovery_gain=sel.discovery_gain, n_boot=n_boot, ci_level=0.95, variants=rows,
                                     dropped=dropped, lm_loss=loss)
@@ -122,8 +134,44 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         return document
 
 
-def _plan(base: Session, variants: list[Variant], other_models: dict[str, Model],
-          heldout: int | None) -> tuple[list[tuple[Variant, Session]], list[DroppedVariant]]:
+def check_heldout(variants: Iterable[Variant], heldout: int | None, *, flags: bool = False) -> None:
+    """Refuse a held-out size (``heldout``, the CLI's ``--heldout``; ``flags``: say it in the CLI's words) that no
+    variant can use: it sizes the held-out sets that variants of other tasks draw, while variants of the run's own
+    task score the held-out set frozen with the selection, at its size."""
+    variants = list(variants)
+    if heldout is None or any(v.task is not None for v in variants):
+        return
+    size, where, drop = ((f"--heldout {heldout}", "(--tasks, --subtasks)", "Drop --heldout") if flags else
+                         (f"heldout={heldout}", "(variant_grid's tasks, subtasks)", "Drop heldout"))
+    raise ConfigError(f"{size} sets how many held-out examples a variant of another task draws {where}, and every "
+                      "variant asked for here (" + ", ".join(v.name for v in variants) + ") scores the run's own "
+                      f"held-out set, frozen with the selection at its size: it cannot apply. {drop}, or add a "
+                      "variant of another task.")
+
+
+def heldout_pass(session: Session, sets: list[HeadSet], progress: Progress | None = None, stage: str = "held-out work",
+                 *, share: tuple[int, int] = (0, 1)) -> tuple[Any, dict[HeadSet, Any]]:
+    """``session.screener("heldout").run(sets)`` (the intact result and each set's), reporting
+    ``progress(stage, done, WORK_SCALE)`` after the intact pass and every forward of a group of sets over a
+    batch, in thousandths of the work, as the screen reports its own (a generation-graded task's screener
+    reports only its start and end). ``share = (i, n)``: this pass is the ``i``-th of ``n`` equal shares of
+    the stage (transfer's variants), so the count runs from ``i/n`` to ``(i + 1)/n`` of ``WORK_SCALE``."""
+    screener = session.screener("heldout")
+    if progress is None:
+        return screener.run(sets)
+    index, parts = share
+
+    def on_work(done: int, total: int) -> None:
+        progress(stage, round(WORK_SCALE * (index + (done / total if total else 1.0)) / parts), WORK_SCALE)
+
+    on_work(0, 1)
+    scored = screener.run(sets, on_work=on_work) if isinstance(screener, CachedScreener) else screener.run(sets)
+    on_work(1, 1)
+    return scored
+
+
+def _plan(base: Session, variants: list[Variant], other_models: dict[str, Model], heldout: int | None,
+          progress: Progress | None = None) -> tuple[list[tuple[Variant, Session]], list[DroppedVariant]]:
     """The variants to score, each with its session, and those dropped: a default shot seed with no
     shots to redraw, or a comparison (model, prompts, held-out examples) an earlier row already makes."""
     planned: list[tuple[Variant, Session]] = []
@@ -137,7 +185,7 @@ def _plan(base: Session, variants: list[Variant], other_models: dict[str, Model]
                                   "Leave out shot seeds (--shots-seeds) for this run.")
             dropped.append(DroppedVariant(variant=variant.name, same_as=None, reason=fixed))
             continue
-        session = variant_session(base, variant, other_models, heldout)
+        session = variant_session(base, variant, other_models, heldout, progress=progress)
         key = (session.model.weight_hash, prepared_hash(session.prepared("heldout")),
                session.splits.manifest().heldout_hash)
         if key in seen:
@@ -162,10 +210,11 @@ def _fixed_shots(session: Session) -> str | None:
 
 
 def variant_session(base: Session, variant: Variant, other_models: dict[str, Model],
-                    heldout: int | None = None) -> Session:
+                    heldout: int | None = None, *, progress: Progress | None = None) -> Session:
     """A session with the variant's model, task, shots and template. Its held-out set is the run's
     own for the run's task; another task draws ``heldout`` examples (default the run's count) with
-    the run's seed. Tasks of the run's family read the run's data; others their own default."""
+    the run's seed. Tasks of the run's family read the run's data; others their own default. A model
+    loaded here (one ``other_models`` lacks) is reported as ``progress("load", 0 then 1, 1)``."""
     c = base.config
     if c.ablation in ("mean", "resample") and (variant.task is not None or variant.model is not None):
         raise ConfigError(f"This run ablates by {c.ablation}, whose values are measured on its discovery set "
@@ -176,7 +225,7 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
     shot_seed = c.seed if variant.shot_seed is None else variant.shot_seed
     model = base.model
     if variant.model is not None:
-        model = other_models.get(variant.model) or load_model(variant.model, device=c.device, dtype=c.dtype)
+        model = other_models.get(variant.model) or _load(variant.model, c.device, c.dtype, progress)
         if (model.n_layers, model.n_heads) != (base.model.n_layers, base.model.n_heads):
             raise ConfigError(f"Model {variant.model!r} has {model.n_layers} layers × {model.n_heads} heads, the run's "
                               f"{base.model.n_layers} × {base.model.n_heads}; "
@@ -202,6 +251,15 @@ def variant_session(base: Session, variant: Variant, other_models: dict[str, Mod
     config = replace(c, task=variant.task or c.task, data=data, fewshot=fewshot,
                      chat=c.chat if variant.chat is None else variant.chat, model=variant.model or c.model)
     return Session(config, model, task, Splits(discovery=discovery, heldout=held, shots=shots, source=source))
+
+
+def _load(name: str, device: str, dtype: str, progress: Progress | None) -> Model:
+    if progress:
+        progress("load", 0, 1)
+    model = load_model(name, device=device, dtype=dtype)
+    if progress:
+        progress("load", 1, 1)
+    return model
 
 
 def data_source(session: Session) -> str:
@@ -239,29 +297,31 @@ def bos_id(tokenizer: Any) -> int | None:
     return bos if bos is not None and len(with_special) > len(plain) and with_special[0] == bos else None
 
 
-def window_nll(model: Model, text: str, window: int = 128
+def window_nll(model: Model, text: str, window: int = 128, *, progress: Callable[[int, int], None] | None = None
                ) -> tuple[Float[np.ndarray, " window"], Int[np.ndarray, " window"]]:
     """Summed next-token NLL (nats) and predicted-token count of each ``window``-token piece of ``text``.
 
     Where the tokenizer begins a text with BOS (Llama, Gemma), every window begins with it, as the
     model saw text in training, and all of the window's tokens are predicted; otherwise a window's
-    first token is its context.
+    first token is its context. ``progress(pieces done, pieces)`` after each piece.
 
     """
     bos = bos_id(model.tokenizer)
     ids = torch.tensor(model.tokenizer(text, add_special_tokens=False).input_ids, dtype=torch.long)
     device = next(model.bridge.parameters()).device
     sums, counts = [], []
-    for start in range(0, len(ids), window):
+    starts = range(0, len(ids), window)
+    for done, start in enumerate(starts, 1):
         piece = ids[start:start + window]
         tokens = piece if bos is None else torch.cat([torch.tensor([bos]), piece])
-        if len(tokens) < 2:
-            continue
-        with torch.no_grad():
-            logits = model.bridge(tokens[None].to(device))[0, :-1].float()
-        nll = -torch.log_softmax(logits, dim=-1).gather(1, tokens[1:, None].to(device)).squeeze(1)
-        sums.append(float(nll.sum()))
-        counts.append(len(tokens) - 1)
+        if len(tokens) >= 2:
+            with torch.no_grad():
+                logits = model.bridge(tokens[None].to(device))[0, :-1].float()
+            nll = -torch.log_softmax(logits, dim=-1).gather(1, tokens[1:, None].to(device)).squeeze(1)
+            sums.append(float(nll.sum()))
+            counts.append(len(tokens) - 1)
+        if progress:
+            progress(done, len(starts))
     return np.array(sums, dtype=float), np.array(counts, dtype=int)
 
 
@@ -276,19 +336,23 @@ def read_plain_text(path: str | Path) -> str:
 
 
 def lm_loss(model: Model, heads: HeadSet, text: str, *, source: str = "text", window: int = 128, n_boot: int = 10_000,
-            level: float = 0.95, seed: int = 0, ablation: Any = None) -> LanguageModelLoss:
+            level: float = 0.95, seed: int = 0, ablation: Any = None,
+            progress: Callable[[int, int], None] | None = None) -> LanguageModelLoss:
     """Mean token NLL on ``text``, intact against ``heads`` ablated (as ``ablation`` says, default zero; resample,
-    which needs a reference example per row, is refused), with a paired bootstrap CI over windows."""
+    which needs a reference example per row, is refused), with a paired bootstrap CI over windows.
+    ``progress(done, total)`` counts the text's pieces, the intact pass's then the ablated one's."""
     kind = as_ablation(ablation)
     if kind.per_row:
         raise ConfigError("The plain-text loss has no reference example to resample a head's z from; drop --plain-text "
                           "for a resample run.")
-    intact, counts = window_nll(model, text, window)
+    intact, counts = window_nll(model, text, window,
+                                progress=(lambda done, pieces: progress(done, 2 * pieces)) if progress else None)
     if not len(counts):
         raise ConfigError(f"The plain text {source} has fewer than two tokens; "
                           "give a longer text for the language-modelling loss.")
     with ablate(model, heads, kind):
-        ablated, _ = window_nll(model, text, window)
+        ablated, _ = window_nll(model, text, window, progress=(lambda done, pieces: progress(pieces + done, 2 * pieces))
+                                if progress else None)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(counts), size=(n_boot, len(counts)))
     deltas = (ablated[idx].sum(1) - intact[idx].sum(1)) / counts[idx].sum(1)

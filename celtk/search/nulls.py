@@ -162,7 +162,8 @@ def relabelled_best(discordant: Bool[np.ndarray, "*batch head example"], signs: 
 def search_null(discordant: Bool[np.ndarray, "head example"], p: int, k: int, repeats: int, seed: int, *,
                 n_held: int, order: Int[np.ndarray, " head"] | None = None,
                 extra_rate: Mapping[int, float] | None = None,
-                scored: Bool[np.ndarray, "head example"] | None = None
+                scored: Bool[np.ndarray, "head example"] | None = None,
+                progress: Callable[[int, int], None] | None = None
                 ) -> tuple[Float[np.ndarray, " repeat"], Float[np.ndarray, " repeat"], int]:
     """The search rerun under "no head helps", ``repeats`` times (:func:`relabelled_best` on fair-coin signs per
     example): per repeat the best candidate's discovery gain and a null held-out gain for it (its discordance
@@ -175,6 +176,8 @@ def search_null(discordant: Bool[np.ndarray, "head example"], p: int, k: int, re
             (:func:`beyond_union`); drawn afresh per repeat and subset.
         scored: where a racing screen scored each head (default: everywhere); an unscored example is drawn per
             repeat at the head's own discordance rate on its scored ones.
+        progress: ``progress(repeats done, repeats)`` after each chunk of repeats (with it, at least 50
+            chunks where there are as many repeats; the draws are the same in any chunking).
 
     Returns:
         (discovery gains, held-out gains, candidates per repeat: heads + subsets of the pool), gains as fractions.
@@ -190,6 +193,8 @@ def search_null(discordant: Bool[np.ndarray, "head example"], p: int, k: int, re
     fill = (discordant & mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)  # each head's rate where scored
     width = max(len(members), heads if missing else 1)
     step = max(1, CHUNK_ELEMENTS // (width * max(n, 1)))
+    if progress:
+        step = min(step, max(1, -(-repeats // 50)))
     gains, disc = np.empty(repeats, dtype=np.int64), np.empty(repeats, dtype=np.int64)
     for start in range(0, repeats, step):
         rows = min(step, repeats - start)
@@ -203,6 +208,8 @@ def search_null(discordant: Bool[np.ndarray, "head example"], p: int, k: int, re
             extra = extra_rng.random((rows, len(members), n), dtype=np.float32) < subset_rate[None, :, None]
         gain, damage = relabelled_best(matrix, signs, p, k, order, extra)
         gains[start:start + rows], disc[start:start + rows] = gain, gain + 2 * damage
+        if progress:
+            progress(start + rows, repeats)
     held_disc = np.rint(disc * n_held / max(n, 1)).astype(np.int64)
     held = (2 * held_rng.binomial(held_disc, 0.5) - held_disc) / max(n_held, 1)
     return gains / max(n, 1), held, heads + len(members)

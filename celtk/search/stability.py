@@ -57,8 +57,10 @@ def jaccard(a: HeadSet, b: HeadSet) -> float:
 def stability(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"],
               evaluate: Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]],
               *, n_resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
-              strategy: str = "algorithm1", **options: Any) -> StabilityResult:
-    """Run ``strategy`` on ``n_resamples`` resamples of the discovery examples (and once on all)."""
+              strategy: str = "algorithm1", progress: Callable[[int, int], None] | None = None,
+              **options: Any) -> StabilityResult:
+    """Run ``strategy`` on ``n_resamples`` resamples of the discovery examples (and once on all);
+    ``progress(done, n_resamples + 1)`` before the first search and after each."""
     if n_resamples < 2:
         raise ConfigError(f"Stability needs at least 2 resamples, got {n_resamples}.")
     search = get_strategy(strategy)
@@ -74,8 +76,15 @@ def stability(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"],
 
         return search(rescored, take(intact), evaluate_resampled, **options)
 
-    reference = run(None).best.heads
-    selections = [run(idx).best.heads for idx in resample_indices(len(intact), n_resamples, method, fraction, seed)]
+    draws = [None, *resample_indices(len(intact), n_resamples, method, fraction, seed)]  # None: the whole set
+    found: list[HeadSet] = []
+    for idx in draws:
+        if progress:
+            progress(len(found), len(draws))
+        found.append(run(idx).best.heads)
+    if progress:
+        progress(len(found), len(draws))
+    reference, selections = found[0], found[1:]
     heads = Counter(h for s in selections for h in s.heads)
     subsets = Counter(selections)
     pairs = [jaccard(a, b) for a, b in combinations(selections, 2)]

@@ -89,8 +89,13 @@ def selected(planted, smol_tokenizer, tmp_path_factory):
 def test_transfer_to_hurt_task_not_to_unaffected_one(selected):
     model, out, hurt, same = selected
     grid = [Variant("original", "original"), Variant("hurt", "task", task=hurt), Variant("same", "task", task=same)]
-    doc = run_transfer(out, grid, model, n_boot=500)
+    seen: list[tuple[str, int, int]] = []
+    doc = run_transfer(out, grid, model, n_boot=500, progress=lambda *step: seen.append(step))
     rows = {r.variant: r for r in doc.variants}
+    # progress within the passes: each scored variant's batches, the two variants an equal share each
+    work = [done for stage, done, total in seen if stage == "transfer work"]
+    assert work == sorted(work) and work[0] == 0 and 500 in work and work[-1] == 1000 and len(work) > 6, work
+    assert [(d, t) for s, d, t in seen if s == "transfer"] == [(0, 3), (1, 3), (2, 3), (3, 3)]
     assert not_none(rows["original"].gain) > 0 and not_none(rows["original"].mcnemar_p) < 0.05
     assert (not_none(rows["hurt"].gain) > 0 and not_none(rows["hurt"].holm_p) < 0.05
             and not_none(rows["hurt"].gain_ci)[0] > 0)
@@ -129,7 +134,11 @@ def test_zero_shot_grid_has_no_duplicate_rows_and_lm_loss_is_paired(selected, tm
     text = tmp_path / "plain.txt"
     text.write_text(" ".join(WORDS * 30))
     before = len(HeldoutLog(out).looks())
-    doc = run_transfer(out, variant_grid("jsonl:x"), model, plain_text=text, n_boot=300)
+    seen: list[tuple[str, int, int]] = []
+    doc = run_transfer(out, variant_grid("jsonl:x"), model, plain_text=text, n_boot=300,
+                       progress=lambda *step: seen.append(step))
+    loss_steps = [(done, total) for stage, done, total in seen if stage == "plain-text loss"]
+    assert loss_steps == [(d, loss_steps[0][1]) for d in range(1, loss_steps[0][1] + 1)]  # each window, both passes
     assert [r.variant for r in doc.variants] == ["original"] and doc.variants[0].holm_p == doc.variants[0].mcnemar_p
     assert [(d.variant, d.same_as) for d in doc.dropped] == [(f"shots seed={s}", None) for s in range(1, 6)] + [
         ("zero-shot", "original")]
@@ -191,3 +200,25 @@ def test_plain_text_windows_begin_with_bos_where_the_tokenizer_adds_one(tiny_lla
     with torch.no_grad():
         logp = torch.log_softmax(tiny_llama.bridge(second)[0, :-1].float(), -1)
     assert sums[1] == pytest.approx(float(-logp.gather(1, second[0, 1:, None]).sum()), rel=1e-5)
+
+
+def test_a_heldout_size_no_variant_draws_is_refused_by_the_library_as_by_the_cli(selected):
+    """``heldout`` sizes what variants of other tasks draw; with only variants of the run's own task (which score the
+    frozen held-out set) it cannot apply: run_transfer and Run.transfer refuse it before any work, as the CLI does."""
+    from celtk.run import Run
+    from celtk.run.transfer import check_heldout
+
+    model, out, hurt, _ = selected
+    before = HeldoutLog(out).looks()
+    for call in (lambda: run_transfer(out, None, model, heldout=3, n_boot=10),
+                 lambda: run_transfer(out, variant_grid("jsonl:x", zero_shot=True, chat=True), model, heldout=3),
+                 lambda: Run(out, model=model).transfer(heldout=3, n_boot=10)):
+        with pytest.raises(ConfigError, match=r"heldout=3 sets how many held-out examples a variant of another task "
+                                              r"draws .* scores the run's own held-out set, frozen with the selection "
+                                              r"at its size: it cannot apply\. Drop heldout"):
+            call()
+    assert HeldoutLog(out).looks() == before  # refused before any look
+    check_heldout([Variant("original", "original"), Variant("hurt", "task", task=hurt)], 3)  # another task: it applies
+    check_heldout(variant_grid("jsonl:x"), None)
+    with pytest.raises(ConfigError, match=r"^--heldout 3 sets .* \(--tasks, --subtasks\).* Drop --heldout"):
+        check_heldout(variant_grid("jsonl:x"), 3, flags=True)  # the CLI's words

@@ -94,3 +94,49 @@ def test_the_group_options_and_their_environment_variables_reach_the_verbs(monke
     assert seen == [ProgressSettings(), ProgressSettings(True, "json", 5.0), ProgressSettings(True, "json", 2.5)]
     assert bad.exit_code == 2 and "'xml' is not one of 'text', 'json'" in bad.output
     assert isinstance(main, click.Group)
+
+
+def test_a_step_longer_than_the_interval_gets_still_working_lines():
+    """The heartbeat (ProgressLines.beat, which a background thread calls) on a fake clock: a line once no line has
+    been written for `every` seconds, naming the stage, where it stands, its elapsed time and its last step's age."""
+    clock = Clock()
+    out: list[str] = []
+    progress = ProgressLines(out.append, every=30.0, clock=clock)
+    clock.now = 31.0
+    assert progress.beat() and re.fullmatch(r"\S+Z still working \(starting\), elapsed 0:31", out[-1]), out
+    clock.now = 40.0
+    progress("screen", 0, 12)  # a regular line: the silence starts again
+    clock.now = 69.0
+    assert not progress.beat() and len(out) == 2
+    clock.now = 70.0
+    assert progress.beat()
+    assert re.fullmatch(r"\S+Z screen: still working, 0/12 heads \(0%\), elapsed 0:30, last step 0:30 ago",
+                        out[-1]), out[-1]
+    clock.now = 95.0
+    assert not progress.beat()  # 25 s after the heartbeat's own line
+    progress("screen", 4, 12)  # 55 s since the stage's last line: a regular line
+    clock.now = 100.0
+    progress("screen", 5, 12)  # throttled (5 s since the stage's last line): no line, but a step
+    assert len(out) == 4
+    clock.now = 126.0
+    assert progress.beat() and out[-1].endswith("screen: still working, 5/12 heads (42%), elapsed 1:26, "
+                                                "last step 0:26 ago"), out[-1]
+    clock.now = 130.0
+    progress("screen", 12, 12)
+    clock.now = 161.0
+    assert progress.beat() and "screen: 12/12 heads done, still working after it, elapsed 2:01" in out[-1], out[-1]
+
+
+def test_every_zero_still_gets_a_heartbeat_and_json_lines_mark_it():
+    clock = Clock()
+    out: list[str] = []
+    progress = ProgressLines(out.append, every=0.0, json_lines=True, clock=clock)
+    progress("eval", 1, 8)
+    clock.now = 29.0
+    assert not progress.beat()  # every = 0 prints every step; a silent step still gets one after 30 s
+    clock.now = 31.0
+    assert progress.beat()
+    record = json.loads(out[-1])
+    assert {k: record[k] for k in ("stage", "still_working", "done", "total", "unit", "elapsed_s", "since_step_s")} == {
+        "stage": "eval", "still_working": True, "done": 1, "total": 8, "unit": "batches", "elapsed_s": 31.0,
+        "since_step_s": 31.0}
