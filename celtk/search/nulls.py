@@ -194,7 +194,7 @@ def search_null(discordant: Bool[np.ndarray, "head example"], p: int, k: int, re
     width = max(len(members), heads if missing else 1)
     step = max(1, CHUNK_ELEMENTS // (width * max(n, 1)))
     if progress:
-        step = min(step, max(1, -(-repeats // 50)))
+        step = min(step, max(1, repeats // 50))
     gains, disc = np.empty(repeats, dtype=np.int64), np.empty(repeats, dtype=np.int64)
     for start in range(0, repeats, step):
         rows = min(step, repeats - start)

@@ -140,3 +140,23 @@ def test_every_zero_still_gets_a_heartbeat_and_json_lines_mark_it():
     assert {k: record[k] for k in ("stage", "still_working", "done", "total", "unit", "elapsed_s", "since_step_s")} == {
         "stage": "eval", "still_working": True, "done": 1, "total": 8, "unit": "batches", "elapsed_s": 31.0,
         "since_step_s": 31.0}
+
+
+def test_the_search_null_reports_chunks_of_repeats_and_draws_the_same():
+    """With a progress callback the search null runs in at least 50 chunks (so a line can come); its draws are the
+    same as in one chunk, with sets' extra changes and unscored examples drawn too."""
+    import numpy as np
+
+    from celtk.search.nulls import search_null
+
+    rng = np.random.default_rng(3)
+    discordant = rng.random((12, 30)) < 0.2
+    scored = np.ones_like(discordant)
+    scored[2, 20:] = False
+    steps: list[tuple[int, int]] = []
+    rates = {2: 0.05, 3: 0.1}
+    plain = search_null(discordant, 4, 3, 120, 9, n_held=40, extra_rate=rates, scored=scored)
+    shown = search_null(discordant, 4, 3, 120, 9, n_held=40, extra_rate=rates, scored=scored,
+                        progress=lambda done, total: steps.append((done, total)))
+    assert all(np.array_equal(a, b) for a, b in zip(plain[:2], shown[:2], strict=True)) and plain[2] == shown[2]
+    assert steps == [(done, 120) for done in range(2, 121, 2)]  # 60 chunks of 2
