@@ -23,11 +23,13 @@ env: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/celtk run $(DEMO_ARGS)
 
+# two pytest-xdist workers, one per core of the CI machine (WORKERS=0: one process); a module stays on one worker
+WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadscope
 
 test-fast: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadscope -m "not slow"
 
 # pyflakes, import order and no print in the library (ruff), then the type checker; settings in pyproject.toml
 lint: $(VENV)/.installed

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from celtk.ablation import ablate, as_ablation
-from celtk.ablation_kinds import Ablation, AblationKind
+from celtk.ablation_kinds import Ablation, AblationKind, refuse_positions_generation
 from celtk.evaluation.generation import evaluate_generation, refuse_resample_generation
 from celtk.evaluation.prompts import prepare
 from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
@@ -42,6 +42,7 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
     kind = as_ablation(ablation)
     if task.kind == "generate":
         refuse_resample_generation(kind)
+        refuse_positions_generation(kind)
         with ablate(model, heads, kind):
             return evaluate_generation(model, task, examples, shots, config, progress)
     prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
