@@ -182,14 +182,16 @@ def _remove_if_unused(made: list[Path]) -> None:
             return
 
 
-# keys added to run fingerprints after runs were made without them, with the value those runs had
-FINGERPRINT_DEFAULTS: dict[str, Any] = {"screen": "exhaustive"}
+# the keys every run's fingerprint records (celtk.run.session.Session.fingerprint); the others are recorded only
+# under a setting other than the default (a racing screen's mode and tie-break, the ablation kind, its positions)
+FINGERPRINT_FIELDS = ("model", "weight_hash", "dtype", "task", "seed", "fewshot", "chat", "chat_date", "discovery",
+                      "shots", "prompt_hash", "share_prefix_exact", "screen")
 
 
 def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | None = None) -> None:
     """Write ``fingerprint`` the first time; afterwards refuse any difference, naming the keys
-    (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's).
-    A key of :data:`FINGERPRINT_DEFAULTS` missing from an older stored fingerprint counts as its default."""
+    (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's),
+    and a stored fingerprint that lacks one of :data:`FINGERPRINT_FIELDS` that ``fingerprint`` has, naming it."""
     path = Path(path)
     if not path.exists():
         write_json(path, fingerprint)
@@ -197,8 +199,12 @@ def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | Non
     stored = read_json(path)
     if not isinstance(stored, dict):
         raise RunStoreError(f"{path} is not a fingerprint (a JSON object); delete the run directory and start again.")
-    stored = {**{k: v for k, v in FINGERPRINT_DEFAULTS.items() if k in fingerprint}, **stored}
     now = json.loads(json.dumps(fingerprint))
+    missing = [key for key in FINGERPRINT_FIELDS if key in now and key not in stored]
+    if missing:
+        raise RunStoreError(f"{path} lacks {', '.join(missing)}, which celtk records in every run's fingerprint: it "
+                            "was written by another celtk version, or edited, so this run's settings cannot be "
+                            "compared. Rerun the stage into a new run directory with this celtk version.")
     if stored != now:
         keys = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
         detail = "; ".join(f"{k}: stored {stored.get(k)!r}, now {now.get(k)!r}" for k in keys[:4])

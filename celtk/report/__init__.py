@@ -194,8 +194,7 @@ def _write_report(out: Path, target: Path | None) -> Path:
                         + "): the held-out set is no longer untouched for this selection.</strong></p>"
                         if selection.forced_after_test else "")
                      + (f"<p>Frozen with its held-out set: {selection.heldout.n} examples "
-                        f"(seed {selection.heldout.seed}, hash <code>{selection.heldout.hash}</code>).</p>"
-                        if selection.heldout else "")
+                        f"(seed {selection.heldout.seed}, hash <code>{selection.heldout.hash}</code>).</p>")
                      + _table(["heads", "accuracy", "gain (pts)", "fixes", "damage"],
                               [[str(r.heads), f"{r.accuracy:.1%}", f"{100 * r.gain:+.1f}", r.fixes, r.damage]
                                for r in selection.ranking[:10]]))

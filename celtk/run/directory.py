@@ -44,6 +44,7 @@ from celtk.run.integrity import (
     check_screen_fingerprint,
     check_selection_matches_screen,
     check_test_matches_selection,
+    require_fingerprint,
 )
 from celtk.runstore import check_fingerprint, file_digest, locked
 from celtk.tasks import Example, SplitManifest, shared_examples
@@ -62,7 +63,6 @@ class ModelChecks:
     baseline: str | None = None  # "intact": the intact discovery outcomes are screen.json's; "null": and no ablation's
     frozen: bool = False  # it scores the frozen selection: the discovery set's hash and the shots are the selection's
     tested: bool = False  # it rescores the test's examples: the held-out set drawn is the one test.json scored
-    records: bool = True  # it writes fingerprint.json where the directory has none (the stages that always did)
 
 
 # every stage that reads a run directory, and what it checks once the model is loaded
@@ -70,12 +70,12 @@ MODEL_CHECKS = {
     "select": ModelChecks(baseline="null"),
     "test": ModelChecks(heldout=True, baseline="intact", frozen=True),
     "stability": ModelChecks(heldout=True, baseline="null"),
-    "transfer": ModelChecks(heldout=True, records=False),
+    "transfer": ModelChecks(heldout=True),
     "calibrate": ModelChecks(heldout=True),
     "ablations": ModelChecks(heldout=True, baseline="intact", frozen=True, tested=True),
-    "eval": ModelChecks(heldout=True, records=False),
+    "eval": ModelChecks(heldout=True),
     "altscreen": ModelChecks(),
-    "attributes": ModelChecks(records=False),
+    "attributes": ModelChecks(),
 }
 STAGES = tuple(MODEL_CHECKS)
 
@@ -157,21 +157,24 @@ class RunDirectory:
         (:mod:`celtk.run.heldout`)."""
         looks = self.log.looks()
         selection = self.load_if(SelectionDocument)
-        contract = selection.heldout if selection is not None else None
-        if selection is None or contract is None:
+        if selection is None:
             return looks
-        return [replace(look, frozen=True) if selection.heads in look.heads and look.heldout_hash == contract.hash
-                else look for look in looks]
+        return [replace(look, frozen=True) if selection.heads in look.heads
+                and look.heldout_hash == selection.heldout.hash else look for look in looks]
 
     def look_records(self) -> list[LookRecord]:
         return [record(look) for look in self.looks()]
 
     def verify(self) -> None:
         """Refuse a log that was edited or truncated, and a ``test.json`` whose bytes differ from those
-        the log recorded last for it."""
+        the log recorded last for it (or that the log records no test writing)."""
         test = self.file(TestDocument.FILE)
         last = self._last_digest(TestDocument.FILE)
-        if test.exists() and last is not None and file_digest(test) != last:
+        if test.exists() and last is None:
+            raise RunStoreError(f"{test} exists, but the held-out log records no test that wrote it; every test is "
+                                "logged before it scores the held-out set. It was copied in or the log was replaced: "
+                                "restore the run's files, or start a new run directory.")
+        if test.exists() and file_digest(test) != last:
             raise RunStoreError(f"{test} differs from the test.json the held-out log recorded: it was edited after the "
                                 "test. Restore it; "
                                 "a run whose test result was changed cannot be tested or reported again.")
@@ -182,8 +185,8 @@ class RunDirectory:
     def _last_digest(self, name: str) -> str | None:
         digest = None
         for _, entry in self.log.lines():
-            if entry.get("event") == "result" and entry.get("file") == name:
-                digest = entry.get("sha256")
+            if entry["event"] == "result" and entry["file"] == name:
+                digest = entry["sha256"]
         return digest
 
     def begin_look(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *,
@@ -228,10 +231,9 @@ class RunDirectory:
         selection = self.load(SelectionDocument)
         if (selection.strategy, selection.k, selection.strategy_options) != (strategy, k, options):
             return None
-        if heldout is not None and (selection.heldout is None or selection.heldout.n != heldout):
+        if heldout is not None and selection.heldout.n != heldout:
             return None
-        digest = selection.screen_digest
-        if digest is not None and digest not in self.load(ScreenDocument).results_digests():
+        if selection.screen_digest != self.load(ScreenDocument).results_digest():
             return None
         return selection
 
@@ -252,7 +254,7 @@ class RunDirectory:
     def _selected_since(self, test: TestDocument) -> bool:
         """Whether a forced ``select`` followed ``test`` (the log's ``select-forced`` lines): a selection forced
         after other looks but before the test is what the test tested."""
-        forced = [entry.get("seq", -1) for entry in self.log.events("select-forced")]
+        forced = [entry["seq"] for entry in self.log.events("select-forced")]
         return test.look is None or any(seq > test.look for seq in forced)
 
     # -- the rules -------------------------------------------------------------------------
@@ -358,8 +360,7 @@ class RunDirectory:
 
         * weights: the loaded model's weight hash is the run's;
         * task: the session's task is the document's;
-        * settings: ``fingerprint.json`` (written by the screen) equals the session's fingerprint (eval, transfer and
-          attributes compare it where there is one, and never write one);
+        * settings: ``fingerprint.json`` (written by the screen) equals the session's fingerprint;
         * discovery: the discovery set drawn now is the screen's (its ids) and, for a stage that scores the frozen
           selection, the selection's (its hash and shots);
         * baseline: the intact model scores the discovery set as ``screen.json`` stored (``select`` and
@@ -378,8 +379,7 @@ class RunDirectory:
                                 f"used {document.model.weight_hash}. Load the same weights, or start a new run.")
         if TaskRecord(session.task.config()) != document.task:
             raise RunStoreError(f"{name} was made for task {document.task.name!r}, not {session.task.full_name!r}.")
-        if checks.records or self.file("fingerprint.json").exists():
-            check_fingerprint(self.file("fingerprint.json"), session.fingerprint(), source=name)
+        check_fingerprint(require_fingerprint(self.path), session.fingerprint(), source=name)
         manifest = session.splits.manifest()
         if isinstance(document, ScreenDocument) and [e.id for e in session.splits.discovery] != document.discovery_ids:
             raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")
@@ -436,7 +436,7 @@ class RunDirectory:
 
     # -- the held-out contract -------------------------------------------------------------
     def contract(self) -> HeldoutContract | None:
-        """The held-out set fixed with ``selection.json`` (``None``: no selection, or one from before the contract)."""
+        """The held-out set fixed with ``selection.json`` (``None``: no selection yet)."""
         selection = self.load_if(SelectionDocument)
         return selection.heldout if selection else None
 
@@ -467,7 +467,7 @@ def check_tested_heldout(out: Path, what: str, test: TestDocument, selection: Se
     another held-out size (or seed) after the test freezes a new set, and ``what`` (the report, transfer,
     calibrate, ablations) would show the old test's figures beside the new contract."""
     contract = selection.heldout
-    if contract is None or test.heldout_hash == contract.hash:
+    if test.heldout_hash == contract.hash:
         return
     raise RunStoreError(f"{out}/test.json tested a held-out set of {test.n} examples (hash {test.heldout_hash}), but "
                         f"selection.json was frozen again (select --force after the test) with another held-out set, "
@@ -487,7 +487,7 @@ def check_no_overlap(discovery_hashes: list[str], discovery_ids: list[str], held
 def record(look: Look) -> LookRecord:
     return LookRecord(seq=look.seq, what=look.what, heads=look.heads, n=look.n,
                       heldout_hash=look.heldout_hash, frozen=look.frozen, exploratory=look.exploratory,
-                      forced=look.forced, complete=look.complete, result=look.result, chained=look.chained,
+                      forced=look.forced, complete=look.complete, result=look.result,
                       seen_before_test=look.seen_before_test)
 
 

@@ -299,6 +299,12 @@ class Record:
                 continue
             values[name] = ([kind.from_json(v, where) for v in value] if kind and value is not None
                             else single.from_json(value, where) if single and value is not None else value)
+        # every field but those left out when None (optional) is in every file celtk writes
+        missing = [name for name, f in known.items() if name not in data and not f.metadata.get("omit_none")]
+        if missing:
+            raise RunStoreError(f"{where or cls.__name__} lacks {', '.join(missing)}, which celtk writes in every "
+                                f"{cls.__name__}: it was written by another celtk version, or edited. Rerun the stage "
+                                f"that writes it into a new run directory with this celtk version.")
         try:
             return cls(**values)
         except TypeError as error:
@@ -317,7 +323,12 @@ class Document(Record):
 
     @classmethod
     def from_json(cls: type[D], data: dict[str, Any], where: str = "") -> D:
-        version = data.get("schema_version", SCHEMA_VERSION)  # files from before the field existed share layout 1
+        stored = next(f for f in fields(cls) if f.name == "schema_version").metadata.get("stored", True)
+        if stored and "schema_version" not in data:
+            raise RunStoreError(f"{where or cls.FILE} has no schema_version, which celtk writes in every run document: "
+                                "it was written by another celtk version, or edited. Rerun the stage that writes it "
+                                "into a new run directory with this celtk version.")
+        version = data.get("schema_version", SCHEMA_VERSION)  # a document that writes no version has layout 1
         if version != SCHEMA_VERSION:
             raise RunStoreError(f"{where or cls.FILE} has schema version {version}; this celtk reads version "
                                 f"{SCHEMA_VERSION}. Rerun the stage with this version.")
@@ -520,15 +531,8 @@ class ScreenDocument(Document):
         """SHA-256 of what the screen found, what a selection records it was searched on: the model, task, splits
         and every outcome. Not ``config`` (batch size or device may differ between two calls that screen the same
         run) nor ``null_ablation`` (a float diagnostic of the two paths' agreement, not a result a search reads)."""
-        return self._digest(("config", "null_ablation"))
 
-    def results_digests(self) -> tuple[str, str]:
-        """:meth:`results_digest`, and the digest a selection written before this rule recorded (``null_ablation``
-        included): a selection matches this screen when its ``screen_digest`` is either."""
-        return self.results_digest(), self._digest(("config",))
-
-    def _digest(self, leave_out: tuple[str, ...]) -> str:
-        results = {k: v for k, v in self.to_json().items() if k not in leave_out}
+        results = {k: v for k, v in self.to_json().items() if k not in ("config", "null_ablation")}
         return hashlib.sha256(json.dumps(results, sort_keys=True).encode()).hexdigest()
 
 
@@ -583,7 +587,7 @@ class LookRecord(Record):
     forced: bool
     complete: bool  # its result was written
     result: str | None  # the file it wrote
-    chained: bool  # False: a line from before the log was hash-chained
+    chained: bool = True  # every line of the log is hash-chained: a log holding a line without the chain is refused
     seen_before_test: int | None = optional()  # made before the run's test (this seq), it scored the tested selection
 
 
@@ -617,8 +621,8 @@ class SelectionDocument(Document):
     forced_after_test: bool | None = optional()  # reselected with force=True after a look at the held-out set
     forced_no_gain: bool | None = optional()  # frozen with force=True although its discovery gain is ≤ 0
     discovery_gain_note: str = DISCOVERY_GAIN_NOTE
-    heldout: HeldoutContract | None = optional_record(HeldoutContract)  # None: frozen before celtk kept the contract
-    screen_digest: str | None = optional()  # ScreenDocument.results_digest() of the screen it was searched on
+    heldout: HeldoutContract = field(metadata={"record": HeldoutContract})  # what every test of it scores
+    screen_digest: str  # ScreenDocument.results_digest() of the screen it was searched on
     prior_looks: list[LookRecord] | None = field(default=None, metadata={"omit_none": True, "rows": LookRecord})
 
     def to_pandas(self) -> Any:
@@ -872,8 +876,7 @@ class EvalDocument(Document):
     heads: HeadSet = coded(HEADS)
     n: int
     accuracy: float
-    # the standard error of the accuracy, as lm-eval's acc_stderr: sqrt(acc (1 - acc) / (n - 1)); None for n < 2 (and in
-    # files written before it was recorded)
+    # the standard error of the accuracy, as lm-eval's acc_stderr: sqrt(acc (1 - acc) / (n - 1)); None for n < 2
     accuracy_stderr: float | None = optional()
     examples: list[EvalExample] = rows(EvalExample)
     config: dict[str, Any]

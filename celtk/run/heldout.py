@@ -17,7 +17,7 @@ log had and the hash of the last one, so a truncated log (or an edited last line
 too. Every line is also recorded in celtk's ledger outside the directory (:mod:`celtk.run.ledger`), so a
 log that lacks or changed a recorded line is refused however consistently the directory was rewritten.
 Tamper-evident, not tamper-proof: deleting the ledger and the run together is not caught. A line without
-the chain (celtk wrote such lines before the chain existed) is refused.
+the chain, or without a field celtk writes in every line of its kind, is refused.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from celtk.runstore import append_line, file_digest, read_bounded, read_json, wr
 LOG = "heldout_log.jsonl"
 HEAD = "heldout_log.head"
 RETURNED = "(returned, not written)"  # the result of a look whose caller kept it in memory (celtk.run.run_eval)
-START = "0" * 64  # ``prev`` of the first chained line of a log with no legacy lines
+START = "0" * 64  # ``prev`` of the log's first line
 
 
 def line_hash(text: str) -> str:
@@ -68,7 +68,6 @@ class Look:
     extra: dict[str, Any] = field(default_factory=dict)
     result: str | None = None
     digest: str | None = None
-    chained: bool = True
     seen_before_test: int | None = None
     seen_by: list[int] = field(default_factory=list)
 
@@ -92,11 +91,14 @@ class Look:
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "what": self.what, "when": self.when, "heads": [h.names() for h in self.heads],
                 "heldout_hash": self.heldout_hash, "n": self.n, "frozen": self.frozen, "exploratory": self.exploratory,
-                "forced": self.forced, "complete": self.complete, "result": self.result, "chained": self.chained,
+                "forced": self.forced, "complete": self.complete, "result": self.result,
                 "seen_before_test": self.seen_before_test, "seen_by": self.seen_by}
 
 
-_LOOK_KEYS = {"seq", "prev", "event", "what", "when", "heads", "heldout_hash", "n", "frozen", "exploratory", "forced"}
+# what every line of each kind holds (HeldoutLog.begin, complete, note): a line that lacks one was not written by celtk
+_LINE_KEYS = {"seq", "prev", "event"}
+_LOOK_KEYS = _LINE_KEYS | {"what", "when", "heads", "heldout_hash", "n", "frozen", "exploratory", "forced"}
+_RESULT_KEYS = _LINE_KEYS | {"look", "file", "sha256"}
 
 
 class HeldoutLog:
@@ -130,8 +132,12 @@ class HeldoutLog:
                 raise self._broken(f"line {number} is not JSON") from None
             if not isinstance(entry, dict):
                 raise self._broken(f"line {number} is not a JSON object")
-            if "seq" not in entry:
+            if "seq" not in entry or "prev" not in entry:
                 raise self._broken(f"line {number} has no hash chain (seq, prev); celtk writes every line chained")
+            required = {"look": _LOOK_KEYS, "result": _RESULT_KEYS}.get(str(entry.get("event")), _LINE_KEYS)
+            if missing := sorted(required - set(entry)):
+                raise self._broken(f"line {number} lacks {', '.join(missing)}, which celtk writes in every "
+                                   f"{entry.get('event', 'log')} line")
             expected = line_hash(parsed[-1][0]) if parsed else START
             if entry.get("seq") != number - 1 or entry.get("prev") != expected:
                 raise self._broken(f"line {number} does not follow line {number - 1} (its seq or the hash of the "
@@ -170,28 +176,21 @@ class HeldoutLog:
         looks: dict[int, Look] = {}
         order: list[int] = []
         for index, (_, entry) in enumerate(self.lines()):
-            event = entry.get("event", "look")
-            if event == "look":
-                seq = entry.get("seq", index)
-                extra = {k: v for k, v in entry.items() if k not in _LOOK_KEYS}
-                exploratory = entry.get("exploratory", entry.get("what") != "test")
-                looks[seq] = Look(seq=seq, what=str(entry.get("what")), when=str(entry.get("when", "")),
-                                  heads=self._heads(index, entry.get("heads", [])),
-                                  heldout_hash=str(entry.get("heldout_hash", "")),
-                                  n=entry.get("n"),
-                                  frozen=bool(entry.get("frozen", entry.get("what") in ("test", "transfer"))),
-                                  exploratory=bool(exploratory), forced=bool(entry.get("forced", False)), extra=extra,
-                                  chained="seq" in entry,
-                                  # a legacy line was written after its result: complete by construction
-                                  result=None if "seq" in entry else "legacy")
+            if entry["event"] == "look":
+                seq = entry["seq"]
+                looks[seq] = Look(seq=seq, what=str(entry["what"]), when=str(entry["when"]),
+                                  heads=self._heads(index, entry["heads"]), heldout_hash=str(entry["heldout_hash"]),
+                                  n=entry["n"], frozen=bool(entry["frozen"]), exploratory=bool(entry["exploratory"]),
+                                  forced=bool(entry["forced"]),
+                                  extra={k: v for k, v in entry.items() if k not in _LOOK_KEYS})
                 order.append(seq)
-            elif event == "result":
-                seq = entry.get("look")
+            elif entry["event"] == "result":
+                seq = entry["look"]
                 if seq not in looks:
                     raise self._broken(f"line {index + 1} names a result of look {seq}, which is not in the log")
                 old = looks[seq]
                 if old.result is None:  # the first file a look wrote is its result
-                    looks[seq] = Look(**{**old.__dict__, "result": entry.get("file"), "digest": entry.get("sha256")})
+                    looks[seq] = replace(old, result=entry["file"], digest=entry["sha256"])
         return _mark_seen_before_test([looks[s] for s in order])
 
     def _heads(self, index: int, value: Any) -> list[HeadSet]:

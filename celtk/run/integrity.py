@@ -84,22 +84,29 @@ def check_racing_use(doc: ScreenDocument, *, whole: str | None = None, p: int | 
 
 
 def check_screen_fingerprint(out: Path, doc: ScreenDocument) -> None:
-    """``screen.json`` must describe the run recorded in ``fingerprint.json`` (when there is one)."""
-    path = Path(out) / "fingerprint.json"
-    if not path.exists():
-        return
-    fp = read_json(path)
+    """``screen.json`` must describe the run recorded in ``fingerprint.json``, which the screen writes beside it."""
+    fp = read_json(require_fingerprint(out))
     _agree(out, "fingerprint.json", "screen.json", {
         "task": (fp.get("task"), doc.task.to_json()), "weight hash": (fp.get("weight_hash"), doc.weight_hash),
         "discovery hash": (fp.get("discovery"), doc.splits.discovery_hash),
         "seed": (fp.get("seed"), doc.config.get("seed"))})
 
 
+def require_fingerprint(out: Path) -> Path:
+    """``out/fingerprint.json``, refused when missing: the screen records the run's settings there, and every later
+    stage compares its own with them."""
+    path = Path(out) / "fingerprint.json"
+    if not path.exists():
+        raise RunStoreError(f"{path} is missing: the screen records the run's settings there, and every stage "
+                            "compares its own with them, so without it any settings would pass. Restore it, or "
+                            "rerun the screen into a new run directory with this celtk version.")
+    return path
+
+
 def check_selection_matches_screen(out: Path, selection: SelectionDocument, screen: ScreenDocument) -> None:
-    """``selection.json`` must have been searched on this directory's ``screen.json`` (the same bytes,
-    where the selection recorded them)."""
-    digest = getattr(selection, "screen_digest", None)
-    if digest is not None and digest not in screen.results_digests():
+    """``selection.json`` must have been searched on this directory's ``screen.json`` (the outcomes it records the
+    digest of)."""
+    if selection.screen_digest != screen.results_digest():
         raise RunStoreError(f"{Path(out) / 'selection.json'} was searched on another screen.json than the one in {out} "
                             "(the screen was rerun or extended since): select again, in a new run directory if the "
                             "held-out set was looked at.")

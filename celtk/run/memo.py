@@ -89,7 +89,7 @@ def claim_parts(directory: Path, key: str) -> None:
         return
     if directory.is_dir() and any(directory.iterdir()):
         aside = directory.with_name(f"{directory.name}-stale-{old}")
-        shutil.rmtree(aside, ignore_errors=True)  # an older copy of the same stale outcomes
+        shutil.rmtree(aside, ignore_errors=True)  # a copy of the same stale outcomes set aside before
         directory.rename(aside)
     atomic_write_text(marker, key + "\n")
 
@@ -114,8 +114,8 @@ def load_subset_parts(parts: Path, intact: Bool[np.ndarray, " example"]
                                 "outcomes); delete it and rerun: only its subsets are scored again.") from None
         if doc.get("digest") != part_digest(doc.get("layer"), doc["subsets"]):
             raise RunStoreError(f"{path} does not match its digest: its outcomes changed after celtk wrote them (or "
-                                "an older celtk wrote it without one), so they are not reused. Delete it and rerun: "
-                                "only its subsets are scored again.")
+                                "it has no digest), so they are not reused. Delete it and rerun: only its subsets are "
+                                "scored again.")
         for heads, correct in rows:
             if correct.shape != intact.shape:
                 raise RunStoreError(f"{path} holds outcomes for {len(correct)} examples, not {len(intact)}; "

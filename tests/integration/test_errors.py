@@ -453,7 +453,7 @@ def c_stored_negative_seed(ctx):
 
     from celtk.run import run_test
     out = _copy(ctx.run_dir, ctx.tmp)
-    for name in ("screen.json", "selection.json"):  # the seed as an older celtk stored it, after screen and select
+    for name in ("screen.json", "selection.json"):  # a negative seed in both documents, their digests recorded
         edit_document(out, name, lambda doc: doc | {"config": doc["config"] | {"seed": -1}})
     run_test(out, model=ctx.tiny)
 
@@ -607,7 +607,7 @@ def c_heldout_log_edited(ctx):
     run_select(out, p=3, k=2, model=ctx.tiny, force=True)
 
 
-# ---- issue 29: inputs bounded by the model and the machine, plan inputs, the Python API, the sandbox's tools ----
+# ---- inputs bounded by the model and the machine, plan inputs, the Python API, the sandbox's tools ----
 
 def _long_prompts(tmp: Path, words: int = 10_000) -> str:
     rows = [{"id": f"long-{i}", "prompt": " ".join(["stone"] * words) + f" {i} is", "target": " 1"} for i in range(2)]

@@ -48,16 +48,20 @@ def test_a_screen_of_another_kind_is_refused_and_nothing_changes(planted, screen
     assert _files(out) == before
 
 
-def test_an_older_fingerprint_without_the_screen_kind_reads_as_exhaustive(planted, screened, tmp_path):
+def test_a_fingerprint_without_the_screen_kind_is_refused_naming_it(planted, screened, tmp_path):
+    """The screen kind is in every fingerprint: one without it is not read as exhaustive, even by the screen that
+    wrote it rerun with the same settings."""
     model, task = planted
     out = tmp_path / "run"
     shutil.copytree(screened[0], out)
     stored = json.loads((out / "fingerprint.json").read_text())
     assert stored.pop("screen") == "exhaustive"
     (out / "fingerprint.json").write_text(json.dumps(stored))
-    run_screen(_config(task), out, model=model)  # the same settings: accepted
-    with pytest.raises(RunStoreError, match="screen: stored 'exhaustive', now 'racing'"):
-        run_screen(_config(task, screen="racing"), out, model=model)
+    before = _files(out)
+    with pytest.raises(RunStoreError, match="fingerprint.json lacks screen, which celtk records in every run's "
+                                            "fingerprint"):
+        run_screen(_config(task), out, model=model)
+    assert _files(out) == before
 
 
 def _part(out, layer):

@@ -3,6 +3,7 @@ it (the CLI prints it, exit 0) without loading a model or rewriting a file; othe
 before any model loads, naming them; and a search that finds no gain freezes nothing, so the held-out look
 is not spent on it."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -135,9 +136,13 @@ def test_a_selection_depends_on_the_screens_outcomes_not_its_float_diagnostics(p
     edit_document(out, "screen.json", lambda d: {**d, "null_ablation": {**d["null_ablation"],
                                                                         "max_abs_logprob_diff": 1.5e-6}})
     assert run_select(out, p=4, k=2, model=model) == selection  # still the stored selection: nothing searched again
-    # a selection written before the null control left the digest records the older digest: it still matches
-    older = ScreenDocument.load(out).results_digests()[1]
-    edit_document(out, "selection.json", lambda d: {**d, "screen_digest": older})
+    # the screen's digest with the float diagnostics included is another digest: refused, not matched by a rule
+    with_diagnostics = hashlib.sha256(json.dumps({k: v for k, v in json.loads((out / "screen.json").read_text())
+                                                  .items() if k != "config"}, sort_keys=True).encode()).hexdigest()
+    edited = edit_document(out, "selection.json", lambda d: {**d, "screen_digest": with_diagnostics})
+    with pytest.raises(RunStoreError, match="searched on another screen.json"):
+        run_test(out, model=model, n_boot=50)
+    edit_document(out, "selection.json", lambda d: {**edited, "screen_digest": selection.screen_digest})
     assert run_test(out, model=model, n_boot=50).heads == selection.heads
     # an outcome that moved is another screen
     flip = {"0": "1", "1": "0"}

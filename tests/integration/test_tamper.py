@@ -6,6 +6,7 @@ is one clear error, not a process that grows until the kernel kills it)."""
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from celtk.errors import RunStoreError
 from celtk.report import write_report
 from celtk.run import run_screen, run_select, run_test
 from celtk.run.directory import RunDirectory
-from celtk.run.documents import ScreenDocument, SelectionDocument
+from celtk.run.documents import SelectionDocument
 from celtk.run.heldout import HeldoutLog
 from celtk.runstore import read_bounded
 
@@ -35,14 +36,127 @@ def run_copy(tested, tmp_path):
     return Path(shutil.copytree(tested, tmp_path / "run"))
 
 
-def test_without_digests_json_no_document_is_read(run_copy, planted):
-    model, _ = planted
-    (run_copy / "digests.json").unlink()
-    for read in (lambda: ScreenDocument.load(run_copy), lambda: run_test(run_copy, model=model, force=True),
-                 lambda: write_report(run_copy)):
+def _files(directory: Path) -> dict[Path, bytes]:
+    """Every file's bytes, except the lock (which names its latest holder)."""
+    return {p.relative_to(directory): p.read_bytes() for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def _every_reader(run: Path, model, task, tmp_path: Path) -> dict[str, Callable[[], object]]:
+    """Every stage and view that opens a tested run directory, each as a call (``replicate``: its summary reads the
+    run as the one seed of ``tmp_path/replicate``, a copy made by the caller)."""
+    from click.testing import CliRunner
+
+    from celtk.analysis import run_attributes
+    from celtk.cli import main
+    from celtk.run import (
+        run_ablation_kinds,
+        run_altscreen,
+        run_calibration,
+        run_eval,
+        run_replicate,
+        run_stability,
+        run_transfer,
+        variant_grid,
+    )
+
+    def looks_cli() -> None:
+        """``celtk looks``: a refusal is its message and exit status 1 (raised again here as the error it names)."""
+        result = CliRunner().invoke(main, ["looks", str(run)])
+        assert result.exit_code == 1, result.output
+        raise RunStoreError(" ".join(result.output.split()))
+
+    return {
+        "select": lambda: run_select(run, p=4, k=2, model=model, force=True),
+        "test": lambda: run_test(run, model=model, n_boot=50, force=True),
+        "report": lambda: write_report(run),
+        "transfer": lambda: run_transfer(run, variant_grid(task, zero_shot=True), model=model, n_boot=50),
+        "calibrate": lambda: run_calibration(run, null="random-heads", repeats=1, n_candidates=2, model=model),
+        "ablations": lambda: run_ablation_kinds(run, model=model, n_boot=50),
+        "stability": lambda: run_stability(run, resamples=2, model=model, n_boot=50),
+        "altscreen": lambda: run_altscreen(run, method="gradient", p=4, masks=4, model=model),
+        "attributes": lambda: run_attributes(run, model=model, length=4, batch=1),
+        "eval": lambda: run_eval(None, model=model, heads="L1H2", split="heldout", run=run),
+        "replicate": lambda: run_replicate(planted_config(task), tmp_path / "replicate", [0], model=model),
+        "looks": lambda: RunDirectory(run).looks(),
+        "celtk looks": looks_cli,
+    }
+
+
+def test_without_digests_json_every_stage_and_reader_refuses_the_run(run_copy, planted, tmp_path):
+    """digests.json is how celtk tells its documents from edited or copied ones: a tested run without it is read by
+    no stage and no view, each refusal names what is missing and what to do, and nothing in the run changes."""
+    model, task = planted
+    assert planted_config(task).seed == 0
+    shutil.copytree(run_copy, tmp_path / "replicate" / "seed-0")
+    for run in (run_copy, tmp_path / "replicate" / "seed-0"):
+        (run / "digests.json").unlink()
+    before = _files(run_copy)
+    for name, read in _every_reader(run_copy, model, task, tmp_path).items():
         with pytest.raises(RunStoreError, match="has no digest: .*digests.json is missing") as refused:
             read()
-        assert "delete" not in str(refused.value)
+        assert "restore digests.json, or start a new run directory" in str(refused.value), name
+        assert "delete" not in str(refused.value), name
+        assert _files(run_copy) == before, name
+
+
+def test_without_fingerprint_json_no_stage_compares_settings_against_nothing(run_copy, planted, tmp_path):
+    """fingerprint.json holds the settings the screen ran with; without it a stage would have nothing to compare its
+    own with (and would write its own there), so every stage that loads a model, and the report, refuses."""
+    model, task = planted
+    (run_copy / "fingerprint.json").unlink()
+    before = _files(run_copy)
+    readers = _every_reader(run_copy, model, task, tmp_path)
+    for name in ("select", "test", "report", "transfer", "calibrate", "ablations", "stability", "altscreen",
+                 "attributes", "eval"):
+        with pytest.raises(RunStoreError, match="fingerprint.json is missing: the screen records the run's settings "
+                                                "there.*rerun the screen into a new run directory"):
+            readers[name]()
+        assert _files(run_copy) == before, name
+
+
+@pytest.mark.parametrize(("name", "field"), [("screen.json", "schema_version"), ("selection.json", "schema_version"),
+                                             ("selection.json", "screen_digest"), ("selection.json", "heldout")])
+def test_a_document_lacking_a_field_celtk_writes_is_refused_naming_it(run_copy, planted, name, field):
+    """A document celtk writes carries every field of its kind (schema_version, the screen a selection was searched
+    on, the held-out set it froze); one without is from another celtk version, or edited, and is not read with a
+    guess in its place (even with its digest recorded)."""
+    from _support import edit_document
+
+    model, _ = planted
+    edit_document(run_copy, name, lambda d: {k: v for k, v in d.items() if k != field})
+    lacks = "has no schema_version" if field == "schema_version" else f"lacks {field}, which celtk writes in every"
+    with pytest.raises(RunStoreError, match=f"{name} {lacks}.*into a new run directory with this celtk version"):
+        run_test(run_copy, model=model, n_boot=50, force=True)
+    with pytest.raises(RunStoreError, match=f"{name} {lacks}"):
+        write_report(run_copy)
+
+
+def test_a_fingerprint_lacking_a_field_is_refused_naming_it(run_copy, planted):
+    model, _ = planted
+    stored = json.loads((run_copy / "fingerprint.json").read_text())
+    (run_copy / "fingerprint.json").write_text(json.dumps({k: v for k, v in stored.items() if k != "prompt_hash"}))
+    with pytest.raises(RunStoreError, match="fingerprint.json lacks prompt_hash, which celtk records in every run's "
+                                            "fingerprint.*into a new run directory with this celtk version"):
+        run_test(run_copy, model=model, n_boot=50, force=True)
+
+
+def test_a_log_line_lacking_a_field_is_refused_naming_it(run_copy):
+    """Every look line names what looked, when, at which heads, on which held-out set, and whether it was the test;
+    one that lacks a field (re-chained after the edit, so only the missing field is wrong) is refused."""
+    import hashlib
+
+    log = run_copy / "heldout_log.jsonl"
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    del entries[0]["exploratory"]
+    texts, prev = [], "0" * 64
+    for entry in entries:
+        texts.append(json.dumps({**entry, "prev": prev}))
+        prev = hashlib.sha256(texts[-1].encode()).hexdigest()
+    log.write_text("".join(text + "\n" for text in texts))
+    (run_copy / "heldout_log.head").write_text(json.dumps({"lines": len(texts), "sha256": prev}))
+    with pytest.raises(RunStoreError, match="line 1 lacks exploratory, which celtk writes in every look line"):
+        RunDirectory(run_copy).looks()
 
 
 @pytest.mark.parametrize("book", ["[]", '{"screen.json": 5}', "{not json"])
@@ -105,6 +219,19 @@ def fresh_run(screened, planted, tmp_path):
     out = Path(shutil.copytree(screened, tmp_path / "run"))
     run_select(out, p=4, k=2, model=model)
     return out
+
+
+def test_a_test_json_the_log_records_no_test_writing_is_refused(fresh_run, tested, planted):
+    """A selected run given a test.json (and its digest) from another run: the log holds no look that wrote it."""
+    from _support import copy_document
+
+    model, _ = planted
+    (fresh_run / "test.json").write_text("{}")
+    copy_document(tested, fresh_run, "test.json")
+    with pytest.raises(RunStoreError, match="test.json exists, but the held-out log records no test that wrote it"):
+        run_test(fresh_run, model=model, n_boot=50, force=True)
+    with pytest.raises(RunStoreError, match="records no test that wrote it"):
+        write_report(fresh_run)
 
 
 def test_a_copied_run_gets_no_second_first_test(fresh_run, planted, tmp_path):

@@ -1,4 +1,4 @@
-"""Documents hold parsed values (issue 25, item 3): heads are :class:`Head` / :class:`HeadSet`, per-example outcomes a
+"""Documents hold parsed values: heads are :class:`Head` / :class:`HeadSet`, per-example outcomes a
 :class:`Correctness`; ``from_json`` decodes them once, ``to_json`` writes the same file as before, and nothing outside
 the boundaries that read files or user input parses a head name or a bit string."""
 
@@ -129,7 +129,7 @@ def test_a_record_built_with_the_files_form_is_refused_naming_the_field():
     ("rounds", [["L1H2,", 3]], "a head set written as one string"),
 ])
 def test_a_malformed_value_in_a_file_names_the_file_and_the_field(tmp_path, field, value, shape):
-    selection = {"heads": ["L1H2"], "rounds": [["L1H2"]]}
+    selection = {"schema_version": 1, "heads": ["L1H2"], "rounds": [["L1H2"]]}
     data = {**selection, field: value}
     with pytest.raises(RunStoreError, match=rf"{tmp_path}/selection.json: field '{field}' should hold {shape}"):
         SelectionDocument.from_json(data, f"{tmp_path}/selection.json")

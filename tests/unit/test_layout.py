@@ -158,8 +158,10 @@ def test_documents_refuse_unknown_fields_and_other_versions():
         ScreenDocument.from_json(data | {"extra": 1})
     with pytest.raises(RunStoreError, match="schema version 99; this celtk reads version 1"):
         ScreenDocument.from_json(data | {"schema_version": 99})
-    with pytest.raises(RunStoreError, match="incomplete"):
+    with pytest.raises(RunStoreError, match="lacks n, which celtk writes in every ScreenDocument"):
         ScreenDocument.from_json({k: v for k, v in data.items() if k != "n"})
+    with pytest.raises(RunStoreError, match="has no schema_version, which celtk writes in every run document"):
+        ScreenDocument.from_json({k: v for k, v in data.items() if k != "schema_version"})
 
 
 def test_gain_means_a_fraction_and_gain_count_a_count_in_every_document():
@@ -196,7 +198,7 @@ def test_notebook_surface_without_torch():
         celtk.nope
 
 
-# Names the top level held before it became the notebook surface (issue 25), and the package each lives in now.
+# Names the top level held before it became the notebook surface, and the package each lives in now.
 LEFT_THE_TOP_LEVEL = {
     "EvalConfig": "celtk.evaluation", "EvalResult": "celtk.evaluation", "ExampleResult": "celtk.evaluation",
     "ablation_for": "celtk.evaluation", "merge_shards": "celtk.run", "open_run": "celtk.run",

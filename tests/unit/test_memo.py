@@ -1,4 +1,4 @@
-"""The set memo's parts (select_parts/sets) are reused only as celtk wrote them (issue 40): a part whose
+"""The set memo's parts (select_parts/sets) are reused only as celtk wrote them: a part whose
 outcomes were edited by hand no longer matches its digest and is refused, not trusted."""
 
 from __future__ import annotations
