@@ -1,4 +1,4 @@
-"""Exactness on real weights (issue 36, item 2): celtk's ablations against a plain transformers model.
+"""Exactness on real weights: celtk's ablations against a plain transformers model.
 
 The tiny random models of the tests prove the code paths; this proves the numbers on real checkpoints (Qwen2 with
 q/k/v biases and 7:1 grouped KV heads; Gemma-3 with 4:1, its own norms and query scaling):

@@ -1,4 +1,4 @@
-"""The Python API under generated bad arguments (issue 29, items 4 and 6): every public function and
+"""The Python API under generated bad arguments: every public function and
 class of ``dir(celtk)`` and ``celtk.run`` ends in success or a :class:`CeltkError` whatever it is
 called with, never in another exception, and a wrong argument is named with its value.
 
@@ -175,7 +175,7 @@ def test_public_functions_give_a_celtk_error_or_succeed(ctx, data):
             pytest.fail(f"{name}({target}={kwargs[target]!r}) raised {type(error).__name__}: {error}")
 
 
-# ---- the cases of issue 29 that the property generalises, each failing on the code before it ----
+# ---- bad arguments the property generalises, each a case of its own ----
 
 @as_users_call_it
 def test_mcnemar_refuses_negative_counts_instead_of_returning_zero():

@@ -1,4 +1,4 @@
-"""Inputs bounded by the model and the machine before any work (issue 29, item 2): what the refusals
+"""Inputs bounded by the model and the machine before any work: what the refusals
 cost, and that a refused run leaves nothing behind. The messages themselves are cases of
 tests/integration/test_errors.py (family "bounds from the model and the machine")."""
 

@@ -1,6 +1,6 @@
 """Failures to write the command line's outputs end in one line, never a traceback: a report into a read-only
 directory or onto a full disk, standard output on a full device, and, under ``--log-format json``, every
-error as one JSON object on stderr (issue 40)."""
+error as one JSON object on stderr."""
 
 from __future__ import annotations
 

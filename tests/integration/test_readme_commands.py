@@ -1,4 +1,4 @@
-"""The README's commands all run (issue 25).
+"""The README's commands all run.
 
 Every ``celtk VERB …`` line in a bash block of the README or a docs/ page names a verb whose ``--help``
 succeeds and lists every option the line uses; the set-up commands are Makefile targets, and CI runs the
@@ -106,7 +106,7 @@ def test_readme_python_runs_on_a_tiny_model(code, line, smol_tokenizer, tmp_path
     """A block that names heads gets a tiny model of SmolLM2's layout, so they exist; one that runs whole stages
     gets the 3-layer tiny Llama (12 heads, enough for p = 10), so its 165 subsets stay cheap."""
     if "celtk.Run(" in code and not hasattr(celtk, "Run"):
-        pytest.skip("celtk.Run (issue 25's notebook handle) is not in this tree yet; the block is only compiled")
+        pytest.skip("celtk.Run (the notebook handle) is not in this tree yet; the block is only compiled")
     names_heads = re.search(r"L\d+H\d+", code)
     tiny = _smollm2_shaped_tiny(smol_tokenizer) if names_heads else request.getfixturevalue("tiny_llama")
     loaded = []

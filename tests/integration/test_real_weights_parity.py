@@ -1,4 +1,4 @@
-"""Exactness on real weights (issue 36, item 2), at a small size: benchmarks/real_weights_parity.py on the real Qwen2
+"""Exactness on real weights, at a small size: benchmarks/real_weights_parity.py on the real Qwen2
 (q/k/v biases, 7:1 grouped KV heads) and Gemma-3 checkpoints. celtk's ablated evaluation equals a plain transformers
 model with a pre-hook zeroing heads' slices of ``o_proj``'s input, and the cached screener (fused and bridge replays)
 equals the plain path, example by example: verdicts identical, log-probabilities within float32 rounding. Skipped

@@ -1,4 +1,4 @@
-"""celtk.Run, the notebook handle (issue 25, item 4): one model load for every stage, the same files as the CLI,
+"""celtk.Run, the notebook handle: one model load for every stage, the same files as the CLI,
 settings read from the run or refused when they differ, and its docstring examples run as doctests."""
 
 from __future__ import annotations

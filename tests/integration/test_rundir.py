@@ -1,5 +1,6 @@
-"""A run directory cannot mix results (issue 18, defect 1): each case the issue reproduced is
-refused with the file that disagrees named, or (stored subset outcomes) kept apart by settings."""
+"""A run directory cannot mix results: a screen merged from shards of other settings, a document copied in from
+another run, a stage rerun under other settings; each is refused with the file that disagrees named, or (stored
+subset outcomes) kept apart by settings."""
 
 from __future__ import annotations
 

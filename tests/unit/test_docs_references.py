@@ -1,4 +1,4 @@
-"""What the README and the docs/ pages name must exist (issue 25): mkdocs --strict fails on a broken link
+"""What the README and the docs/ pages name must exist: mkdocs --strict fails on a broken link
 between pages; these tests cover what it does not see.
 
 - every repository path a page names (`celtk/run/heldout.py`, `benchmarks/peers.py`, in prose, code or a link)
@@ -25,7 +25,7 @@ _CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
 _DOTTED = re.compile(r"(?<![\w./-])celtk(?:\.[A-Za-z_]\w*)+")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
-# Names of issue 25 that land with another branch: the test says when one resolves, so the entry is deleted.
+# Names that land with another branch: the test says when one resolves, so the entry is deleted.
 LANDING: dict[str, str] = {}  # names the docs may use before they land in the tree
 
 

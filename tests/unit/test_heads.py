@@ -75,7 +75,7 @@ def test_as_head_set_parses_a_string_keeps_a_set_and_names_anything_else():
 
 
 def test_every_public_function_that_takes_heads_takes_a_head_set_or_a_string():
-    """One type for heads at the boundary (issue 25): ``HeadSet | str`` (``| None`` where None means every head),
+    """One type for heads at the boundary: ``HeadSet | str`` (``| None`` where None means every head),
     over the public surface: ``dir(celtk)``, ``celtk.run``'s exports, the probe functions and the handle's methods."""
     import inspect
 

@@ -1,4 +1,4 @@
-"""Every function-local import in celtk/ says why it is not at the top of its file (issue 25, guard rails).
+"""Every function-local import in celtk/ says why it is not at the top of its file.
 
 A function-local import is deliberate when hoisting it would (a) pull a heavy package (torch, transformers,
 matplotlib, …) into a module that does not load it otherwise, (b) close an import cycle, or (c) sit in the CLI

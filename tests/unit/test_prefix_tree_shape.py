@@ -34,7 +34,7 @@ def test_duplicates_are_one_node():
 
 
 def test_the_demo_pools_count_halves_the_layers():
-    # the demo's pool (issue 26): heads in layers 1, 2, 11, 13, 14, 15, 17, 19, 20, 27 of 30, every subset of 2 or 3
+    # the demo's pool: heads in layers 1, 2, 11, 13, 14, 15, 17, 19, 20, 27 of 30, every subset of 2 or 3
     pool = [Head(layer, 0) for layer in (1, 2, 11, 13, 14, 15, 17, 19, 20, 27)]
     sets = [HeadSet(c) for size in (2, 3) for c in combinations(pool, size)]
     assert flat_layer_evaluations(sets, 30) == 3713

@@ -1,4 +1,4 @@
-"""A standing net under the bad-input table (issue 18, part 4): generated CLI arguments, config
+"""A standing net under the bad-input table: generated CLI arguments, config
 files and JSONL files end either in success or in one line — a CeltkError or a usage error —
 never a traceback, and never leave a partial file behind.
 

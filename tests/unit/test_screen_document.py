@@ -1,4 +1,4 @@
-"""The screen document answers the racing questions itself (issue 25, item 2): which rows are complete, which a
+"""The screen document answers the racing questions itself: which rows are complete, which a
 racing screen dropped, and the ranking of the complete ones by the one ranking key."""
 
 from __future__ import annotations
