@@ -103,13 +103,10 @@ def looks_cmd(out) -> None:
     how many examples, whether it scored the frozen selection, and its role (the result, exploratory, seen before
     test)."""
     from celtk.run.directory import RunDirectory
-    from celtk.run.documents import TestDocument
 
     rd = RunDirectory(Path(out))
     with rd.lock():
-        rd.verify()  # an edited, truncated or re-chained log (or test.json) is refused, as by every look
-        looks = rd.looks()
-        result = rd.load(TestDocument).look if rd.has(TestDocument) else None
+        looks, result = rd.verified_looks()  # an edited, truncated or re-chained log (or test.json) is refused
     if not looks:
         console().print(f"No look at {out}'s held-out set yet.")
         return

@@ -148,9 +148,8 @@ def _print_selection(doc: SelectionDocument) -> None:
     else:
         console().print(f"Selected [bold]{doc.heads}[/] by {doc.strategy} search "
                         f"({doc.n_evaluations} interventions evaluated, the screen included): {change}.")
-    if doc.heldout:
-        console().print(f"Frozen with its held-out set: {doc.heldout.n} examples (seed {doc.heldout.seed}, hash "
-                        f"{doc.heldout.hash}); `celtk test` scores exactly these, once.")
+    console().print(f"Frozen with its held-out set: {doc.heldout.n} examples (seed {doc.heldout.seed}, hash "
+                    f"{doc.heldout.hash}); `celtk test` scores exactly these, once.")
 
 
 def _print_test(doc: TestDocument, out: Path | None = None) -> None:
@@ -159,7 +158,7 @@ def _print_test(doc: TestDocument, out: Path | None = None) -> None:
     if doc.seen_before_test:
         console().print(f"[bold red]Not a first look: look(s) {', '.join(map(str, doc.seen_before_test))} already "
                         "scored this selection on this held-out set before the test (seen before test).[/]")
-    if out is not None and (len(looks) > 1 or any(not look.chained for look in looks)):
+    if out is not None and len(looks) > 1:
         from celtk.run.directory import RunDirectory
 
         _print_looks(RunDirectory(out).looks(), doc.look)

@@ -79,14 +79,14 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
     OUT/transfer.json."""
     from celtk.errors import ConfigError
     from celtk.run.documents import SelectionDocument
-    from celtk.run.transfer import check_heldout, run_transfer, variant_grid
+    from celtk.run.transfer import check_heldout_size, run_transfer, variant_grid
 
     task = SelectionDocument.load(Path(out)).task.name
     given = click.get_current_context().get_parameter_source("shots_seeds") != click.core.ParameterSource.DEFAULT
     grid = variant_grid(task, shot_seeds=shots_seeds if given else None, zero_shot=zero_shot, subtasks=_names(subtasks),
                         tasks=_names(tasks), chat=chat, models=other_models)
     try:  # the library's check (run_transfer makes it too), in the flags' words, as a usage error
-        check_heldout(grid, heldout, flags=True)
+        check_heldout_size(grid, heldout, flags=True)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     with progress_bar() as progress:

@@ -113,7 +113,7 @@ def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed
         base: dict[str, Any] = dict(null=null, repeats=repeats, seed=seed, set_size=len(sel.heads),
                                     observed_discovery_gain=observed, observed_heldout_gain=test.gain if test else None)
         if null == "permutation":
-            n_held = test.n if test else sel.heldout.n if sel.heldout else int(sel.config["heldout"])
+            n_held = test.n if test else sel.heldout.n
             discordant = _discordant(rd, sel)
             if repeats * len(discordant) > MAX_RELABELLED:
                 raise ConfigError(f"repeats × candidates = {repeats:,} × {len(discordant):,} scored candidates = "
@@ -127,8 +127,7 @@ def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed
             document.save(out)
             return document
         if null == "search":
-            document = _search(rd, sel, base, n_held=test.n if test else sel.heldout.n if sel.heldout
-                               else int(sel.config["heldout"]), progress=progress)
+            document = _search(rd, sel, base, n_held=test.n if test else sel.heldout.n, progress=progress)
             document.save(out)
             return document
         return _random_heads(rd, sel, base, n_candidates, model, progress)

@@ -162,6 +162,12 @@ class RunDirectory:
         return [replace(look, frozen=True) if selection.heads in look.heads
                 and look.heldout_hash == selection.heldout.hash else look for look in looks]
 
+    def verified_looks(self) -> tuple[list[Look], int | None]:
+        """The looks (:meth:`looks`) of a log and ``test.json`` that :meth:`verify` accepts, and the look that is the
+        run's result (``test.json``'s ``look``; ``None`` before the test): ``celtk looks``."""
+        self.verify()
+        return self.looks(), self.load(TestDocument).look if self.has(TestDocument) else None
+
     def look_records(self) -> list[LookRecord]:
         return [record(look) for look in self.looks()]
 

@@ -89,10 +89,10 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
     model name to a loaded model (otherwise it is loaded). Writes ``transfer.json``.
 
     ``heldout`` with only variants of the run's own task (the default grid is such) is refused before any
-    work (:func:`check_heldout`). ``progress(stage, done, total)`` reports ``transfer`` (variants),
+    work (:func:`check_heldout_size`). ``progress(stage, done, total)`` reports ``transfer`` (variants),
     ``transfer work`` (thousandths of the scored variants' passes, each variant an equal share, after every
     batch of a teacher-forced pass), ``load`` (another model) and ``plain-text loss`` (windows)."""
-    check_heldout(variant_grid("") if variants is None else variants, heldout)  # the default grid: the run's task
+    check_heldout_size(variant_grid("") if variants is None else variants, heldout)  # the default grid: the run's task
     out = Path(out)
     rd = RunDirectory(out)
     with rd.lock():
@@ -134,7 +134,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         return document
 
 
-def check_heldout(variants: Iterable[Variant], heldout: int | None, *, flags: bool = False) -> None:
+def check_heldout_size(variants: Iterable[Variant], heldout: int | None, *, flags: bool = False) -> None:
     """Refuse a held-out size (``heldout``, the CLI's ``--heldout``; ``flags``: say it in the CLI's words) that no
     variant can use: it sizes the held-out sets that variants of other tasks draw, while variants of the run's own
     task score the held-out set frozen with the selection, at its size."""

@@ -902,7 +902,7 @@ CASES = {
                              r"p = 999 and set size k = 3 must satisfy 1 ≤ k ≤ p ≤ the model's 8 heads"),
     "plan-mean-prompt-longer": (c_plan_mean_prompt_longer, E.ConfigError,
                                 r"mean prompt \(500 tokens\) must lie between 1 and the longest prompt \(100 tokens\)"),
-    "api-wrong-type": (c_api_wrong_type, E.ArgumentError, r"run_select: p must be int, got '3' \(str\)"),
+    "api-wrong-type": (c_api_wrong_type, E.ArgumentError, r"run_select: p must be int or None, got '3' \(str\)"),
     "api-out-of-range": (c_api_out_of_range, E.ArgumentError, r"compare_paired: level must be in \(0, 1\), got 1\.5"),
     "api-negative-count": (c_api_negative_count, E.ArgumentError, r"mcnemar_exact: b must be non-negative, got -1"),
     "api-config-at-construction": (c_api_config_at_construction, E.ConfigError, r"seed must be non-negative, got -1"),

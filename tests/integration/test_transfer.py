@@ -206,7 +206,7 @@ def test_a_heldout_size_no_variant_draws_is_refused_by_the_library_as_by_the_cli
     """``heldout`` sizes what variants of other tasks draw; with only variants of the run's own task (which score the
     frozen held-out set) it cannot apply: run_transfer and Run.transfer refuse it before any work, as the CLI does."""
     from celtk.run import Run
-    from celtk.run.transfer import check_heldout
+    from celtk.run.transfer import check_heldout_size
 
     model, out, hurt, _ = selected
     before = HeldoutLog(out).looks()
@@ -218,7 +218,7 @@ def test_a_heldout_size_no_variant_draws_is_refused_by_the_library_as_by_the_cli
                                               r"at its size: it cannot apply\. Drop heldout"):
             call()
     assert HeldoutLog(out).looks() == before  # refused before any look
-    check_heldout([Variant("original", "original"), Variant("hurt", "task", task=hurt)], 3)  # another task: it applies
-    check_heldout(variant_grid("jsonl:x"), None)
+    check_heldout_size([Variant("original", "original"), Variant("hurt", "task", task=hurt)], 3)  # another task
+    check_heldout_size(variant_grid("jsonl:x"), None)
     with pytest.raises(ConfigError, match=r"^--heldout 3 sets .* \(--tasks, --subtasks\).* Drop --heldout"):
-        check_heldout(variant_grid("jsonl:x"), 3, flags=True)  # the CLI's words
+        check_heldout_size(variant_grid("jsonl:x"), 3, flags=True)  # the CLI's words
