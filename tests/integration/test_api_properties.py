@@ -200,7 +200,7 @@ def test_run_config_is_validated_at_construction():
 @as_users_call_it
 def test_a_wrong_argument_is_named_with_its_value_and_what_is_expected(ctx):
     from celtk.screening.cached import CachedScreener  # the wing's package imports nothing heavy itself
-    with pytest.raises(ArgumentError, match=r"run_select: p must be int, got '3' \(str\)"):
+    with pytest.raises(ArgumentError, match=r"run_select: p must be int or None, got '3' \(str\)"):
         celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)  # type: ignore[arg-type]  # deliberately wrong
     with pytest.raises(ArgumentError, match=r"compare_paired: level must be in \(0, 1\), got 1\.5"):
         celtk.compare_paired(np.array([True]), np.array([True]), level=1.5)

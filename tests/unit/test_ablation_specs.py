@@ -50,7 +50,8 @@ def test_a_run_config_records_a_kind_in_one_spelling_and_zero_not_at_all():
     assert RunConfig.from_dict({"ablation": "scale:0.50"}).ablation == "scale:0.5"
     assert resolve_config(None, {"ablation": "mean"}).recorded()["ablation"] == "mean"
     assert "ablation" not in RunConfig().recorded()  # zero runs' config.json / screen.json as before the setting
-    assert set(RunConfig().recorded()) == set(RunConfig.keys()) - {"ablation"}
+    # like the kind, the tie-break and the positions are recorded only when they are not the default
+    assert set(RunConfig().recorded()) == set(RunConfig.keys()) - {"ablation", "tie_break", "positions"}
     with pytest.raises(ConfigError, match="Unknown ablation kind 'halve'"):
         resolve_config(None, {"ablation": "halve"})
 
