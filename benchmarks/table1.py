@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from peers import matmul_gflops  # noqa: E402  (this machine's float32 matmul rate, the yardstick beside every time)
+
 OUT = ROOT / "runs" / "table1"
 DOC = ROOT / "docs" / "table1.md"
 DATA = ROOT / "docs" / "table1.json"
@@ -49,20 +52,6 @@ SWEEP_EXAMPLES = 100
 def ledger_env() -> dict[str, str]:
     OUT.mkdir(parents=True, exist_ok=True)
     return {**os.environ, "CELTK_LEDGER": str(OUT / "ledger.jsonl")}
-
-
-def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
-    """This machine's dense float32 matmul rate now (best of ``repeats``), the yardstick beside every time."""
-    import torch
-
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best / 1e9
 
 
 def read(path: Path) -> dict:

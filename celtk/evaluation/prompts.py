@@ -181,3 +181,19 @@ def prompt_ids(model: Model, prompts: Sequence[str], examples: Sequence[Example]
         check_context(model, name, len(ids), new_tokens, "generation limit")
         out.append(list(ids))
     return out
+
+
+MIN_SHARED_PREFIX = 8  # tokens; below this, sharing a prefix (the screen's, the held-out passes') is not worth it
+
+
+def shared_prefix_length(requests: Sequence[Request]) -> int:
+    """Tokens shared by every request's context, leaving at least one context token each
+    (the first scored position reads the last context token)."""
+    if not requests:
+        return 0
+    first = requests[0].context
+    limit = min(len(r.context) for r in requests) - 1
+    n = 0
+    while n < limit and all(r.context[n] == first[n] for r in requests):
+        n += 1
+    return n

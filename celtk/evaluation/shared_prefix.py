@@ -46,7 +46,7 @@ from torch import Tensor
 from celtk.ablation import as_ablation, hook_z_hooks
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec
 from celtk.errors import KVCacheIgnoredError
-from celtk.evaluation.prompts import Prepared, Request
+from celtk.evaluation.prompts import MIN_SHARED_PREFIX, Prepared, Request, shared_prefix_length
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.scoring import Batch, ablated, aggregate, make_batches, score_hidden, score_requests
 from celtk.heads import HeadSet, as_head_set
@@ -54,22 +54,8 @@ from celtk.models import Model
 
 PLAIN_ENV = "CELTK_PLAIN_SCORING"
 """Set to ``1`` to score every request whole (the plain path), as a check of the shared-prefix passes."""
-MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it (as the cached screener's)
 
 _PrefixKV = tuple[list[Float[Tensor, "1 kv_head prefix d_head"]], list[Float[Tensor, "1 kv_head prefix d_head"]]]
-
-
-def shared_prefix_length(requests: Sequence[Request]) -> int:
-    """Tokens shared by every request's context, leaving at least one context token each
-    (the first scored position reads the last context token)."""
-    if not requests:
-        return 0
-    first = requests[0].context
-    limit = min(len(r.context) for r in requests) - 1
-    n = 0
-    while n < limit and all(r.context[n] == first[n] for r in requests):
-        n += 1
-    return n
 
 
 def prefix_to_share(model: Model, prepared: Prepared, heads: HeadSet | str = "",

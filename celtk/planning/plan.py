@@ -321,7 +321,7 @@ def check_context(config: Any, task: TaskSize) -> None:
 
 def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -> TaskSize:
     """The :class:`TaskSize` of a prepared request list, as the cached screener will see it."""
-    from celtk.screening.cached import MIN_SHARED_PREFIX, shared_prefix_length
+    from celtk.evaluation.prompts import MIN_SHARED_PREFIX, shared_prefix_length
 
     requests = prepared.requests
     n_examples = len(prepared.examples)

@@ -44,7 +44,7 @@ from torch import Tensor
 from celtk.ablation import ablate, ablate_rows, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec, common_prefix
 from celtk.errors import ConfigError, KVCacheIgnoredError
-from celtk.evaluation.prompts import Prepared, Request
+from celtk.evaluation.prompts import MIN_SHARED_PREFIX, Prepared, Request, shared_prefix_length
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.scoring import Batch, ablated, aggregate, make_batches, score_hidden, score_requests
 from celtk.heads import HeadSet
@@ -53,7 +53,6 @@ from celtk.screening.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_ho
 from celtk.screening.prefix_tree import Node, prefix_tree
 from celtk.validation import validated
 
-MIN_SHARED_PREFIX = 8  # tokens; below this the bookkeeping is not worth it
 REPLAYS = ("auto", "fused", "bridge")
 # how a group of tree nodes turns its boolean masks (and its size) into what _layer takes
 _Specs = Callable[[dict[int, Bool[Tensor, "rows_g head_index"]], int],
@@ -616,19 +615,6 @@ def _rows_of(hidden: Float[Tensor, "rows_g pos d_model"], group: _Group, members
     """The rows of ``group``'s members ``members``, in ``(batch g)`` layout."""
     per_node = hidden.unflatten(0, (group.rows, len(group.nodes)))
     return per_node[:, members].reshape(group.rows * len(members), *hidden.shape[1:])
-
-
-def shared_prefix_length(requests: Sequence[Request]) -> int:
-    """Tokens shared by every request's context, leaving at least one context token each
-    (the first scored position reads the last context token)."""
-    if not requests:
-        return 0
-    first = requests[0].context
-    limit = min(len(r.context) for r in requests) - 1
-    n = 0
-    while n < limit and all(r.context[n] == first[n] for r in requests):
-        n += 1
-    return n
 
 
 def screen_plain(model: Model, prepared: Prepared, sets: Iterable[HeadSet], *, batch_size: int = 16,

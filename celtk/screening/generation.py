@@ -37,19 +37,12 @@ from celtk.ablation import ablate, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind, refuse_positions_generation
 from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, decode_step, generation_result, new_cache, refuse_resample_generation
-from celtk.evaluation.prompts import Prepared, Request, prompt_ids
+from celtk.evaluation.prompts import MIN_SHARED_PREFIX, Prepared, Request, prompt_ids, shared_prefix_length
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.scoring import unembed
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.screening.cached import (
-    MIN_SHARED_PREFIX,
-    call_layer,
-    capture_forward,
-    check_cache_filled,
-    shared_prefix_length,
-    with_masks,
-)
+from celtk.screening.cached import call_layer, capture_forward, check_cache_filled, with_masks
 from celtk.tasks import Task, require_opt_in
 
 
