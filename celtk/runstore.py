@@ -50,7 +50,13 @@ def append_line(path: Path, text: str, advice: str) -> None:
     """Append ``text`` and a newline to ``path``, flushed and fsynced: an append-only log's next line. A failure is a
     :class:`RunStoreError` naming the file and the cause, then ``advice``."""
     try:
-        with open(path, "a", encoding="utf-8") as handle:
+        # O_NONBLOCK: a FIFO put in the file's place fails now (no reader: ENXIO) instead of blocking this open
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise RunStoreError(f"Could not append to {path}: it is not a regular file (a device, FIFO or directory, "
+                                f"perhaps through a link). {advice}")
+        with os.fdopen(descriptor, "a", encoding="utf-8") as handle:
             handle.write(text + "\n")
             handle.flush()
             os.fsync(handle.fileno())
@@ -94,8 +100,12 @@ def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     FIFO, directory or larger file is one clear :class:`RunStoreError`, read no further than ``limit`` bytes."""
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
+        # O_NONBLOCK: a FIFO in the file's place is opened at once (and refused below) instead of blocking until
+        # something writes to it; reads of a regular file do not block either way
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
             info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError
             if not stat.S_ISREG(info.st_mode):
                 raise RunStoreError(f"{path} is not a regular file (a device, FIFO or directory, perhaps through a "
                                     "link); celtk reads a run's files only from regular files. Restore the file celtk "

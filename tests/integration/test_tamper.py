@@ -18,7 +18,7 @@ from celtk.run import run_screen, run_select, run_test
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import SelectionDocument
 from celtk.run.heldout import HeldoutLog
-from celtk.runstore import read_bounded
+from celtk.runstore import append_line, read_bounded
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +189,15 @@ def test_a_bookkeeping_file_linked_to_a_device_is_one_clear_error(run_copy, name
     with pytest.raises(RunStoreError, match="is not a regular file"):
         RunDirectory(run_copy).require("test", force=True)
         SelectionDocument.load(run_copy)
+
+
+def test_a_fifo_in_a_bookkeeping_file_s_place_is_one_clear_error_not_a_hang(tmp_path):
+    fifo = tmp_path / "heldout_log.jsonl"
+    os.mkfifo(fifo)  # nothing ever writes to it or reads from it: a blocking open would wait forever
+    with pytest.raises(RunStoreError, match="is not a regular file"):
+        read_bounded(fifo)
+    with pytest.raises(RunStoreError, match="Could not append to .*heldout_log.jsonl"):
+        append_line(fifo, "{}", "Restore the log.")
 
 
 def test_reads_stop_at_their_bound(tmp_path):
