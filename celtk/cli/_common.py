@@ -171,6 +171,10 @@ class ProgressLines:
         unit = self.units.get(stage, "steps")
         rate = advanced / elapsed if advanced > 0 and elapsed > 0 else None
         eta = (total - done) / rate if rate else (0.0 if done >= total else None)
+        # a stage that also reports "<stage> work" (the screen: heads cost unequal time, later layers replay less)
+        # leaves its time left to that count, which is weighted by cost; a second, unweighted ETA would mislead
+        weighted = f"{stage} work" if f"{stage} work" in self.stages and done < total else None
+        eta = None if weighted else eta
         examples = rate * self.per_unit[stage] if rate is not None and stage in self.per_unit else None
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         if self.json_lines:
@@ -182,7 +186,8 @@ class ProgressLines:
                  f"{rate:.3g} {unit}/s" if rate is not None else f"- {unit}/s"]
         if examples is not None:
             parts.append(f"{examples:.3g} examples/s")
-        parts += [f"elapsed {_duration(elapsed)}", f"ETA {_duration(eta) if eta is not None else '-'}"]
+        parts += [f"elapsed {_duration(elapsed)}",
+                  f"ETA: see {weighted}" if weighted else f"ETA {_duration(eta) if eta is not None else '-'}"]
         return ", ".join(parts)
 
 

@@ -44,6 +44,18 @@ def test_a_line_says_stage_count_unit_rate_examples_and_eta():
     assert lines[1].endswith("screen: 4/12 heads (33%), 0.4 heads/s, 20 examples/s, elapsed 0:10, ETA 0:20"), lines[1]
 
 
+def test_a_stage_with_a_cost_weighted_work_count_leaves_its_eta_to_that_count():
+    """The screen's heads cost unequal time (a head's replay starts at its layer), so the heads line points to the
+    'screen work' line's ETA, which is weighted by cost, instead of printing a second, unweighted one."""
+    lines = _lines(0.0, [(0, "screen", 0, 12), (1, "screen work", 0, 1000), (10, "screen work", 400, 1000),
+                         (10, "screen", 2, 12), (25, "screen work", 1000, 1000), (25, "screen", 12, 12)])
+    assert lines[3].endswith("screen: 2/12 heads (17%), 0.2 heads/s, elapsed 0:10, ETA: see screen work"), lines[3]
+    assert lines[2].endswith("ETA 0:14"), lines[2]  # 400 of 1000 in 9 s: 600 more take 13.5 s
+    assert lines[-1].endswith("ETA 0:00")  # the finished line says so
+    json_line = json.loads(_lines(0.0, [(0, "screen work", 0, 10), (1, "screen", 1, 12)], json_lines=True)[-1])
+    assert json_line["eta_s"] is None
+
+
 def test_the_rate_counts_from_where_a_resumed_stage_started():
     lines = _lines(0.0, [(0, "screen", 6, 12), (3, "screen", 9, 12)])
     assert "screen: 6/12 heads (50%), - heads/s" in lines[0]
