@@ -26,7 +26,6 @@ from celtk.run.integrity import check_screen_complete
 from celtk.run.registry import SCREENS
 from celtk.run.session import Session
 from celtk.runstore import check_fingerprint, locked, read_json, write_csv, write_json
-from celtk.screening.cached import CachedScreener
 from celtk.search.scores import HeadScore
 
 if TYPE_CHECKING:
@@ -161,13 +160,12 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
             progress("screen", finished, total)
 
     screener = session.screener("discovery")
-    work = {}
-    if progress and isinstance(screener, CachedScreener):  # within a layer, by what each layer's replay costs
-        def on_work(done: int, total: int) -> None:
+    def on_work(done: int, total: int) -> None:  # within a layer, by what each layer's replay costs
+        if progress:
             progress("screen work", round(WORK_SCALE * done / total) if total else WORK_SCALE, WORK_SCALE)
 
-        work = {"on_work": on_work}
-    intact, scored = screener.run(todo + [HeadSet()], on_layer=on_layer, on_intact=intact_holder.append, **work)
+    intact, scored = screener.run(todo + [HeadSet()], on_layer=on_layer, on_intact=intact_holder.append,
+                                  on_work=on_work)
     _write_generations(directory, "intact", {"intact": intact})
     rows = covered_rows(parts, heads, session.model.n_layers)
     return ScreenOutcome(intact, null_control(intact, scored[HeadSet()]), rows, evaluated=len(todo))

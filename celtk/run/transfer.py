@@ -21,13 +21,12 @@ from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import Correctness, DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
+from celtk.run.screen import WORK_SCALE  # a held-out pass's progress, in thousandths of its work as the screen's
 from celtk.run.session import Session, session_for
-from celtk.screening.cached import CachedScreener
 from celtk.stats import compare_paired, holm
 from celtk.tasks import Splits, get_task, make_splits
 
 Progress = Callable[[str, int, int], None]
-WORK_SCALE = 1000  # a held-out pass's progress within its batches, in thousandths of its work (as the screen's)
 
 
 @dataclass(frozen=True)
@@ -153,8 +152,8 @@ def heldout_pass(session: Session, sets: list[HeadSet], progress: Progress | Non
                  *, share: tuple[int, int] = (0, 1)) -> tuple[Any, dict[HeadSet, Any]]:
     """``session.screener("heldout").run(sets)`` (the intact result and each set's), reporting
     ``progress(stage, done, WORK_SCALE)`` after the intact pass and every forward of a group of sets over a
-    batch, in thousandths of the work, as the screen reports its own (a generation-graded task's screener
-    reports only its start and end). ``share = (i, n)``: this pass is the ``i``-th of ``n`` equal shares of
+    batch (a generation-graded task's: after every layer's sets), in thousandths of the work, as the screen
+    reports its own. ``share = (i, n)``: this pass is the ``i``-th of ``n`` equal shares of
     the stage (transfer's variants), so the count runs from ``i/n`` to ``(i + 1)/n`` of ``WORK_SCALE``."""
     screener = session.screener("heldout")
     if progress is None:
@@ -165,7 +164,7 @@ def heldout_pass(session: Session, sets: list[HeadSet], progress: Progress | Non
         progress(stage, round(WORK_SCALE * (index + (done / total if total else 1.0)) / parts), WORK_SCALE)
 
     on_work(0, 1)
-    scored = screener.run(sets, on_work=on_work) if isinstance(screener, CachedScreener) else screener.run(sets)
+    scored = screener.run(sets, on_work=on_work)
     on_work(1, 1)
     return scored
 
