@@ -8,7 +8,7 @@ The walk is traced, not read: ``sys.setprofile`` records every call into a ``cel
 arguments is the run directory, a path inside it, or an object that holds it (a ``RunDirectory``, a ``HeldoutLog``,
 a ``ScreenedRun``). Reported:
 
-* **steps**: those functions, each counted once, in the order first called (argument validation, ``celtk.validation``,
+* **steps**: those functions, each counted once, in the order first called (argument checks, ``celtk.boundary``,
   and dataclass-generated ``__init__`` left out);
 * **modules**: the modules they are in;
 * **returns**: steps that go back into a module the walk had left for another (select -> directory -> select);
@@ -62,7 +62,7 @@ def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
         module = frame.f_globals.get("__name__", "")
         # argument validation (the public API's checks of its inputs) and dataclass-generated code are not the walk
         generated = "__create_fn__" in frame.f_code.co_qualname
-        if not module.startswith("celtk") or module == "celtk.validation" or generated:
+        if not module.startswith("celtk") or module == "celtk.boundary" or generated:
             return
         code = frame.f_code
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]

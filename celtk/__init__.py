@@ -9,8 +9,8 @@ document), the main documents, :class:`Head`/:class:`HeadSet`, loading a model a
 and evaluating, and :class:`CeltkError`. Everything else stays in its package (every stage function in
 :mod:`celtk.run`, statistics in :mod:`celtk.stats`, …), and any submodule is reachable as
 ``celtk.NAME``. Names load on first use, so ``import celtk`` (and ``celtk --help``) does not import
-torch. Every public function checks its arguments' types and ranges before any work
-(:mod:`celtk.validation`) and raises a :class:`CeltkError` subclass naming what was wrong.
+torch. Every public function checks its arguments' types (by beartype) and ranges before any work
+(:mod:`celtk.boundary`) and raises a :class:`CeltkError` subclass naming what was wrong.
 """
 
 from __future__ import annotations
@@ -39,9 +39,7 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        from celtk.validation import public
-
-        value = globals()[name] = public(getattr(importlib.import_module(_EXPORTS[name]), name))
+        value = globals()[name] = getattr(importlib.import_module(_EXPORTS[name]), name)
         return value
     if not name.startswith("_") and importlib.util.find_spec(f"celtk.{name}") is not None:
         return importlib.import_module(f"celtk.{name}")

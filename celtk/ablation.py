@@ -27,6 +27,7 @@ from jaxtyping import Bool, Float, Int, Shaped
 from torch import Tensor
 
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec
+from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model
@@ -112,6 +113,7 @@ def as_ablation(ablation: Ablation | AblationKind | str | None) -> Ablation:
 
 
 @contextmanager
+@public
 def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind | str | None = None, *,
            references: Int[Tensor, " batch"] | None = None,
            boundaries: Int[Tensor, " batch"] | None = None) -> Iterator[Model]:
@@ -258,6 +260,7 @@ def _with_output_bias(model: Model, state: dict[str, Shaped[Tensor, " ..."]], la
     return config, state, True
 
 
+@public
 def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path,
                    ablation: Ablation | AblationKind | str | None = None) -> Path:
     """Write a standard HF checkpoint of ``model`` with ``heads`` removed in the weights: zeroed (default),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from celtk.boundary import annotation_names, public
 from celtk.circuits import (
     check_probe,
     compare_with_circuit,
@@ -34,6 +35,8 @@ from celtk.search.scores import rank
 
 if TYPE_CHECKING:
     from celtk.models import Model  # not at import time: the report reads these documents without torch
+
+__getattr__ = annotation_names({"Model": "celtk.models"})  # for the boundary's type check
 
 def _unwritten_version() -> Any:
     """Both files were written before documents carried schema_version: it is not written (layout 1, as
@@ -209,6 +212,7 @@ def _selected_heads(out: Path) -> HeadSet:
     return SelectionDocument.load(out).heads if (Path(out) / SelectionDocument.FILE).exists() else HeadSet()
 
 
+@public
 def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, batch: int = 8,
                    seed: int = 0) -> HeadAttributesDocument:
     """Previous-token, duplicate-token and induction scores of every head of the run's model."""
@@ -234,6 +238,7 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, b
         return document
 
 
+@public
 def run_compare(out: Path, circuit: str, *, top: int = 10, any_model: bool = False) -> CompareDocument:
     """Overlap of the run's selection and screen ranking with ``circuit`` (a file or packaged name),
     and the run's task-critical vs enhancing heads. Needs no model. A circuit found on another model than the

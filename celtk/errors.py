@@ -61,7 +61,7 @@ class ConfigError(CeltkError, ValueError):
 
 class ArgumentError(ConfigError, TypeError):
     """A public function was called with an argument of the wrong type or outside its range
-    (:mod:`celtk.validation`); the message names the function, the argument, the value and what is expected."""
+    (:mod:`celtk.boundary`); the message names the function, the argument, the value and what is expected."""
 
 
 class SandboxRefusedError(CeltkError):

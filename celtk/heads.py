@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from celtk.errors import HeadError
-from celtk.validation import check_fields
 
 _HEAD_RE = re.compile(r"^\s*(?:L(\d+)H(\d+)|(\d+)\.(\d+))\s*$", re.IGNORECASE)
 
@@ -66,7 +65,9 @@ class HeadSet:
     heads: tuple[Head, ...] = ()
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        if not isinstance(self.heads, tuple) or not all(isinstance(h, Head) for h in self.heads):
+            raise HeadError(f"HeadSet: heads must be a tuple of Head, got {self.heads!r}; parse text with "
+                            "HeadSet.parse('L1H2,L14H8').")
         ordered = tuple(sorted(set(self.heads)))
         if len(ordered) != len(self.heads):
             dup = sorted({str(h) for h in self.heads if self.heads.count(h) > 1})

@@ -14,8 +14,8 @@ import numpy as np
 from jaxtyping import Bool, Float
 from scipy.stats import binom
 
+from celtk.boundary import public
 from celtk.errors import ConfigError, SplitError
-from celtk.validation import validated
 
 BOOTSTRAP_CHUNK_ELEMENTS = 1 << 22  # resampled indices held at once (32 MiB of int64)
 T = TypeVar("T")
@@ -45,7 +45,7 @@ def defined(value: T | None, name: str) -> T:
     return value
 
 
-@validated
+@public
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value for discordant counts ``b`` and ``c``."""
     n = b + c
@@ -120,6 +120,7 @@ def paired_bootstrap_ci(intact: Bool[np.ndarray, " n"], ablated: Bool[np.ndarray
     return float(lo), float(hi)
 
 
+@public
 def compare_paired(intact: Bool[np.ndarray, " _n"], ablated: Bool[np.ndarray, " _n"], *, n_boot: int = 10_000,
                    level: float = 0.95, seed: int = 0) -> PairedComparison:
     """Both accuracies, gain, relative error reduction, exact McNemar and a bootstrap CI.

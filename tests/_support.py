@@ -4,6 +4,8 @@ conftest."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -181,3 +183,13 @@ def single_head_score(head: str, gain: int, damage: int, fixes: int, n: int = 20
 
     n_correct = n // 2 + gain
     return HeadScore(HeadSet.parse(head), n_correct, gain, damage, fixes, np.arange(n) < n_correct)
+
+
+def as_users_call(function: Any) -> Any:
+    """A public function (or bound method) as a user calls it: decorated by :func:`celtk.boundary.public` alone,
+    without the suite's own type-checking hook (``--jaxtyping-packages``) inside it, which would catch a wrong type
+    first, with its own exception; so a test of celtk's refusal sees celtk's :class:`~celtk.errors.ArgumentError`."""
+    from celtk.boundary import public
+
+    plain = public(inspect.unwrap(function))
+    return functools.partial(plain, function.__self__) if inspect.ismethod(function) else plain

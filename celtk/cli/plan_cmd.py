@@ -179,7 +179,7 @@ def plan_cmd(preset, config_file, model_config, model, task, discovery, heldout,
     stages = plan_run(_config_of(model_config, config.model), size, planned, batch_size=config.batch_size,
                       rows_per_pass=rows_per_pass, dtype=config.dtype, pool=config.p, k=config.k)
     speed = ("no time without --device-flops" if planned.flops_per_second is None
-             else f"{planned.flops_per_second / 1e12:.0f} TFLOP/s")
+             else f"{_size(planned.flops_per_second, 'FLOP')}/s")
     table = Table(title=f"{model_config or config.model} · {config.task} ({size.n_discovery}/{size.n_heldout}, "
                         f"{config.fewshot} shots) · {planned.name} ({speed}, {planned.memory_bytes / 1e9:.0f} GB) · "
                         f"{config.dtype} · batch {config.batch_size}")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from celtk.ablation import ablate, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind, refuse_positions_generation
+from celtk.boundary import public
 from celtk.evaluation.generation import evaluate_generation, refuse_resample_generation
 from celtk.evaluation.prompts import prepare
 from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
@@ -27,6 +28,7 @@ from celtk.planning.plan import check_memory
 from celtk.tasks import Example, Task
 
 
+@public
 def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
              heads: HeadSet | str = "", config: EvalConfig = EvalConfig(),
              progress: Callable[[int, int], None] | None = None,

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 from jaxtyping import Bool
 
+from celtk.boundary import check_fields
 from celtk.errors import ConfigError
 from celtk.evaluation.prompts import CHAT_DATE
-from celtk.validation import check_fields
 
 
 @dataclass(frozen=True)
@@ -36,16 +36,10 @@ class ExampleResult:
     logprob: float | list[float] | None  # None: graded by generation, no log-probability
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        check_fields(self)
-
 
 @dataclass(frozen=True)
 class EvalResult:
     examples: list[ExampleResult]
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
     @property
     def correct(self) -> Bool[np.ndarray, " example"]:

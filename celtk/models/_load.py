@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tqdm import TqdmWarning
 
+from celtk.boundary import public
 from celtk.errors import ConfigError, HubUnreachableError, ModelSourceError, suggest
 from celtk.models._aliases import ALIASES
 from celtk.models._arch import unsupported
@@ -152,6 +153,7 @@ def _check_weight_files(directory: str, kind: str) -> None:
             raise ModelSourceError(f"Weight file {path} is corrupted or truncated ({error}). {fix}") from None
 
 
+@public
 def load_model(
     source: str | Path,
     *,

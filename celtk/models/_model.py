@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from jaxtyping import Shaped
 
+from celtk.boundary import check_fields
 from celtk.errors import ArchitectureError
 from celtk.heads import HeadSet
 from celtk.models._arch import Architecture, read_architecture, unsupported
-from celtk.validation import check_fields
 
 CONTEXT_KEYS = ("seq_length", "n_positions", "max_position_embeddings", "n_ctx")  # lm-eval's order
 

@@ -23,12 +23,12 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from celtk.boundary import check_fields
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
 from celtk.planning.activations import ablated_pass_bytes, intact_pass_bytes, plain_pass_bytes, resident_bytes
 from celtk.planning.flops import Shape, layer_flops, screen_flops
 from celtk.screening.prefix_tree import layer_evaluations
-from celtk.validation import check_fields
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",

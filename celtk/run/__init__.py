@@ -47,10 +47,8 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        from celtk.validation import public
-
         module = _EXPORTS[name] if "." in _EXPORTS[name] else f"celtk.run.{_EXPORTS[name]}"
-        value = globals()[name] = public(getattr(importlib.import_module(module), name))
+        value = globals()[name] = getattr(importlib.import_module(module), name)
         return value
     raise AttributeError(f"module 'celtk.run' has no attribute {name!r}")
 

@@ -35,6 +35,7 @@ from jaxtyping import Float, Int
 from scipy.stats import binom
 
 from celtk.ablation_kinds import Ablation, AblationKind, check_positions
+from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
@@ -53,6 +54,7 @@ POSITIONS = ("all", "prefix", "example")
 DRAWS = 5  # resample draws per example by default
 
 
+@public
 def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Sequence[float] = ALPHAS,
                        positions: Sequence[str] = POSITIONS, draws: int = DRAWS,
                        model: Model | None = None, n_boot: int = 10_000,

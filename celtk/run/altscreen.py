@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from jaxtyping import Bool
 
+from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -47,6 +48,7 @@ def ranker_input(run: ScreenedRun, method: str, progress: Progress | None = None
                        discovery=lambda: run.session.prepared("discovery"), evaluate=evaluate)
 
 
+@public
 def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: int = 200, rate: float = 0.05,
                   seed: int = 0, model: Model | None = None, progress: Progress | None = None) -> AltscreenDocument:
     """Rank heads with the registered ranker ``method`` (:data:`celtk.screening.registry.RANKERS`) and compare its

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Int
 
+from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model
@@ -79,6 +80,7 @@ NO_P_VALUE = {
 }
 
 
+@public
 def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed: int = 0,
                     n_candidates: int | None = None, model: Model | None = None,
                     progress: Progress | None = None) -> CalibrationDocument:

@@ -16,13 +16,14 @@ from typing import Any, cast
 
 import tomllib
 
+from celtk.boundary import check_fields, field_hints, public
+from celtk.boundary import check_type as check_hint
 from celtk.errors import ConfigError, ModelSourceError, RunStoreError, TaskError, suggest
 from celtk.models import ALIASES, alias_available
 from celtk.run.presets import check_paper_data, preset_names, preset_values
 from celtk.run.registry import SCREENS
 from celtk.search.registry import TIE_BREAKS
 from celtk.tasks import get_task, task_names
-from celtk.validation import check_fields, check_value
 
 CHAT_DATE = "2024-07-26"  # celtk.evaluation.prompts.CHAT_DATE; repeated so that reading a config does not import torch
 POSITIONS = ("all", "prefix", "example")  # celtk.ablation_kinds.POSITIONS, repeated for the same reason
@@ -202,14 +203,15 @@ def describe_differences(stored: dict[str, Any], now: dict[str, Any], keys: list
 
 
 def check_type(key: str, value: Any, annotation: str, where: str = "config") -> None:
-    """Refuse ``value`` unless it has a type named in ``annotation`` (e.g. ``"int | str"``), by the
-    shared validator (:func:`celtk.validation.check_value`).
+    """Refuse ``value`` of setting ``key`` unless it has the type its field is annotated with
+    (``annotation``, written as in :class:`RunConfig`), by beartype (:func:`celtk.boundary.check_type`).
 
     A bool is not an int here (``discovery = true`` is a mistake, not 1), and a string is never
     read as a bool (``chat = "no"`` is refused, not taken as true)."""
-    check_value(where, key, value, annotation, __name__, message=f"{key} in {where}", ranges=False)
+    check_hint(f"{key} in {where}", value, field_hints(RunConfig)[key], annotation)
 
 
+@public
 def load_config_file(path: str | Path | None) -> dict[str, Any]:
     """The settings in a TOML (``.toml``) or JSON file; ``{}`` for ``None``."""
     if path is None:
@@ -231,6 +233,7 @@ def load_config_file(path: str | Path | None) -> dict[str, Any]:
     return data
 
 
+@public
 def resolve_config(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """defaults < preset < ``config_file`` < ``overrides`` (an override of ``None`` means "not given").
 
@@ -336,6 +339,7 @@ def check_recorded_settings(directory: Path, config: RunConfig) -> None:
                             "or give these settings a new run directory (--out).")
 
 
+@public
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     """``"i/N"`` → ``(i, N)`` with ``0 ≤ i < N``; ``None`` → ``None`` (no sharding)."""
     if text is None:

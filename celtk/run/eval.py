@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from celtk.ablation_kinds import AblationKind
+from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.evaluation import evaluate
 from celtk.evaluation.results import EvalConfig
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 SPLITS = ("discovery", "heldout", "all")
 
 
+@public
 def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", task: str | None = None,
              data: str | Path | None = None,
              heads: HeadSet | str = "", split: str = "discovery", limit: int | None = None, seed: int = 0,

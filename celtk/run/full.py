@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from celtk.boundary import check_fields, public
 from celtk.errors import RunStoreError
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig, preflight
@@ -16,7 +17,6 @@ from celtk.run.select import run_select, stored_selection
 from celtk.run.test import run_test, stored_test
 from celtk.runstore import read_json, write_json
 from celtk.search.strategies import get_strategy
-from celtk.validation import check_fields
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class RunResult:
         check_fields(self)
 
 
+@public
 def run_all(config: RunConfig, out: Path, *, model: Model | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> RunResult:
     """Every stage of Algorithm 1 on ``out`` with ``config`` (each resumes if interrupted);

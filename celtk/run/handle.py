@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import celtk.run as stages
+from celtk.boundary import annotation_names, public
 from celtk.errors import ConfigError, RunStoreError, TaskError
 from celtk.heads import HeadSet
 from celtk.report import write_report
@@ -59,7 +60,6 @@ from celtk.run.config import RunConfig, recorded_config
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.tasks import continuation_delimiter
-from celtk.validation import validated
 
 if TYPE_CHECKING:
     from celtk.analysis import CompareDocument, HeadAttributesDocument
@@ -77,6 +77,12 @@ if TYPE_CHECKING:
     )
     from celtk.run.session import Session
     from celtk.tasks import Example, Splits, Task
+
+__getattr__ = annotation_names({  # what the boundary's type check resolves on first need
+    "CompareDocument": "celtk.analysis", "HeadAttributesDocument": "celtk.analysis", "Model": "celtk.models",
+    **dict.fromkeys(("AblationKindsDocument", "AltscreenDocument", "CalibrationDocument", "EvalDocument",
+                     "StabilityDocument", "TransferDocument"), "celtk.run.documents"),
+    "Session": "celtk.run.session", "Example": "celtk.tasks", "Splits": "celtk.tasks", "Task": "celtk.tasks"})
 
 Progress = Callable[[str, int, int], None]
 
@@ -111,7 +117,7 @@ class Run:
     (``batch_size`` and ``device`` aside). ``model``: a loaded model to use instead of loading
     ``config.model`` (loaded once, on the first stage that needs one)."""
 
-    @validated
+    @public
     def __init__(self, out: str | Path, config: RunConfig | None = None,
                  model: Model | None = None) -> None:
         self.out = Path(out)
@@ -164,7 +170,7 @@ class Run:
         examples is not a look; scoring them is (:meth:`test`, :meth:`eval`)."""
         return self.session.splits
 
-    @validated
+    @public
     def prompt(self, example: Example | str) -> str:
         """The prompt text the run scores for ``example`` (an :class:`~celtk.tasks.Example` or the id of one of
         the run's discovery or held-out examples): its shots, and the chat template when the run uses one."""
@@ -173,7 +179,7 @@ class Run:
         c = self.config
         return format_prompt(self.model, self.task, self._example(example), self.splits.shots, c.chat, c.chat_date)
 
-    @validated
+    @public
     def answer(self, example: Example | str) -> str:
         """The text the run scores as ``example``'s right answer after :meth:`prompt`: the target, or the
         delimiter and the correct choice of a multiple-choice example. (An :class:`~celtk.tasks.Example`'s
@@ -213,7 +219,7 @@ class Run:
 
     # ---- the stages, one per CLI verb ------------------------------------------------------------
 
-    @validated
+    @public
     def screen(self, *, layers: Sequence[int] | None = None, shard: str | None = None,
                progress: Progress | None = None) -> ScreenDocument:
         """``celtk screen``: every head ablated alone on the discovery set (``layers``: only those layers'
@@ -229,7 +235,7 @@ class Run:
         """``celtk merge``: join the shards' screens into ``screen.json``."""
         return stages.merge_shards(self.out)
 
-    @validated
+    @public
     def select(self, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1", width: int = 3,
                heldout: int | None = None, force: bool = False, progress: Progress | None = None,
                tie_break: str | None = None) -> SelectionDocument:
@@ -244,7 +250,7 @@ class Run:
         return stages.run_select(self.out, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
                                  model=self.model, force=force, progress=progress, tie_break=tie_break)
 
-    @validated
+    @public
     def test(self, *, heldout: int | None = None, n_boot: int = 10_000, force: bool = False,
              progress: Progress | None = None) -> TestDocument:
         """``celtk test``: the frozen selection against the intact model on the held-out set (once: a second call
@@ -255,7 +261,7 @@ class Run:
         return stages.run_test(self.out, heldout=heldout, model=self.model, n_boot=n_boot, force=force,
                                progress=progress)
 
-    @validated
+    @public
     def transfer(self, *, shots_seeds: Sequence[int] | None = None, zero_shot: bool = True,
                  subtasks: Sequence[str] = (), tasks: Sequence[str] = (), chat: bool = False,
                  other_models: Sequence[str] = (), plain_text: str | Path | None = None,
@@ -270,7 +276,7 @@ class Run:
         return stages.run_transfer(self.out, grid, model=self.model, heldout=heldout, plain_text=plain_text,
                                    n_boot=n_boot, progress=progress)
 
-    @validated
+    @public
     def calibrate(self, *, null: str = "search", repeats: int = 200, n_candidates: int | None = None,
                   seed: int = 0, progress: Progress | None = None) -> CalibrationDocument:
         """``celtk calibrate``: the best discovery gain a search finds under ``null`` (``search``, the p-value to
@@ -279,7 +285,7 @@ class Run:
         return stages.run_calibration(self.out, null=null, repeats=repeats, seed=seed, n_candidates=n_candidates,
                                       model=self.model, progress=progress)
 
-    @validated
+    @public
     def ablations(self, *, kinds: Sequence[str] = ("zero", "mean", "resample"),
                   alphas: Sequence[float] = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5), n_boot: int = 10_000,
                   progress: Progress | None = None) -> AblationKindsDocument:
@@ -287,14 +293,14 @@ class Run:
         return stages.run_ablation_kinds(self.out, kinds=kinds, alphas=alphas, model=self.model, n_boot=n_boot,
                                          progress=progress)
 
-    @validated
+    @public
     def altscreen(self, *, method: str = "gradient", p: int = 10, masks: int = 200, rate: float = 0.05,
                   seed: int = 0, progress: Progress | None = None) -> AltscreenDocument:
         """``celtk altscreen``: a cheaper ranking of the heads, compared with the screen's pool."""
         return stages.run_altscreen(self.out, method=method, p=p, masks=masks, rate=rate, seed=seed, model=self.model,
                                     progress=progress)
 
-    @validated
+    @public
     def stability(self, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5,
                   strategy: str = "algorithm1", p: int | None = None, k: int | None = None, width: int = 3,
                   seed: int = 0, progress: Progress | None = None) -> StabilityDocument:
@@ -304,7 +310,7 @@ class Run:
                                     k=self.config.k if k is None else k, width=width, model=self.model,
                                     progress=progress)
 
-    @validated
+    @public
     def eval(self, heads: HeadSet | str, *, limit: int | None = None, out: str | Path | None = None,
              progress: Progress | None = None) -> EvalDocument:
         """``celtk eval --split heldout --run OUT``: ``heads`` ablated on the run's held-out set, under the run's
@@ -314,20 +320,20 @@ class Run:
                                limit=limit, batch_size=self._batch_size(), run=self.out,
                                ablation=self.config.ablation, progress=progress)
 
-    @validated
+    @public
     def attributes(self, *, length: int = 40, seed: int = 0) -> HeadAttributesDocument:
         """``celtk attributes``: previous-token, duplicate-token and induction scores of every head
         (:class:`celtk.analysis.HeadAttributesDocument`)."""
         return stages.run_attributes(self.out, model=self.model, length=length, seed=seed)
 
-    @validated
+    @public
     def compare(self, circuit: str, *, top: int = 10, any_model: bool = False) -> CompareDocument:
         """``celtk compare --circuit``: the run's heads beside a known circuit (a file or packaged name;
         :class:`celtk.analysis.CompareDocument`). Needs no model. ``any_model``: compare with a circuit
         found on another model (of the same shape)."""
         return stages.run_compare(self.out, circuit, top=top, any_model=any_model)
 
-    @validated
+    @public
     def report(self, *, to: str | Path | None = None) -> Path:
         """``celtk report``: the HTML page and PNG figures (default ``OUT/report``); returns the page's path."""
         return write_report(self.out, None if to is None else Path(to))

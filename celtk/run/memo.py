@@ -12,17 +12,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 from jaxtyping import Bool
 
+from celtk.boundary import annotation_names, public
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
 from celtk.run.documents import Correctness
 from celtk.runstore import atomic_write_text, fingerprint_key, read_json, write_json
-from celtk.validation import validated
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
     from celtk.run.session import ScreenedRun  # imports this module
     from celtk.screening.cached import CachedScreener  # imports torch: not at run time
     from celtk.screening.generation import GenerationScreener
+
+__getattr__ = annotation_names({  # what the boundary's type check resolves on first need
+    "EvalResult": "celtk.evaluation.results", "ScreenedRun": "celtk.run.session",
+    "CachedScreener": "celtk.screening.cached", "GenerationScreener": "celtk.screening.generation"})
 
 Progress = Callable[[str, int, int], None]
 
@@ -41,7 +45,7 @@ class SetMemo:
         key: what the outcomes depend on (``DIR.key`` records it); ``None`` keeps any parts.
     """
 
-    @validated
+    @public
     def __init__(self, directory: Path, intact: Bool[np.ndarray, " example"],
                  screener: Callable[[], CachedScreener | GenerationScreener],
                  progress: Progress | None = None, stage: str = "select", key: str | None = None) -> None:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.stats import t as student
 
+from celtk.boundary import public
 from celtk.errors import ConfigError, NothingToFreezeError
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
@@ -89,6 +90,7 @@ def parse_seeds(text: str | Sequence[int]) -> list[int]:
     return seeds
 
 
+@public
 def run_replicate(config: RunConfig, out: Path, seeds: Sequence[int], *, model: Model | None = None,
                   alpha: float = 0.05, progress: Progress | None = None) -> ReplicateDocument:
     """Screen, select and test ``config`` once per seed in ``seeds`` (``config.seed`` is replaced), each in

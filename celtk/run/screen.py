@@ -17,6 +17,7 @@ import numpy as np
 from jaxtyping import Bool
 
 from celtk._version import __version__
+from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
@@ -65,6 +66,7 @@ class ScreenOutcome:
     evaluated: int = 0  # heads scored by this call (fewer on a resume)
 
 
+@public
 def stored_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = None,
                   layers: Sequence[int] | None = None, model: Model | None = None) -> ScreenDocument | None:
     """The finished screen in ``out`` (or its ``shard``) when ``config`` asks for that same screen, else ``None``;
@@ -87,6 +89,7 @@ def stored_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None
     return document
 
 
+@public
 def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = None, model: Model | None = None,
                progress: Progress | None = None, layers: Sequence[int] | None = None) -> ScreenDocument:
     """Every single head (or this shard's slice; or only those in ``layers``, for a quick look) on the
@@ -282,6 +285,7 @@ def read_layer_part(path: Path) -> list[ScreenRow]:
                             "delete it and rerun the screen, which redoes that layer only.") from None
 
 
+@public
 def merge_shards(out: Path) -> ScreenDocument:
     """Join ``out/shard-i-of-N`` screens into ``out/screen.json``; refuse gaps, repeats and mismatches,
     and a directory that already holds a run of other settings (under the run's lock)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from celtk._version import __version__
+from celtk.boundary import public
 from celtk.errors import ConfigError, NothingToFreezeError
 from celtk.models import Model
 from celtk.run.config import RunConfig, recorded_config
@@ -32,6 +33,7 @@ from celtk.search.strategies import SearchResult, get_strategy, tie_break_option
 Progress = Callable[[str, int, int], None]
 
 
+@public
 def run_select(out: Path, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1",
                width: int = 3, heldout: int | None = None, model: Model | None = None, force: bool = False,
                progress: Progress | None = None, device: str | None = None,
@@ -86,6 +88,7 @@ def run_select(out: Path, *, p: int | None = None, k: int | None = None, strateg
         return document
 
 
+@public
 def stored_selection(out: Path, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1",
                      width: int = 3, heldout: int | None = None, tie_break: str | None = None
                      ) -> SelectionDocument | None:

@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Bool
 
 from celtk.ablation_kinds import AblationKind, check_positions
+from celtk.boundary import check_fields, public
 from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, refuse_resample_generation
 from celtk.evaluation.prompts import prepare, prepared_hash
@@ -27,7 +28,6 @@ from celtk.screening.registry import SCREENERS
 from celtk.search.scores import HeadScore
 from celtk.tasks import Splits, Task, get_task, make_splits
 from celtk.tasks.jsonl import jsonl_spec
-from celtk.validation import check_fields
 
 if TYPE_CHECKING:
     from celtk.evaluation.prompts import Prepared
@@ -190,6 +190,7 @@ def neutral_overrides(device: str | None = None, batch_size: int | str | None = 
     return {k: v for k, v in (("device", device), ("batch_size", batch_size)) if v is not None}
 
 
+@public
 def session_for(document: ScreenDocument | SelectionDocument, model: Model | None = None, **overrides: Any) -> Session:
     """A session on the configuration stored in ``document`` (a screen or selection document), with
     ``overrides``. It only resolves: whether the session is the run's (its weights, task, discovery set,
@@ -198,6 +199,7 @@ def session_for(document: ScreenDocument | SelectionDocument, model: Model | Non
     return Session.open(RunConfig.from_dict(stored | overrides, type(document).FILE), model)
 
 
+@public
 def load_screen(out: Path) -> tuple[ScreenDocument, Bool[np.ndarray, " example"], list[HeadScore]]:
     """A merged screen: the document, the intact correctness (bool ``[n]``) and one score per head
     (of a racing screen: per head scored on every example, the pool among them)."""
@@ -224,6 +226,7 @@ class ScreenedRun:
         check_fields(self)
 
 
+@public
 def open_run(out: Path, model: Model | None = None, *, stage: str | None = None, **overrides: Any) -> ScreenedRun:
     """Reopen the screened run in ``out`` (``screen.json``) on ``model`` (default: load the run's), refused
     unless the session is the run's: the same-run checks of ``stage`` (:meth:`RunDirectory.admit`;

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from celtk.boundary import public
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
@@ -23,6 +24,7 @@ from celtk.stats import compare_paired, defined
 Progress = Callable[[str, int, int], None]
 
 
+@public
 def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
                   strategy: str = "algorithm1", p: int | None = None, k: int | None = None, width: int = 3,
                   model: Model | None = None, n_boot: int = 2000, progress: Progress | None = None

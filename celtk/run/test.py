@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from celtk.ablation_kinds import Ablation
+from celtk.boundary import public
 from celtk.errors import RunStoreError
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.shared_prefix import score_pass
@@ -27,6 +28,7 @@ from celtk.stats import compare_paired, defined
 Progress = Callable[[str, int, int], None]
 
 
+@public
 def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
              force: bool = False, progress: Progress | None = None, device: str | None = None,
              batch_size: int | str | None = None) -> TestDocument:
@@ -85,6 +87,7 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
         return kept
 
 
+@public
 def stored_test(out: Path, heldout: int | None = None) -> TestDocument | None:
     """The run's first test when it tests the frozen selection as it stands: what a rerun of ``test`` returns
     (nothing is scored, and no look is logged). ``None`` when there is no test, or when the selection was

@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 
 from celtk.ablation import ablate, as_ablation
+from celtk.boundary import public
 from celtk.errors import CeltkError, ConfigError
 from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
@@ -47,6 +48,7 @@ class Variant:
 DEFAULT_SHOT_SEEDS = (1, 2, 3, 4, 5)
 
 
+@public
 def variant_grid(task: str, *, shot_seeds: Iterable[int] | None = None, zero_shot: bool = True,
                  subtasks: Iterable[str] = (), tasks: Iterable[str] = (), chat: bool = False,
                  models: Iterable[str] = ()) -> list[Variant]:
@@ -69,6 +71,7 @@ def variant_grid(task: str, *, shot_seeds: Iterable[int] | None = None, zero_sho
     return grid
 
 
+@public
 def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model | None = None, *,
                  other_models: dict[str, Model] | None = None, heldout: int | None = None,
                  plain_text: str | Path | None = None, n_boot: int = 10_000,

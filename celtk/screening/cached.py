@@ -43,6 +43,7 @@ from torch import Tensor
 
 from celtk.ablation import ablate, ablate_rows, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec, common_prefix
+from celtk.boundary import public
 from celtk.errors import ConfigError, KVCacheIgnoredError
 from celtk.evaluation.prompts import MIN_SHARED_PREFIX, Prepared, Request, shared_prefix_length
 from celtk.evaluation.results import EvalResult
@@ -51,7 +52,6 @@ from celtk.heads import HeadSet
 from celtk.models import CACHE_KEYWORDS, Model
 from celtk.screening.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.screening.prefix_tree import Node, prefix_tree
-from celtk.validation import validated
 
 REPLAYS = ("auto", "fused", "bridge")
 # how a group of tree nodes turns its boolean masks (and its size) into what _layer takes
@@ -269,7 +269,7 @@ class CachedScreener:
             reference's ``z`` is the prefix's own.
     """
 
-    @validated
+    @public
     def __init__(self, model: Model, prepared: Prepared, *, batch_size: int = 16, rows_per_pass: int = 64,
                  share_prefix: bool = True, replay: str = "auto",
                  ablation: Ablation | AblationKind | str | None = None) -> None:

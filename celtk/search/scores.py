@@ -4,16 +4,16 @@ torch, so the search logic (:mod:`celtk.search.selection`, :mod:`celtk.search.st
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 from jaxtyping import Bool
 
-from celtk.errors import ConfigError
+from celtk.errors import ArgumentError, ConfigError
 from celtk.heads import HeadSet
 from celtk.search.registry import TIE_BREAKS
-from celtk.validation import check_fields
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,10 @@ class HeadScore:
     fixes: int  # intact wrong -> ablated right
     correct: np.ndarray  # bool per example
 
-    def __post_init__(self) -> None:
-        check_fields(self)
+    def __post_init__(self) -> None:  # built once per scored set: one cheap check, the rest is typed by mypy
+        if not isinstance(self.correct, np.ndarray):
+            raise ArgumentError(f"HeadScore: correct must be np.ndarray, got {reprlib.repr(self.correct)} "
+                                f"({type(self.correct).__name__}).")
 
     @property
     def accuracy(self) -> float:

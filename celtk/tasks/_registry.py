@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from celtk.boundary import public
 from celtk.errors import TaskError, suggest
 from celtk.tasks._base import Task
 
@@ -24,6 +25,7 @@ def task_classes() -> dict[str, type[Task]]:
     return dict(_REGISTRY)
 
 
+@public
 def get_task(spec: str, data_path: str | Path | None = None) -> Task:
     """Look a task up by ``name`` or ``name:option`` (``arithmetic:2da``, ``jsonl:/path/file.jsonl``).
 

@@ -8,6 +8,7 @@ import random
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from celtk.boundary import public
 from celtk.errors import SplitError
 from celtk.tasks._base import Example, Task, draw_shots
 
@@ -115,6 +116,7 @@ def _take(pool: list[Example], n: int | None, what: str, total_hint: str) -> lis
     return pool[:n]
 
 
+@public
 def make_splits(task: Task, n_discovery: int | None, n_heldout: int | None, *, seed: int = 0,
                 fewshot: int = 0) -> Splits:
     """Draw the discovery and held-out sets and the few-shot shots.

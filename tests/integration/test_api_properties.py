@@ -8,6 +8,8 @@ by a generated value of any type. The tiny model is built once; nothing loads in
 
 from __future__ import annotations
 
+import ast
+import builtins
 import inspect
 import math
 import os
@@ -171,6 +173,9 @@ def test_public_functions_give_a_celtk_error_or_succeed(ctx, data):
             call(obj, kwargs)
         except CeltkError:
             pass
+        except TypeError as error:  # a class's constructor: Python's own refusal of a keyword it does not take
+            if not (inspect.isclass(obj) and target == "no_such_argument" and "unexpected keyword" in str(error)):
+                pytest.fail(f"{name}({target}={kwargs[target]!r}) raised TypeError: {error}")
         except Exception as error:  # noqa: BLE001 - the property: nothing but a CeltkError escapes
             pytest.fail(f"{name}({target}={kwargs[target]!r}) raised {type(error).__name__}: {error}")
 
@@ -200,11 +205,11 @@ def test_run_config_is_validated_at_construction():
 @as_users_call_it
 def test_a_wrong_argument_is_named_with_its_value_and_what_is_expected(ctx):
     from celtk.screening.cached import CachedScreener  # the wing's package imports nothing heavy itself
-    with pytest.raises(ArgumentError, match=r"run_select: p must be int or None, got '3' \(str\)"):
+    with pytest.raises(ArgumentError, match=r"run_select\(\) parameter p='3' violates type hint int \| None"):
         celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)  # type: ignore[arg-type]  # deliberately wrong
     with pytest.raises(ArgumentError, match=r"compare_paired: level must be in \(0, 1\), got 1\.5"):
         celtk.compare_paired(np.array([True]), np.array([True]), level=1.5)
-    with pytest.raises(ArgumentError, match=r"get_task: spec must be str, got 5 \(int\)"):
+    with pytest.raises(ArgumentError, match=r"get_task\(\) parameter spec=5 violates type hint <class 'str'>"):
         celtk.get_task(5)  # type: ignore[arg-type]  # deliberately the wrong type
     with pytest.raises(ArgumentError, match=r"run_test: unexpected keyword argument|got an unexpected keyword"):
         celtk.run.run_test(ctx.tmp, held_out=3)  # type: ignore[call-arg]  # deliberately a misspelt keyword
@@ -230,11 +235,40 @@ def test_paths_are_accepted_wherever_a_path_is(ctx, tmp_path):
 
 
 def test_every_public_annotation_resolves():
-    """The validator checks a name it can resolve; an unresolvable one would pass unchecked."""
-    from celtk.validation import unresolved_names
+    """beartype resolves a name an annotation uses from the function's module (its ``__getattr__`` for
+    names imported only for type checking); one it cannot resolve would fail at call time."""
+    from celtk.boundary import _ModuleNames
 
-    missing = {name: unresolved_names(obj) for name, obj in PUBLIC.items() if unresolved_names(obj)}
+    missing: dict[str, list[str]] = {}
+    for name, obj in PUBLIC.items():
+        targets = [obj.__init__] if inspect.isclass(obj) else [obj]
+        if inspect.isclass(obj):
+            targets += [m for m in vars(obj).values() if inspect.isfunction(m) and hasattr(m, "__wrapped__")]
+        for target in map(inspect.unwrap, targets):
+            names = _ModuleNames(target.__module__)
+            for annotation in target.__annotations__.values():
+                tree = ast.parse(annotation, mode="eval") if isinstance(annotation, str) else None
+                for node in ast.walk(tree) if tree else ():
+                    if isinstance(node, ast.Name) and node.id not in names and not hasattr(builtins, node.id):
+                        missing.setdefault(f"{name}.{target.__name__}", []).append(node.id)
     assert not missing
+
+
+def test_a_constructor_refuses_an_unknown_keyword_the_same_way_however_it_was_imported():
+    """No class is changed when it is first read from the package: a misspelt keyword is Python's own
+    TypeError, in a fresh interpreter and after ``celtk.RunConfig`` was touched alike."""
+    script = ("import sys, celtk\n"
+              "from celtk.run.config import RunConfig\n"
+              "def refusal():\n"
+              "    try: RunConfig(bogus=1)\n"
+              "    except Exception as e: return f'{type(e).__module__}.{type(e).__name__}: {e}'\n"
+              "first = refusal(); celtk.RunConfig; celtk.run.RunConfig; second = refusal()\n"
+              "print(first); print(second)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    first, second = run.stdout.splitlines()
+    assert first == second
+    assert first.startswith("builtins.TypeError:") and "'bogus'" in first
+    assert celtk.RunConfig is celtk.run.RunConfig is __import__("celtk.run.config").run.config.RunConfig
 
 
 @as_users_call_it

@@ -694,8 +694,11 @@ def c_plan_mean_prompt_longer(ctx):
 
 
 def c_api_wrong_type(ctx):
+    from _support import as_users_call
+
     import celtk
-    celtk.run.run_select(ctx.tmp, p="3", model=ctx.tiny)  # type: ignore[arg-type]  # deliberately the wrong type
+    # as a user calls it: the suite's own type hook would refuse the wrong type first
+    as_users_call(celtk.run.run_select)(ctx.tmp, p="3", model=ctx.tiny)
 
 
 def c_api_out_of_range(ctx):
@@ -902,7 +905,8 @@ CASES = {
                              r"p = 999 and set size k = 3 must satisfy 1 ≤ k ≤ p ≤ the model's 8 heads"),
     "plan-mean-prompt-longer": (c_plan_mean_prompt_longer, E.ConfigError,
                                 r"mean prompt \(500 tokens\) must lie between 1 and the longest prompt \(100 tokens\)"),
-    "api-wrong-type": (c_api_wrong_type, E.ArgumentError, r"run_select: p must be int or None, got '3' \(str\)"),
+    "api-wrong-type": (c_api_wrong_type, E.ArgumentError,
+                       r"run_select\(\) parameter p='3' violates type hint int \| None"),
     "api-out-of-range": (c_api_out_of_range, E.ArgumentError, r"compare_paired: level must be in \(0, 1\), got 1\.5"),
     "api-negative-count": (c_api_negative_count, E.ArgumentError, r"mcnemar_exact: b must be non-negative, got -1"),
     "api-config-at-construction": (c_api_config_at_construction, E.ConfigError, r"seed must be non-negative, got -1"),

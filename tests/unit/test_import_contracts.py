@@ -39,7 +39,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "ablation": ("celtk.ablation", "celtk.ablation_kinds"),
     "models": ("celtk.models",),
     "tasks": ("celtk.tasks",),
-    "base": ("celtk.errors", "celtk.heads", "celtk.stats", "celtk.validation", "celtk._version", "celtk.registry",
+    "base": ("celtk.errors", "celtk.heads", "celtk.stats", "celtk.boundary", "celtk._version", "celtk.registry",
              "celtk.runstore"),
     "theory": ("celtk.theory",),
 }

@@ -57,7 +57,7 @@ def test_device_and_dtype_mean_what_they_mean_on_run(gpt2):
     assert code == 0 and "cpu (this machine)" in shown and "float32" in shown and "batch 32" in shown, shown
     assert "(200/500, 3 shots)" in shown and "no time without --device-flops" in shown
     code, shown = plan("--model-config", str(gpt2), "--device", "cuda", "--gpu", "h100", "--dtype", "bfloat16")
-    assert code == 0 and "h100 (300 TFLOP/s, 80 GB)" in shown and "bfloat16" in shown, shown
+    assert code == 0 and "h100 (300.00 TFLOP/s, 80 GB)" in shown and "bfloat16" in shown, shown
     code, shown = plan("--model-config", str(gpt2), "--device", "l40s")  # the old meaning: a GPU model
     assert code == 1 and "Unknown device 'l40s'" in shown and "--gpu" in shown, shown
     code, shown = plan("--config", str(gpt2))  # a model's config.json where a run's settings go

@@ -1,0 +1,228 @@
+"""The checks at the public boundary: types by beartype, ranges by argument name.
+
+A public function is decorated where it is defined with :func:`public`: its arguments are bound
+to its signature (a misspelt keyword is an :class:`celtk.errors.ArgumentError` that shows the
+signature), checked against :data:`BOUNDS` by name (``seed`` is non-negative wherever it appears),
+then checked against their annotations by beartype, configured by :data:`CONF` to raise
+:class:`~celtk.errors.ArgumentError` too:
+
+    >>> from celtk.stats import mcnemar_exact
+    >>> mcnemar_exact(-1, 3)
+    Traceback (most recent call last):
+    celtk.errors.ArgumentError: mcnemar_exact: b must be non-negative, got -1.
+
+A public dataclass checks its own fields in ``__post_init__`` (:func:`check_fields`, types by
+beartype's :func:`~beartype.door.is_bearable`); value types built in the hot loops (a head's
+score, one example's result) check nothing here. Wherever a path is annotated a ``str`` or any
+``os.PathLike`` is accepted; an ``int`` is a ``float`` (beartype's numeric tower), and a ``bool`` is
+not a number (refused where a range applies).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import math
+import numbers
+import os
+import pathlib
+import reprlib
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ParamSpec, TypeVar
+
+from beartype import BeartypeConf, FrozenDict, beartype
+from beartype.door import is_bearable
+
+from celtk.errors import ArgumentError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+CONF = BeartypeConf(violation_param_type=ArgumentError, violation_door_type=ArgumentError, is_pep484_tower=True,
+                    hint_overrides=FrozenDict({pathlib.Path: str | os.PathLike}))
+"""beartype's settings for every public function: a violation is an :class:`ArgumentError`, an
+``int`` passes for a ``float``, and a path may be a ``str`` or any ``os.PathLike``."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A numeric range; ``each``: the bound applies to every element of a sequence argument."""
+
+    low: int | float | None = None
+    high: int | float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    each: bool = False
+
+    def holds(self, value: int | float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
+
+    def describe(self) -> str:
+        def show(x: int | float) -> str:
+            return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+        if self.low == 0 and not self.low_open and self.high is None:
+            return "non-negative"
+        if self.high is None:
+            return f"{'greater than' if self.low_open else 'at least'} {show(self.low or 0)}"
+        if self.low is None:
+            return f"{'less than' if self.high_open else 'at most'} {show(self.high)}"
+        return f"in {'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}{')' if self.high_open else ']'}"
+
+
+AT_LEAST_0, AT_LEAST_1 = Bound(0), Bound(1)
+FRACTION = Bound(0, 1, low_open=True, high_open=True)
+
+BOUNDS: dict[str, Bound] = {
+    # counts and sizes
+    "b": AT_LEAST_0, "c": AT_LEAST_0, "seed": AT_LEAST_0, "fewshot": AT_LEAST_0,
+    "n_boot": Bound(1, 1_000_000), "repeats": Bound(1, 100_000), "n_candidates": Bound(1, 100_000),
+    "resamples": Bound(1, 10_000),  # the CLI's own bounds (--n-boot, --repeats, --candidates, --resamples)
+    "width": AT_LEAST_1, "batch_size": AT_LEAST_1, "rows_per_pass": AT_LEAST_1, "max_new_tokens": AT_LEAST_1,
+    "p": AT_LEAST_1, "k": AT_LEAST_1, "heldout": AT_LEAST_1,
+    "layers": Bound(0, each=True), "shard": Bound(0, each=True),
+    # fractions
+    "level": FRACTION, "fraction": FRACTION,
+}
+"""Ranges by argument name, shared by every public function (and dataclass field) that has the name.
+Names checked by the function itself with a message of their own (``limit``, ``masks``, ``rate``,
+split sizes) are not repeated here."""
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+def check_range(where: str, name: str, value: Any) -> None:
+    """Refuse ``value`` of ``name`` outside its :data:`BOUNDS` range (a bool, NaN or infinity
+    included); a name without a bound, ``None`` and a value of another type pass (types are beartype's)."""
+    bound = BOUNDS.get(name)
+    if bound is None or value is None:
+        return
+    if _is_bool(value):
+        raise ArgumentError(f"{where}: {name} must be {'a list of ' if bound.each else ''}int, got {value!r} "
+                            "(a bool is not a number here).")
+    values = value if bound.each and isinstance(value, (list, tuple)) else [value] if not bound.each else []
+    for v in values:
+        if isinstance(v, numbers.Real) and not _is_bool(v) and (
+                isinstance(v, float) and not math.isfinite(v) or not bound.holds(float(v))):
+            raise ArgumentError(f"{where}: {name} must be {bound.describe()}{' each' if bound.each else ''}, "
+                                f"got {reprlib.repr(value)}.")
+
+
+def _where(func: Callable[..., Any]) -> str:
+    return func.__qualname__.removesuffix(".__init__")
+
+
+def public(func: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a public function or method where it is defined: its arguments bound to its
+    signature, checked against :data:`BOUNDS`, then typed by beartype (:data:`CONF`)."""
+    signature = inspect.signature(func)
+    typed = beartype(conf=CONF)(func)
+    where = _where(func)
+
+    @functools.wraps(func)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as error:
+            shown = signature.replace(return_annotation=inspect.Signature.empty, parameters=[
+                p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()
+                if p.name != "self"])
+            raise ArgumentError(f"{where}: {error}; the signature is {where}{shown}.") from None
+        for name, value in bound.arguments.items():
+            if name in BOUNDS:
+                check_range(where, name, value)
+        return typed(*args, **kwargs)
+
+    return checked
+
+
+class _ModuleNames(Mapping[str, Any]):
+    """A module's names as a mapping, its ``__getattr__`` included (:func:`annotation_names`)."""
+
+    def __init__(self, module: str) -> None:
+        self.module = sys.modules[module]
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(vars(self.module))
+
+    def __len__(self) -> int:
+        return len(vars(self.module))
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, localns=_ModuleNames(cls.__module__))  # type: ignore[arg-type]
+
+
+def expected(annotation: str) -> str:
+    """An annotation in words: ``"int | None"`` → ``int or None``; a path → ``a path (str or os.PathLike)``."""
+    words = ["a path (str or os.PathLike)" if part.strip() in ("Path", "pathlib.Path") else part.strip()
+             for part in annotation.strip("'\"").split(" | ")]
+    return " or ".join(dict.fromkeys(words))
+
+
+def _admits_bool(hint: Any) -> bool:
+    """Whether ``hint`` names ``bool`` itself (or anything), rather than a number a bool would pass for."""
+    if hint in (bool, Any, object):
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return any(isinstance(arg, bool) for arg in typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        return any(_admits_bool(arg) for arg in typing.get_args(hint))
+    return False
+
+
+def check_type(opening: str, value: Any, hint: Any, annotation: str) -> None:
+    """Refuse ``value`` unless beartype finds it of type ``hint`` (written ``annotation``): a bool is
+    not an ``int`` here (``discovery = true`` is a mistake, not 1), and a string is never a bool.
+    ``opening`` names the value (``"RunConfig: seed"``, ``"chat in run.toml"``)."""
+    if not is_bearable(value, hint, conf=CONF) or (_is_bool(value) and not _admits_bool(hint)):
+        raise ArgumentError(f"{opening} must be {expected(annotation)}, got {reprlib.repr(value)} "
+                            f"({type(value).__name__}).")
+
+
+def field_hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a dataclass's fields (cached)."""
+    return _hints(cls)
+
+
+def check_fields(instance: Any, ranges: bool = True) -> None:
+    """Every field of a dataclass instance against its annotation (beartype) and, with ``ranges``,
+    :data:`BOUNDS` (call from ``__post_init__``)."""
+    cls: type = type(instance)
+    hints = _hints(cls)
+    for spec in fields(cls):
+        value = getattr(instance, spec.name)
+        check_type(f"{cls.__name__}: {spec.name}", value, hints[spec.name], str(spec.type))
+        if ranges:
+            check_range(cls.__name__, spec.name, value)
+
+
+def annotation_names(homes: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` for the names its annotations use but it imports only for type
+    checking (to keep torch, or an import circle, out of its import): beartype reads such a name
+    from the module when it first checks a value against it, and this imports it then, from
+    ``homes[name]`` (a module path)."""
+
+    def __getattr__(name: str) -> Any:
+        if name in homes:
+            return getattr(importlib.import_module(homes[name]), name)
+        raise AttributeError(name)
+
+    return __getattr__
