@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # annotations only: the document loads with the stage
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Number of examples (default: all of the split).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--fewshot", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Shots per prompt (lm-eval's num_fewshot).")
+@click.option("--fewshot", type=click.IntRange(min=0), default=None,
+              help="Shots per prompt (default 3, as celtk run uses; lm-eval's num_fewshot defaults to 0: pass "
+                   "--fewshot 0 to compare with it).")
 @click.option("--chat/--no-chat", default=False, show_default=True,
               help="Wrap prompts in the tokenizer's chat template.")
 @click.option("--chat-date", default="2024-07-26", show_default=True, help="ISO date chat templates see as 'today'.")

@@ -20,7 +20,7 @@ from celtk.evaluation.results import EvalConfig
 from celtk.evaluation.scoring import ablation_for
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
-from celtk.run.config import CHAT_DATE
+from celtk.run.config import CHAT_DATE, RunConfig
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
 from celtk.run.ledger import Ledger
@@ -38,14 +38,15 @@ SPLITS = ("discovery", "heldout", "all")
 def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", task: str | None = None,
              data: str | Path | None = None,
              heads: HeadSet | str = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
-             fewshot: int = 0, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
+             fewshot: int | None = None, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
              device: str = "cpu", dtype: str = "float32", allow_code: bool = False, run: Path | None = None,
              exploratory: bool = False, ablation: str = "zero", reference: int | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> EvalDocument:
     """Evaluate ``model`` (an alias/path, or a loaded :class:`Model`) on ``split`` of ``task`` with
     ``heads`` ablated; returns the ``eval.json`` document and writes it to ``out`` (unless ``None``).
 
-    ``limit`` takes the first examples of the split; ``allow_code`` lets the sandbox run
+    ``fewshot`` defaults to ``celtk run``'s shots (3; lm-eval's ``num_fewshot`` defaults to 0, so pass 0 to compare
+    with it). ``limit`` takes the first examples of the split; ``allow_code`` lets the sandbox run
     model-written code (MBPP). The held-out split is a run's held-out set: with ``run`` (a run
     directory) the task, data, seed, shots, template and held-out set are the run's, and the
     evaluation is a look logged in its ``heldout_log.jsonl`` (exploratory; the run's test stays its
@@ -55,6 +56,8 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     from held-out: a run's discovery set, or else the first ``reference`` of the task's discovery split (default
     what it holds, at most :data:`REFERENCE`)
     (refused with ``split="all"``, which would evaluate them too)."""
+    if fewshot is None:  # celtk run's shots; lm-eval's num_fewshot defaults to 0 (pass 0 to compare)
+        fewshot = RunConfig().fewshot
     head_set = as_head_set(heads)
     kind = AblationKind.parse(ablation)
     if kind.needs_reference and split == "all":

@@ -97,7 +97,7 @@ def draw_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
         return []
     if k > len(pool):
         raise TaskError(f"fewshot={k} (--fewshot {k}) needs {k} shots but the few-shot pool has only {len(pool)} "
-                        "examples.")
+                        f"examples; use --fewshot {len(pool)} or fewer.")
     return random.Random(seed).sample(pool, k)
 
 

@@ -166,10 +166,10 @@ def test_eval_under_a_kind_measures_on_discovery_examples_and_refuses_overlap(pl
 
     model, task = planted
     zero = run_eval(tmp_path / "zero", model=model, task=task, heads="L1H2", split="heldout", limit=12,
-                    exploratory=True)
+                    exploratory=True, fewshot=0)  # the planted task's shots (it has no few-shot pool)
     assert "ablation" not in zero.config  # zero evaluations keep the document they always had
     doc = run_eval(tmp_path / "mean", model=model, task=task, heads="L1H2", split="heldout", limit=12,
-                   exploratory=True, ablation="mean", reference=10)
+                   exploratory=True, ablation="mean", reference=10, fewshot=0)
     assert doc.config["ablation"]["kind"] == "mean" and doc.config["ablation"]["n_reference"] == 10
     splits = make_splits(get_task(task), 10, 12, seed=0)
     mean = ablation_for(model, "mean", get_task(task), splits.discovery, splits.shots)

@@ -102,10 +102,10 @@ def test_eval_on_a_runs_heldout_split_goes_through_the_run_and_is_logged(run_cop
     look = HeldoutLog(run_copy).looks()[-1]
     assert look.what == "eval" and look.heads == [HeadSet.parse("L0H1")] and look.exploratory and not look.frozen
     assert look.result == str((tmp_path / "ev" / "eval.json").resolve()) and doc.config["look"] == look.seq
-    outside = run_eval(None, model=model, task=task, split="heldout", limit=5, exploratory=True)
+    outside = run_eval(None, model=model, task=task, split="heldout", limit=5, exploratory=True, fewshot=0)
     assert outside.config["exploratory"] is True
     with pytest.raises(ConfigError, match="ISO date"):
-        run_eval(None, model=model, task=task, limit=2, chat_date="yesterday")
+        run_eval(None, model=model, task=task, limit=2, chat_date="yesterday", fewshot=0)
 
 
 @pytest.mark.parametrize("damage", ["edit", "truncate", "drop-head", "insert"])

@@ -301,10 +301,10 @@ def test_eval_outside_a_run_does_not_score_its_frozen_heldout_set(fresh_run, pla
     selection = SelectionDocument.load(fresh_run)
     for split, exploratory in (("all", False), ("heldout", True)):
         with pytest.raises(ConfigError, match="include a frozen held-out set .*--split heldout --run"):
-            run_eval(None, model=model, task=task, split=split, exploratory=exploratory)
+            run_eval(None, model=model, task=task, split=split, exploratory=exploratory, fewshot=0)  # the run's shots
     with pytest.raises(ConfigError, match="include a frozen held-out set .*--split heldout --run"):
-        run_eval(None, model=model, task=task, split="discovery", limit=80)  # reaches the back 40 the run froze
-    assert run_eval(None, model=model, task=task, split="discovery", limit=10).n == 10  # no frozen example there
+        run_eval(None, model=model, task=task, split="discovery", limit=80, fewshot=0)  # reaches the 40 the run froze
+    assert run_eval(None, model=model, task=task, split="discovery", limit=10, fewshot=0).n == 10  # none frozen there
     with pytest.raises(ConfigError, match="the run's own task and data; leave task"):
         run_eval(None, model=model, task=task, heads=selection.heads, split="heldout", run=fresh_run)
     logged = run_eval(None, model=model, heads=selection.heads, split="heldout", run=fresh_run)

@@ -45,11 +45,12 @@ def test_mean_ablation_measures_on_what_a_small_task_holds_and_names_reference(s
     task = f"jsonl:{path}"
     model = make_tiny("llama", smol_tokenizer, n_layers=1, n_heads=2)
     # the default takes what the discovery split holds (12 here, under the usual 100) instead of failing
-    document = run_eval(None, model=model, task=task, heads="L0H0", limit=2, ablation="mean", batch_size=4)
+    document = run_eval(None, model=model, task=task, heads="L0H0", limit=2, ablation="mean", batch_size=4,
+                        fewshot=0)  # the task has no few-shot pool
     assert "the first 12 discovery examples" in json.dumps(document.to_json())
     with pytest.raises(ConfigError, match=r"--reference 50 \(reference\) asks for more discovery examples than .* "
                                           r"holds \(12\).*--reference 12 or fewer"):
-        run_eval(None, model=model, task=task, heads="L0H0", limit=2, ablation="mean", reference=50)
-    shown = CliRunner().invoke(main, ["eval", "--task", task, "--ablation", "mean", "--reference", "50", "--out",
-                                      str(tmp_path / "eval")])  # refused before any model loads
+        run_eval(None, model=model, task=task, heads="L0H0", limit=2, ablation="mean", reference=50, fewshot=0)
+    shown = CliRunner().invoke(main, ["eval", "--task", task, "--fewshot", "0", "--ablation", "mean", "--reference",
+                                      "50", "--out", str(tmp_path / "eval")])  # refused before any model loads
     assert shown.exit_code == 1 and "--reference 50" in shown.output + shown.stderr, shown.output
