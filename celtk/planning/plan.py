@@ -10,7 +10,9 @@ FLOPs come from :mod:`celtk.planning.flops`; activation bytes from :mod:`celtk.p
   select walks its subsets as a prefix tree, which holds one pass-wide layer input per level above
   the running one, and runs the layers :func:`celtk.screening.prefix_tree.layer_evaluations` counts for a pool
   spread evenly over the layers.
-* **test**: two plain passes (intact and ablated) over the held-out set, batch by batch.
+* **test**: two passes (intact and ablated) over the held-out set, batch by batch, each running the shared
+  prefix once and every example's own tokens against its keys and values (:mod:`celtk.evaluation.shared_prefix`;
+  whole prompts where no prefix is shared). The memory is priced as whole prompts, an upper bound.
 * **generate** tasks (MBPP): greedy generation with a KV cache, once per ablation.
 """
 
@@ -235,6 +237,16 @@ def _plain_flops(shape: Shape, task: TaskSize, n_examples: int) -> float:
     return float(n_examples * task.choices * per_request)
 
 
+def _held_out_flops(shape: Shape, task: TaskSize, n_examples: int) -> float:
+    """One held-out pass: the shared prefix once, then every request's own tokens against its keys and values
+    (the intact pass of the cached screener's count); every prompt whole where no prefix is shared."""
+    if not task.shared_prefix:
+        return _plain_flops(shape, task, n_examples)
+    n = n_examples * task.choices
+    width = task.mean_prompt - task.shared_prefix + task.continuation_tokens - 1
+    return float(screen_flops(shape, task.shared_prefix, [width], n * task.continuation_tokens, [], repeat=n)["cached"])
+
+
 def _stage(name: str, evaluations: int, flops: float, weights: float, activations: float, device: Device) -> StagePlan:
     seconds = None if device.flops_per_second is None else flops / device.flops_per_second
     fits = weights + activations <= device.memory_bytes
@@ -295,13 +307,14 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
     disc_bytes = cached_stage_bytes(shape, task, task.n_discovery, batch_size, rows, width_bytes)
     select_bytes = cached_stage_bytes(shape, task, task.n_discovery, batch_size, rows, width_bytes,
                                       depth=min(k, len({h.layer for h in spread})))
-    # the held-out stage streams: two plain passes, one batch at a time (celtk.run.test.score_streaming)
+    # the held-out stage streams, one batch at a time: priced as whole prompts (an upper bound on the shared-prefix
+    # passes, whose batches hold only their own tokens beside one copy of the prefix's keys and values)
     test_bytes = plain_pass_bytes(shape, batch_size, task.prompt_tokens + task.continuation_tokens - 1,
                                   batch_size * task.continuation_tokens, width_bytes)
     return [_stage("screen", n_heads + 1, cached(screen_starts), weights, disc_bytes, device),
             _stage("select", subsets, cached([hs.heads[0].layer for hs in select_sets], select_layers), weights,
                    select_bytes, device),
-            _stage("test", 2, 2 * _plain_flops(shape, task, task.n_heldout), weights, test_bytes, device)]
+            _stage("test", 2, 2 * _held_out_flops(shape, task, task.n_heldout), weights, test_bytes, device)]
 
 
 def check_context(config: Any, task: TaskSize) -> None:

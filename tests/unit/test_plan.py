@@ -136,3 +136,15 @@ def test_a_discovery_set_of_ten_to_the_fifteen_is_planned_not_a_memory_error():
     small = plan_run(CONFIGS / "Llama-3.2-3B-Instruct.json", PAPER_TASKS["arithmetic"], L40S)[0]
     assert screen.flops == pytest.approx(small.flops * 10**15 / 2000, rel=0.01)
     assert not screen.fits and (select.seconds or 0) > 0 and (test.seconds or 0) > 0
+
+
+def test_the_held_out_passes_count_the_shared_prefix_once():
+    """A held-out pass runs the shots once and each example's own tokens against them: its FLOPs grow with the
+    examples by the suffix's cost alone, and without a shared prefix every prompt is counted whole."""
+    config = CONFIGS / "Llama-3.2-3B-Instruct.json"
+    task = replace(PAPER_TASKS["arithmetic"], shared_prefix=60, prompt_tokens=80, mean_prompt_tokens=75)
+    shared = plan_run(config, task, L40S)[2].flops
+    whole = plan_run(config, replace(task, shared_prefix=0), L40S)[2].flops
+    assert shared < whole / 2  # 60 of 75 prompt tokens run once instead of once per example
+    more = plan_run(config, replace(task, n_heldout=2 * task.n_heldout), L40S)[2].flops
+    assert shared < more < 2 * shared  # doubling the examples adds their own tokens, not a second prefix
