@@ -102,8 +102,18 @@ def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequenc
     return Effect(heads, rows, compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=seed))
 
 
+def _encodable(name: str, text: str) -> str:
+    """``text``, refused if it holds a lone UTF-16 surrogate (``"\\ud800"``), which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TaskError(f"The {name} holds a lone surrogate {text[error.start]!r} at character {error.start} (half "
+                        "of a UTF-16 pair); write the character itself or its whole pair.") from None
+    return text
+
+
 def _encode(model: Model, prompt: str) -> Int[Tensor, "1 pos"]:
-    return model.tokenizer(prompt, return_tensors="pt").input_ids.to(model.device)
+    return model.tokenizer(_encodable("prompt", prompt), return_tensors="pt").input_ids.to(model.device)
 
 
 def tokens(model: Model, prompt: str) -> list[str]:
@@ -208,7 +218,7 @@ def direct_logit_attribution(model: Model, prompt: str, target: str | int, heads
     if isinstance(target, int):
         ids, target_id = _encode(model, prompt)[0].tolist(), target
     else:
-        context, continuation = encode_pair(model.tokenizer, prompt, target)
+        context, continuation = encode_pair(model.tokenizer, _encodable("prompt", prompt), _encodable("target", target))
         if not 0 <= token < len(continuation):
             raise TaskError(f"The answer {target!r} has {len(continuation)} token(s); token={token} is out of range.")
         ids, target_id = context + continuation[:token], continuation[token]

@@ -113,9 +113,12 @@ class HeldoutLog:
         """Every line (text, parsed), after checking the chain and the head; raises
         :class:`RunStoreError` naming the first line that does not hold."""
         if not self.path.exists():
-            if self.head_path.exists() and read_json(self.head_path).get("lines", 0) != 0:
-                raise self._broken("is missing, but heldout_log.head says it had "
-                                   f"{read_json(self.head_path).get('lines')!r} line(s)")
+            head = read_json(self.head_path) if self.head_path.exists() else {}
+            if not isinstance(head, dict):
+                raise self._broken("is missing, and heldout_log.head is not the object celtk writes (a line count "
+                                   f"and a hash), but {type(head).__name__}")
+            if head.get("lines", 0) != 0:
+                raise self._broken(f"is missing, but heldout_log.head says it had {head.get('lines')!r} line(s)")
             Ledger().check_log(self.directory, [])
             return []
         try:

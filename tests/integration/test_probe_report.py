@@ -3,6 +3,7 @@ in headless Chromium."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -66,6 +67,16 @@ def test_head_outputs_and_direct_logit_attribution_add_up(tiny_model):
     # frozen-scale norm is exact here
     assert float(resid @ direction) == pytest.approx(float(logits[target_id]), abs=1e-3)
     assert sum(dla.values()) == pytest.approx(float(outs.sum((0, 1)) @ direction), abs=1e-3)
+
+
+def test_a_lone_surrogate_is_refused_by_name_before_the_tokenizer(tiny_model):
+    from celtk.errors import TaskError
+
+    for call in (lambda: probe.tokens(tiny_model, "a \ud800"), lambda: probe.attention(tiny_model, "a \ud800", "L0H0"),
+                 lambda: probe.direct_logit_attribution(tiny_model, "a \ud800", " b"),
+                 lambda: probe.direct_logit_attribution(tiny_model, "a", " \ud800")):
+        with pytest.raises(TaskError, match=re.escape(r"holds a lone surrogate '\ud800' at character")):
+            call()
 
 
 def test_next_token_changes(tiny_model):

@@ -293,6 +293,18 @@ def test_a_rewound_head_is_refused(fresh_run, planted):
         RunDirectory(fresh_run).looks()
 
 
+@pytest.mark.parametrize("head", [[1, 2], {"lines": 2, "sha256": "0" * 64}])
+def test_a_deleted_log_is_refused_whatever_its_head_holds(fresh_run, planted, head):
+    """The log deleted, test.json kept, and the head left as it was or replaced by JSON of another shape."""
+    model, _ = planted
+    run_test(fresh_run, model=model, n_boot=50)
+    (fresh_run / "heldout_log.jsonl").unlink()
+    (fresh_run / "heldout_log.head").write_text(json.dumps(head))
+    with pytest.raises(RunStoreError, match="heldout_log.jsonl is missing, (and heldout_log.head is not the object|"
+                                            "but heldout_log.head says it had 2)"):
+        RunDirectory(fresh_run).looks()
+
+
 def test_eval_outside_a_run_does_not_score_its_frozen_heldout_set(fresh_run, planted, tmp_path):
     from celtk.errors import ConfigError
     from celtk.run.eval import run_eval
