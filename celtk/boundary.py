@@ -142,6 +142,7 @@ def public(func: Callable[P, R]) -> Callable[P, R]:
                 check_range(where, name, value)
         return typed(*args, **kwargs)
 
+    checked.__celtk_public__ = True  # type: ignore[attr-defined]  # what a test of the public annotations walks
     return checked
 
 

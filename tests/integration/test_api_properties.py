@@ -243,7 +243,8 @@ def test_every_public_annotation_resolves():
     for name, obj in PUBLIC.items():
         targets = [obj.__init__] if inspect.isclass(obj) else [obj]
         if inspect.isclass(obj):
-            targets += [m for m in vars(obj).values() if inspect.isfunction(m) and hasattr(m, "__wrapped__")]
+            targets += [m for m in vars(obj).values()
+                        if inspect.isfunction(m) and getattr(m, "__celtk_public__", False)]
         for target in map(inspect.unwrap, targets):
             names = _ModuleNames(target.__module__)
             for annotation in target.__annotations__.values():
