@@ -182,10 +182,11 @@ def test_a_selection_copied_into_a_fresh_directory_is_not_tested(tested, tmp_pat
     assert not (fresh / "test.json").exists() and not (fresh / "heldout_log.jsonl").exists()
 
 
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/full"])
 @pytest.mark.parametrize("name", ["heldout_log.jsonl", "heldout_log.head", "digests.json"])
-def test_a_bookkeeping_file_linked_to_a_device_is_one_clear_error(run_copy, name):
+def test_a_bookkeeping_file_linked_to_a_device_is_one_clear_error(run_copy, name, device):
     (run_copy / name).unlink()
-    os.symlink("/dev/zero", run_copy / name)
+    os.symlink(device, run_copy / name)
     with pytest.raises(RunStoreError, match="is not a regular file"):
         RunDirectory(run_copy).require("test", force=True)
         SelectionDocument.load(run_copy)
@@ -282,6 +283,17 @@ def test_a_downgraded_log_is_refused(fresh_run, planted):
     log.write_text("".join(json.dumps(entry) + "\n" for entry in stripped))
     (fresh_run / "heldout_log.head").unlink()
     with pytest.raises(RunStoreError, match="has no hash chain"):
+        RunDirectory(fresh_run).looks()
+
+
+def test_a_head_whose_line_count_is_text_is_refused_saying_so(fresh_run, planted):
+    model, _ = planted
+    run_test(fresh_run, model=model, n_boot=50)
+    lines = len((fresh_run / "heldout_log.jsonl").read_text().splitlines())
+    head = json.loads((fresh_run / "heldout_log.head").read_text())
+    (fresh_run / "heldout_log.head").write_text(json.dumps({**head, "lines": str(lines)}))
+    with pytest.raises(RunStoreError, match=f"has {lines} line\\(s\\), and heldout_log.head holds no line count "
+                                            f"\\('{lines}' where a whole number belongs\\)"):
         RunDirectory(fresh_run).looks()
 
 
