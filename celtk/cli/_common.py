@@ -52,7 +52,8 @@ class ProgressSettings:
 
 # What one step of each stage's ``progress(stage, done, total)`` counts (the library's stage names).
 UNITS = {"load": "models", "screen work": "‰ of its work",
-         "screen": "heads", "select": "head sets", "stability": "head sets", "lasso": "head sets",
+         "screen": "heads", "select": "head sets", "select work": "‰ of its work", "stability": "head sets",
+         "lasso": "head sets",
          "held-out": "head sets", "held-out work": "‰ of its work", "resamples": "resamples", "test": "passes",
          "eval": "batches", "transfer": "variants", "transfer work": "‰ of its work", "plain-text loss": "windows",
          "calibrate": "head sets", "calibrate held-out": "‰ of its work", "search null": "repeats"}

@@ -29,6 +29,7 @@ __getattr__ = annotation_names({  # what the boundary's type check resolves on f
     "CachedScreener": "celtk.screening.cached", "GenerationScreener": "celtk.screening.generation"})
 
 Progress = Callable[[str, int, int], None]
+WORK_SCALE = 1000  # a stage's progress within its layers, in thousandths of its replay work (the screen's too)
 
 
 class SetMemo:
@@ -48,13 +49,14 @@ class SetMemo:
     @public
     def __init__(self, directory: Path, intact: Bool[np.ndarray, " example"],
                  screener: Callable[[], CachedScreener | GenerationScreener],
-                 progress: Progress | None = None, stage: str = "select", key: str | None = None) -> None:
+                 progress: Progress | None = None, stage: str = "select", key: str | None = None,
+                 work: bool = False) -> None:
         directory = Path(directory)
         if key is not None:
             claim_parts(directory, key)
         self.directory, self._screener = directory, screener
         self._instance: CachedScreener | GenerationScreener | None = None
-        self.progress, self.stage = progress, stage
+        self.progress, self.stage, self.work = progress, stage, work
         self.known: dict[HeadSet, Bool[np.ndarray, " example"]] = load_subset_parts(directory, intact)
 
     def __call__(self, sets: list[HeadSet]) -> dict[HeadSet, Bool[np.ndarray, " example"]]:
@@ -76,11 +78,16 @@ class SetMemo:
                 if self.progress:
                     self.progress(self.stage, done, len(missing))
 
+            def on_work(work: int, total: int) -> None:  # within a layer's sets, weighted by what each replays
+                if self.progress and self.work:
+                    self.progress(f"{self.stage} work", round(WORK_SCALE * work / total) if total else WORK_SCALE,
+                                  WORK_SCALE)
+
             if self.progress:
                 self.progress(self.stage, 0, len(missing))
             if self._instance is None:
                 self._instance = self._screener()
-            self._instance.run(missing, on_layer=on_layer)
+            self._instance.run(missing, on_layer=on_layer, on_work=on_work)
         return {s: self.known[s] for s in sets}
 
 
@@ -128,9 +135,11 @@ def load_subset_parts(parts: Path, intact: Bool[np.ndarray, " example"]
     return known
 
 
-def memo_for(run: ScreenedRun, progress: Progress | None = None, stage: str = "select") -> SetMemo:
+def memo_for(run: ScreenedRun, progress: Progress | None = None, stage: str = "select", work: bool = False) -> SetMemo:
     """The memo of a :class:`celtk.run.session.ScreenedRun` (``OUT/select_parts/sets``), shared by
-    select, altscreen (LASSO) and stability so none scores a set another already scored."""
+    select, altscreen (LASSO) and stability so none scores a set another already scored. ``work``: also report
+    ``"<stage> work"``, the replay work done in thousandths (:data:`WORK_SCALE`), for a stage that scores all its
+    sets in one call (Algorithm 1), whose sets cost unequal time (a set starting in layer 0 replays every layer)."""
     key = fingerprint_key({"fingerprint": run.session.fingerprint(), "intact": Correctness.of(run.intact).bits})
     return SetMemo(run.out / "select_parts" / "sets", run.intact, lambda: run.session.screener("discovery"), progress,
-                   stage, key=key)
+                   stage, key=key, work=work)

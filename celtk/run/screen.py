@@ -24,6 +24,7 @@ from celtk.models import Model
 from celtk.run.config import RunConfig, check_recorded_settings
 from celtk.run.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.run.integrity import check_screen_complete
+from celtk.run.memo import WORK_SCALE
 from celtk.run.registry import SCREENS
 from celtk.run.session import Session
 from celtk.runstore import check_fingerprint, locked, read_json, write_csv, write_json
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
-WORK_SCALE = 1000  # the exhaustive screen's progress within layers, in thousandths of its replay work
 
 
 def shard_dir(out: Path, shard: tuple[int, int] | None) -> Path:

@@ -70,7 +70,8 @@ def run_select(out: Path, *, p: int | None = None, k: int | None = None, strateg
         run = open_run(out, model, stage="select", **({"heldout": heldout} if heldout is not None else {}),
                        **neutral_overrides(device, batch_size))
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
-        result = search(run.scores, run.intact, memo_for(run, progress), k=k, p=p, width=width, tie_break=tie_break)
+        memo = memo_for(run, progress, work=whole is None)  # Algorithm 1 scores its subsets in one call
+        result = search(run.scores, run.intact, memo, k=k, p=p, width=width, tie_break=tie_break)
         document = _selection_document(run, result, p, k, tie_break)
         if document.discovery_gain <= 0:
             if not force:

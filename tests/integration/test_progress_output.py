@@ -162,6 +162,10 @@ def test_every_stage_reports_within_its_work(planted, smol_tokenizer, tmp_path):
     first_work = stages.index("screen work")
     assert stages[:first_work] == ["load", "load", "screen"] and counts(ran, "screen")[0] == (0, 12)
     assert 0 < ran[first_work]["done"] < 1000  # the intact pass, done before any head is
+    # select's subsets: a count per layer's sets, and the replay work within them (Algorithm 1 scores them at once)
+    chosen = [done for done, _ in counts(ran, "select work")]
+    assert len(chosen) >= 3 and chosen == sorted(chosen) and chosen[-1] == 1000, chosen
+    assert counts(ran, "select")[-1] == (3, 3)  # the pool of 3 gives 3 pairs
 
     text = tmp_path / "plain.txt"
     text.write_text("the quick brown fox jumps over the lazy dog " * 40)

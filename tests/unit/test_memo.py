@@ -22,7 +22,7 @@ class _Screener:
     def __init__(self) -> None:
         self.scored: list[HeadSet] = []
 
-    def run(self, sets, on_layer):
+    def run(self, sets, on_layer, on_work=None):  # as the screeners' run: on_work is theirs to call
         self.scored += sets
         on_layer(0, {s: SimpleNamespace(correct=np.array([True, True, True, False])) for s in sets})
 
