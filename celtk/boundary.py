@@ -20,6 +20,7 @@ not a number (refused where a range applies).
 
 from __future__ import annotations
 
+import collections.abc as abc
 import functools
 import importlib
 import inspect
@@ -123,10 +124,14 @@ def _where(func: Callable[..., Any]) -> str:
 
 def public(func: Callable[P, R]) -> Callable[P, R]:
     """Decorate a public function or method where it is defined: its arguments bound to its
-    signature, checked against :data:`BOUNDS`, then typed by beartype (:data:`CONF`)."""
+    signature, checked against :data:`BOUNDS`, then typed by beartype (:data:`CONF`), every element of a
+    container argument included (:func:`check_elements`)."""
     signature = inspect.signature(func)
+    annotations = {k: v for k, v in func.__annotations__.items() if isinstance(v, str)}  # before beartype resolves
+    containers = {k: v for k, v in annotations.items() if any(word in v for word in _COLLECTION_WORDS)}
     typed = beartype(conf=CONF)(func)
     where = _where(func)
+    hints: dict[str, Any] = {}
 
     @functools.wraps(func)
     def checked(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -140,10 +145,50 @@ def public(func: Callable[P, R]) -> Callable[P, R]:
         for name, value in bound.arguments.items():
             if name in BOUNDS:
                 check_range(where, name, value)
+            if name in containers and isinstance(value, (str, list, tuple, set, frozenset, dict)):
+                if name not in hints:  # resolved on first need: only a container annotation, so no torch here
+                    hints[name] = eval(containers[name], func.__globals__, _ModuleNames(func.__module__))  # noqa: S307
+                check_elements(f"{where}: {name}", value, hints[name], containers[name])
         return typed(*args, **kwargs)
 
     checked.__celtk_public__ = True  # type: ignore[attr-defined]  # what a test of the public annotations walks
+    checked.__celtk_annotations__ = annotations  # type: ignore[attr-defined]  # as written (beartype resolves them)
     return checked
+
+
+_COLLECTION_WORDS = ("list", "tuple", "dict", "set", "Sequence", "Iterable", "Collection", "Mapping")
+_COLLECTIONS = (list, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Collection, abc.Iterable, abc.Set)
+
+
+def _holds(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of type ``hint`` element by element (beartype itself checks one element of a container,
+    drawn at random), and a string is not taken for a collection of strings (``Sequence[str]``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_holds(value, arg) for arg in args)
+    if hint in (Any, object):
+        return True
+    if not is_bearable(value, hint, conf=CONF):
+        return False
+    if isinstance(value, str):
+        return origin not in _COLLECTIONS
+    if origin is tuple and args and isinstance(value, tuple):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_holds(v, args[0]) for v in value)
+        return len(args) == len(value) and all(_holds(v, a) for v, a in zip(value, args, strict=True))
+    if origin in _COLLECTIONS and args and isinstance(value, (list, tuple, set, frozenset)):
+        return all(_holds(v, args[0]) for v in value)
+    if origin in (dict, abc.Mapping) and len(args) == 2 and isinstance(value, dict):
+        return all(_holds(k, args[0]) and _holds(v, args[1]) for k, v in value.items())
+    return True
+
+
+def check_elements(opening: str, value: Any, hint: Any, annotation: str) -> None:
+    """Refuse a container ``value`` unless every element has its type under ``hint`` (written ``annotation``), and a
+    string where the hint wants a collection of strings. ``opening`` names the value."""
+    if not _holds(value, hint):
+        raise ArgumentError(f"{opening} must be {expected(annotation)}, got {reprlib.repr(value)} "
+                            f"({type(value).__name__}).")
 
 
 class _ModuleNames(Mapping[str, Any]):
@@ -193,7 +238,7 @@ def check_type(opening: str, value: Any, hint: Any, annotation: str) -> None:
     """Refuse ``value`` unless beartype finds it of type ``hint`` (written ``annotation``): a bool is
     not an ``int`` here (``discovery = true`` is a mistake, not 1), and a string is never a bool.
     ``opening`` names the value (``"RunConfig: seed"``, ``"chat in run.toml"``)."""
-    if not is_bearable(value, hint, conf=CONF) or (_is_bool(value) and not _admits_bool(hint)):
+    if not _holds(value, hint) or (_is_bool(value) and not _admits_bool(hint)):
         raise ArgumentError(f"{opening} must be {expected(annotation)}, got {reprlib.repr(value)} "
                             f"({type(value).__name__}).")
 

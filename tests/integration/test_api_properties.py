@@ -197,6 +197,8 @@ def test_run_config_is_validated_at_construction():
         celtk.RunConfig(discovery="3")  # type: ignore[arg-type]  # deliberately the wrong type: the check under test
     with pytest.raises(CeltkError, match=r"stop must be list\[str\] or None, got \[1\]"):
         celtk.RunConfig(stop=[1], grading="generate")  # type: ignore[list-item]  # deliberately wrong, as above
+    with pytest.raises(CeltkError, match=r"stop must be list\[str\] or None, got \['a', 1\]"):
+        celtk.RunConfig(stop=["a", 1], grading="generate")  # type: ignore[list-item]  # every element, not one drawn
     # a Path is a path, kept as the file holds it
     config = celtk.RunConfig(data=Path("/x/y.jsonl"))  # type: ignore[arg-type]  # typed str | None, takes a Path too
     assert config.data == "/x/y.jsonl"
@@ -220,6 +222,19 @@ def test_a_wrong_argument_is_named_with_its_value_and_what_is_expected(ctx):
 
 
 @as_users_call_it
+def test_every_element_of_a_collection_is_checked_and_a_string_is_not_a_collection_of_strings():
+    """beartype checks one element of a container, drawn at random; the boundary checks them all, and refuses a
+    string where a collection of strings belongs (it would be read as its characters)."""
+    with pytest.raises(ArgumentError, match=r"variant_grid: subtasks must be Iterable\[str\], got '2ds' \(str\)"):
+        celtk.run.variant_grid("arithmetic:2da", subtasks="2ds")
+    for _ in range(20):  # the bad element is last of many: a sampled check would pass it most of the time
+        with pytest.raises(ArgumentError, match=r"variant_grid: subtasks must be Iterable\[str\]"):
+            celtk.run.variant_grid("arithmetic:2da", subtasks=[*["2ds"] * 30, 3])  # type: ignore[list-item]
+    assert len(celtk.run.variant_grid("arithmetic:2da", subtasks=("2ds",))) == len(
+        celtk.run.variant_grid("arithmetic:2da", subtasks=["2ds"]))
+
+
+@as_users_call_it
 def test_paths_are_accepted_wherever_a_path_is(ctx, tmp_path):
     from celtk import export_ablated, load_model
 
@@ -236,23 +251,30 @@ def test_paths_are_accepted_wherever_a_path_is(ctx, tmp_path):
 
 def test_every_public_annotation_resolves():
     """beartype resolves a name an annotation uses from the function's module (its ``__getattr__`` for
-    names imported only for type checking); one it cannot resolve would fail at call time."""
+    names imported only for type checking); one it cannot resolve would fail at call time (or, in a method, be
+    matched by its bare class name). Read from the annotations as written, which ``public`` keeps (beartype
+    replaces a decorated function's own)."""
     from celtk.boundary import _ModuleNames
 
     missing: dict[str, list[str]] = {}
+    walked = 0
     for name, obj in PUBLIC.items():
         targets = [obj.__init__] if inspect.isclass(obj) else [obj]
         if inspect.isclass(obj):
             targets += [m for m in vars(obj).values()
                         if inspect.isfunction(m) and getattr(m, "__celtk_public__", False)]
-        for target in map(inspect.unwrap, targets):
-            names = _ModuleNames(target.__module__)
-            for annotation in target.__annotations__.values():
+        for target in targets:
+            written = getattr(target, "__celtk_annotations__", None)
+            walked += written is not None
+            plain = inspect.unwrap(target)
+            names = _ModuleNames(plain.__module__)
+            for annotation in (written if written is not None else plain.__annotations__).values():
                 tree = ast.parse(annotation, mode="eval") if isinstance(annotation, str) else None
                 for node in ast.walk(tree) if tree else ():
                     if isinstance(node, ast.Name) and node.id not in names and not hasattr(builtins, node.id):
-                        missing.setdefault(f"{name}.{target.__name__}", []).append(node.id)
+                        missing.setdefault(f"{name}.{plain.__name__}", []).append(node.id)
     assert not missing
+    assert walked >= 45  # the public functions and Run's methods, by the annotations public() kept
 
 
 def test_a_constructor_refuses_an_unknown_keyword_the_same_way_however_it_was_imported():
