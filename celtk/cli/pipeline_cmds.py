@@ -158,6 +158,11 @@ def _print_test(doc: TestDocument, out: Path | None = None) -> None:
     if doc.seen_before_test:
         console().print(f"[bold red]Not a first look: look(s) {', '.join(map(str, doc.seen_before_test))} already "
                         "scored this selection on this held-out set before the test (seen before test).[/]")
+    this = next((look for look in looks if look.seq == doc.look), None)
+    if this is not None and this.seen_elsewhere:
+        console().print(f"[bold red]Seen before: this held-out set was already tested under the same weights and task "
+                        f"in another run directory ({', '.join(this.seen_elsewhere)}); this test is forced and "
+                        "exploratory, not a first look.[/]")
     if out is not None and len(looks) > 1:
         from celtk.run.directory import RunDirectory
 

@@ -494,7 +494,7 @@ def record(look: Look) -> LookRecord:
     return LookRecord(seq=look.seq, what=look.what, heads=look.heads, n=look.n,
                       heldout_hash=look.heldout_hash, frozen=look.frozen, exploratory=look.exploratory,
                       forced=look.forced, complete=look.complete, result=look.result,
-                      seen_before_test=look.seen_before_test)
+                      seen_before_test=look.seen_before_test, seen_elsewhere=look.extra.get("seen_before") or None)
 
 
 def _describe(looks: list[Look]) -> str:

@@ -589,6 +589,8 @@ class LookRecord(Record):
     result: str | None  # the file it wrote
     chained: bool = True  # every line of the log is hash-chained: a log holding a line without the chain is refused
     seen_before_test: int | None = optional()  # made before the run's test (this seq), it scored the tested selection
+    # the same held-out set (weights, task) tested before in other run directories, as the ledger says ("RUN#seq")
+    seen_elsewhere: list[str] | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)

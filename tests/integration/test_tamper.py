@@ -244,7 +244,9 @@ def test_a_test_json_the_log_records_no_test_writing_is_refused(fresh_run, teste
         write_report(fresh_run)
 
 
-def test_a_copied_run_gets_no_second_first_test(fresh_run, planted, tmp_path):
+def test_a_copied_run_gets_no_second_first_test(fresh_run, planted, tmp_path, capsys):
+    from celtk.cli.pipeline_cmds import _print_test
+
     model, _ = planted
     copy = Path(shutil.copytree(fresh_run, tmp_path / "copy"))  # selected, not yet tested: digests and all
     first = run_test(fresh_run, model=model, n_boot=50)
@@ -255,6 +257,11 @@ def test_a_copied_run_gets_no_second_first_test(fresh_run, planted, tmp_path):
     (look,) = HeldoutLog(copy).looks()
     assert look.forced and look.exploratory and look.extra["seen_before"] == [f"{fresh_run.resolve()}#0"]
     assert again.gain == first.gain
+    assert again.looks is not None and again.looks[0].seen_elsewhere == [f"{fresh_run.resolve()}#0"]
+    _print_test(again)  # what `celtk test --force` prints
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"Seen before: this held-out set was already tested under the same weights and task in another run " \
+           f"directory ({fresh_run.resolve()}#0)" in shown, shown
 
 
 def test_a_log_rewritten_consistently_is_refused_by_the_ledger(fresh_run, planted):
