@@ -12,7 +12,8 @@ Three steps, each resumable (rerun the same command after an interruption: finis
 room for ablation to help and to hurt. ``run`` then runs ``celtk replicate --seeds 1,2,3`` (discovery 100,
 held-out 300, 3 shots, zero ablation, p 10, k 3: the demo's settings) for each chosen (model, task), printing
 ``celtk plan``'s estimate first and measuring this machine's float32 matmul rate beside each job; the demo's own
-(model, task) goes first, outside the band, because the demo runs it. Every run directory sits under
+(model, task) goes first, outside the band, because the demo runs it. Set ``TABLE1_SHARED="what else ran"`` when the
+job shares the machine: the record keeps it and the page marks that job's wall time. Every run directory sits under
 ``runs/table1/`` with its own held-out ledger (``runs/table1/ledger.jsonl``), so these runs' frozen sets are
 guarded among themselves and do not collide with other work on this machine. ``write`` regenerates the page:
 every (model, task) row, finished or not (a pending row says what is still to run), with the sweep it was chosen
@@ -162,7 +163,9 @@ def run_job(alias: str, task: str) -> dict:
     with open(directory / "table1_job.log", "a", encoding="utf-8") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=ledger_env())
     seconds = time.time() - start
+    shared = os.environ.get("TABLE1_SHARED")  # what else ran on the machine meanwhile, said by whoever started it
     sessions = [*record.get("sessions", []), {"seconds": round(seconds, 1), "gflops_before": round(gflops, 1),
+                                              **({"shared": shared} if shared else {}),
                                               "gflops_after": round(matmul_gflops(), 1), "rc": done.returncode,
                                               "host": platform.node()}]
     record = {"model": alias, "task": task, "command": " ".join(command[2:]), "plan": estimate, "sessions": sessions,
@@ -209,7 +212,8 @@ def row(alias: str, task: str, swept: dict) -> dict:
             "mean_gain_ci": replicate["mean_gain_ci"], "relative_error_reduction": rer,
             "n_significant": replicate["n_significant"], "head_frequency": replicate["head_frequency"],
             "wall_seconds": round(sum(s["seconds"] for s in job.get("sessions", [])), 1),
-            "gflops": [min(rates), max(rates)] if rates else None, "plan": job.get("plan")}
+            "gflops": [min(rates), max(rates)] if rates else None, "plan": job.get("plan"),
+            "shared": [x["shared"] for x in job.get("sessions", []) if x.get("shared")]}
 
 
 def pct(x: float | None, sign: bool = False) -> str:
@@ -240,7 +244,7 @@ def markdown(data: dict) -> str:
         rate = f"{r['gflops'][0]:.0f}–{r['gflops'][1]:.0f}" if r["gflops"] else "–"
         lines.append(f"| {r['model']} | {task} | {pct(r['intact_accuracy'])} → {pct(r['ablated_accuracy'])} | "
                      f"{gain} | {pct(r['relative_error_reduction'], True)} | {r['n_significant']}/{r['n_tested']} | "
-                     f"{heads} | {r['wall_seconds'] / 60:.0f} min | {rate} |")
+                     f"{heads} | {r['wall_seconds'] / 60:.0f} min{' (shared)' if r.get('shared') else ''} | {rate} |")
     lines += ["", "## Every seed", "",
               "| model | task | seed | selection | discovery gain | held-out intact → ablated | gain [95 % CI] | "
               "McNemar p | Holm p | wall |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -273,6 +277,12 @@ def markdown(data: dict) -> str:
                   "beside the measured wall time per seed in the table above.", ""]
         for alias, task, text in plans:
             lines += [f"### {alias}, {task}", "", "```", text, "```", ""]
+    shared = [(r["model"], r["task"], x) for r in data["rows"] for x in r.get("shared") or []]
+    if shared:
+        lines += ["", "## Jobs that shared the machine", "",
+                  "Their wall times (marked *(shared)*) include waiting for the cores, so they are no measure of "
+                  "celtk's speed or of the plan's accuracy; the accuracies and selections do not depend on it.", ""]
+        lines += [f"- {alias}, {task}: {what}" for alias, task, what in shared]
     lines += ["", f"Machine: {data['machine']}.", ""]
     return "\n".join(lines)
 
