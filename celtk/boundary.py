@@ -125,7 +125,7 @@ def _where(func: Callable[..., Any]) -> str:
 def public(func: Callable[P, R]) -> Callable[P, R]:
     """Decorate a public function or method where it is defined: its arguments bound to its
     signature, checked against :data:`BOUNDS`, then typed by beartype (:data:`CONF`), every element of a
-    container argument included (:func:`check_elements`)."""
+    container argument included (:func:`check_type`)."""
     signature = inspect.signature(func)
     annotations = {k: v for k, v in func.__annotations__.items() if isinstance(v, str)}  # before beartype resolves
     containers = {k: v for k, v in annotations.items() if any(word in v for word in _COLLECTION_WORDS)}
@@ -148,10 +148,9 @@ def public(func: Callable[P, R]) -> Callable[P, R]:
             if name in containers and isinstance(value, (str, list, tuple, set, frozenset, dict)):
                 if name not in hints:  # resolved on first need: only a container annotation, so no torch here
                     hints[name] = eval(containers[name], func.__globals__, _ModuleNames(func.__module__))  # noqa: S307
-                check_elements(f"{where}: {name}", value, hints[name], containers[name])
+                check_type(f"{where}: {name}", value, hints[name], containers[name])
         return typed(*args, **kwargs)
 
-    checked.__celtk_public__ = True  # type: ignore[attr-defined]  # what a test of the public annotations walks
     checked.__celtk_annotations__ = annotations  # type: ignore[attr-defined]  # as written (beartype resolves them)
     return checked
 
@@ -183,14 +182,6 @@ def _holds(value: Any, hint: Any) -> bool:
     return True
 
 
-def check_elements(opening: str, value: Any, hint: Any, annotation: str) -> None:
-    """Refuse a container ``value`` unless every element has its type under ``hint`` (written ``annotation``), and a
-    string where the hint wants a collection of strings. ``opening`` names the value."""
-    if not _holds(value, hint):
-        raise ArgumentError(f"{opening} must be {expected(annotation)}, got {reprlib.repr(value)} "
-                            f"({type(value).__name__}).")
-
-
 class _ModuleNames(Mapping[str, Any]):
     """A module's names as a mapping, its ``__getattr__`` included (:func:`annotation_names`)."""
 
@@ -211,7 +202,8 @@ class _ModuleNames(Mapping[str, Any]):
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def field_hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a dataclass's fields (cached)."""
     return typing.get_type_hints(cls, localns=_ModuleNames(cls.__module__))  # type: ignore[arg-type]
 
 
@@ -235,24 +227,20 @@ def _admits_bool(hint: Any) -> bool:
 
 
 def check_type(opening: str, value: Any, hint: Any, annotation: str) -> None:
-    """Refuse ``value`` unless beartype finds it of type ``hint`` (written ``annotation``): a bool is
-    not an ``int`` here (``discovery = true`` is a mistake, not 1), and a string is never a bool.
+    """Refuse ``value`` unless beartype finds it of type ``hint`` (written ``annotation``), every element of a
+    container included: a bool is not an ``int`` here (``discovery = true`` is a mistake, not 1), a string is never
+    a bool, and a string is not a collection of strings.
     ``opening`` names the value (``"RunConfig: seed"``, ``"chat in run.toml"``)."""
     if not _holds(value, hint) or (_is_bool(value) and not _admits_bool(hint)):
         raise ArgumentError(f"{opening} must be {expected(annotation)}, got {reprlib.repr(value)} "
                             f"({type(value).__name__}).")
 
 
-def field_hints(cls: type) -> dict[str, Any]:
-    """The resolved annotations of a dataclass's fields (cached)."""
-    return _hints(cls)
-
-
 def check_fields(instance: Any, ranges: bool = True) -> None:
     """Every field of a dataclass instance against its annotation (beartype) and, with ``ranges``,
     :data:`BOUNDS` (call from ``__post_init__``)."""
     cls: type = type(instance)
-    hints = _hints(cls)
+    hints = field_hints(cls)
     for spec in fields(cls):
         value = getattr(instance, spec.name)
         check_type(f"{cls.__name__}: {spec.name}", value, hints[spec.name], str(spec.type))

@@ -262,7 +262,7 @@ def test_every_public_annotation_resolves():
         targets = [obj.__init__] if inspect.isclass(obj) else [obj]
         if inspect.isclass(obj):
             targets += [m for m in vars(obj).values()
-                        if inspect.isfunction(m) and getattr(m, "__celtk_public__", False)]
+                        if inspect.isfunction(m) and hasattr(m, "__celtk_annotations__")]
         for target in targets:
             written = getattr(target, "__celtk_annotations__", None)
             walked += written is not None
