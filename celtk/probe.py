@@ -34,7 +34,7 @@ from celtk.evaluation.results import EvalConfig
 from celtk.heads import Head, HeadSet, all_heads, as_head_set
 from celtk.models import Model
 from celtk.stats import PairedComparison, compare_paired
-from celtk.tasks import Example, Task
+from celtk.tasks import Example, Task, lone_surrogate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -104,11 +104,10 @@ def effect(model: Model, task: Task, examples: Sequence[Example], shots: Sequenc
 
 def _encodable(name: str, text: str) -> str:
     """``text``, refused if it holds a lone UTF-16 surrogate (``"\\ud800"``), which no tokenizer can encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise TaskError(f"The {name} holds a lone surrogate {text[error.start]!r} at character {error.start} (half "
-                        "of a UTF-16 pair); write the character itself or its whole pair.") from None
+    at = lone_surrogate(text)
+    if at is not None:
+        raise TaskError(f"The {name} holds a lone surrogate {text[at]!r} at character {at} (half of a UTF-16 pair); "
+                        "write the character itself or its whole pair.")
     return text
 
 

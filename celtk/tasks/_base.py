@@ -91,6 +91,16 @@ class Task:
         return 256
 
 
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone UTF-16 surrogate (JSON ``"\\ud800"``), which no tokenizer or hash can encode;
+    ``None`` when it holds none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
 def draw_shots(pool: list[Example], k: int, seed: int) -> list[Example]:
     """``k`` shots drawn reproducibly from ``pool`` (one fixed set shared by every example)."""
     if k == 0:

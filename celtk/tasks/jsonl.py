@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
 from celtk.errors import DataFormatError, TaskError
-from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._base import Example, Pools, Task, lone_surrogate
 from celtk.tasks._registry import register
 
 GRADINGS = ("teacher", "generate")  # teacher-forced targets (default) or greedy generation graded by string
@@ -118,12 +118,11 @@ def _split(where: str, split: object) -> str:
 
 def _check_encodable(where: str, name: str, text: str) -> None:
     """Refuse a lone UTF-16 surrogate (JSON ``"\\ud800"``): no tokenizer or hash can encode it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise DataFormatError(f"{where}: '{name}' holds a lone surrogate {text[error.start]!r} at character "
-                              f"{error.start} (half of a UTF-16 pair, as the escape \\ud800 writes one); write the "
-                              "character itself or its whole pair.") from None
+    at = lone_surrogate(text)
+    if at is not None:
+        raise DataFormatError(f"{where}: '{name}' holds a lone surrogate {text[at]!r} at character "
+                              f"{at} (half of a UTF-16 pair, as the escape \\ud800 writes one); write the "
+                              "character itself or its whole pair.")
 
 
 @register
