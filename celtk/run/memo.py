@@ -32,6 +32,11 @@ Progress = Callable[[str, int, int], None]
 WORK_SCALE = 1000  # a stage's progress within its layers, in thousandths of its replay work (the screen's too)
 
 
+def per_mille(done: int, total: int) -> int:
+    """``done`` of ``total`` units of work in :data:`WORK_SCALE` thousandths (all of it when there is none)."""
+    return round(WORK_SCALE * done / total) if total else WORK_SCALE
+
+
 class SetMemo:
     """Per-example outcomes of head sets on the discovery set, kept on disk so any search
     (Algorithm 1, greedy, beam, stability resamples) resumes after an interruption and never
@@ -79,15 +84,14 @@ class SetMemo:
                     self.progress(self.stage, done, len(missing))
 
             def on_work(work: int, total: int) -> None:  # within a layer's sets, weighted by what each replays
-                if self.progress and self.work:
-                    self.progress(f"{self.stage} work", round(WORK_SCALE * work / total) if total else WORK_SCALE,
-                                  WORK_SCALE)
+                if self.progress:
+                    self.progress(f"{self.stage} work", per_mille(work, total), WORK_SCALE)
 
             if self.progress:
                 self.progress(self.stage, 0, len(missing))
             if self._instance is None:
                 self._instance = self._screener()
-            self._instance.run(missing, on_layer=on_layer, on_work=on_work)
+            self._instance.run(missing, on_layer=on_layer, on_work=on_work if self.work else None)
         return {s: self.known[s] for s in sets}
 
 

@@ -24,7 +24,7 @@ from celtk.models import Model
 from celtk.run.config import RunConfig, check_recorded_settings
 from celtk.run.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.run.integrity import check_screen_complete
-from celtk.run.memo import WORK_SCALE
+from celtk.run.memo import WORK_SCALE, per_mille
 from celtk.run.registry import SCREENS
 from celtk.run.session import Session
 from celtk.runstore import check_fingerprint, locked, read_json, write_csv, write_json
@@ -165,7 +165,7 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
     screener = session.screener("discovery")
     def on_work(done: int, total: int) -> None:  # within a layer, by what each layer's replay costs
         if progress:
-            progress("screen work", round(WORK_SCALE * done / total) if total else WORK_SCALE, WORK_SCALE)
+            progress("screen work", per_mille(done, total), WORK_SCALE)
 
     intact, scored = screener.run(todo + [HeadSet()], on_layer=on_layer, on_intact=intact_holder.append,
                                   on_work=on_work)
