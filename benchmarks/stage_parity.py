@@ -31,8 +31,6 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
-    import torch
-
     from celtk.analysis import run_attributes
     from celtk.report import write_report
     from celtk.run import (
@@ -46,16 +44,10 @@ def main() -> None:
         run_test,
         run_transfer,
     )
-    from tests._support import load_smol_tokenizer, make_tiny, planted_config, self_consistent_task
+    from tests._support import load_smol_tokenizer, planted_config, planted_model
 
-    tokenizer = load_smol_tokenizer()
-    clean = make_tiny("llama", tokenizer, seed=3)
     (out.parent / "parity-task").mkdir(exist_ok=True)
-    task = self_consistent_task(clean, out.parent / "parity-task")
-    model = make_tiny("llama", tokenizer, seed=3)
-    o = model.bridge.blocks[1].attn.o.original_component.weight
-    with torch.no_grad():
-        o[:, 2 * model.d_head:3 * model.d_head] *= 25.0
+    model, task = planted_model(load_smol_tokenizer(), out.parent / "parity-task")
 
     # three runs of one held-out set under one model: each keeps its own ledger (celtk.run.ledger), or the
     # second first test of that held-out set would be refused as a copy of the first

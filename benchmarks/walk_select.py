@@ -12,6 +12,9 @@ a ``ScreenedRun``). Reported:
   and dataclass-generated ``__init__`` left out);
 * **modules**: the modules they are in;
 * **returns**: steps that go back into a module the walk had left for another (select -> directory -> select);
+* **reads**: how many times each file of the run directory was opened for reading (``os.open`` read-only, which
+  every bounded read of celtk's goes through: a document's JSON, its digest, ``digests.json``, the held-out log),
+  by file name;
 * **checks**: steps whose function is a same-run check (its name starts with ``check``, ``verify``, ``refuse``,
   ``require`` or ``admit``, or it is in ``celtk.run.integrity``), and the modules that start one other than through
   ``RunDirectory.require`` / ``RunDirectory.admit`` (call it from outside any check; a document checking its own
@@ -22,8 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +92,24 @@ def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
     return steps, starters
 
 
+@contextmanager
+def counting_reads(out: Path) -> Iterator[Counter[str]]:
+    """Count, by path relative to ``out``, every read-only ``os.open`` of a file inside ``out`` while the block runs."""
+    reads: Counter[str] = Counter()
+    real: Callable[..., int] = os.open
+
+    def counted(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_ACCMODE == os.O_RDONLY and holds(os.fsdecode(path), out):
+            reads[str(Path(os.fsdecode(path)).resolve().relative_to(out))] += 1
+        return real(path, flags, *args, **kwargs)
+
+    os.open = counted
+    try:
+        yield reads
+    finally:
+        os.open = real
+
+
 def summary(steps: list[tuple[str, str]], starters: set[str]) -> dict[str, Any]:
     modules = list(dict.fromkeys(m for m, _ in steps))
     returns, left = 0, set()
@@ -102,22 +127,17 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the whole walk as JSON")
     args = parser.parse_args()
 
-    import torch
-
     import celtk
     from celtk.run import run_screen, run_select
-    from tests._support import load_smol_tokenizer, make_tiny, planted_config, self_consistent_task
+    from tests._support import load_smol_tokenizer, planted_config, planted_model
 
-    tokenizer = load_smol_tokenizer()
-    model = make_tiny("llama", tokenizer, seed=3)
     with tempfile.TemporaryDirectory() as tmp:
-        task = self_consistent_task(model, Path(tmp))
-        o = model.bridge.blocks[1].attn.o.original_component.weight
-        with torch.no_grad():
-            o[:, 2 * model.d_head:3 * model.d_head] *= 25.0
+        model, task = planted_model(load_smol_tokenizer(), Path(tmp))
         out = (Path(tmp) / "run").resolve()
         run_screen(planted_config(task), out, model=model)
-        result = summary(*walk(out, lambda: run_select(out, p=4, k=2, model=model)))
+        with counting_reads(out) as reads:
+            result = summary(*walk(out, lambda: run_select(out, p=4, k=2, model=model)))
+    result["reads"] = dict(sorted(reads.items()))
     result["celtk"] = str(Path(celtk.__file__).parent)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -126,6 +146,7 @@ def main() -> None:
           f"{result['modules']} modules; {result['returns']} steps go back into a module the walk had left; "
           f"{result['checks']} steps are same-run checks; started outside require/admit from: "
           f"{', '.join(result['check_starters']) or 'none'}")
+    print("  reads of each file during run_select: " + ", ".join(f"{name} {n}" for name, n in result["reads"].items()))
     for step in result["walk"]:
         print("  " + step + ("   [check]" if step in result["check_steps"] else ""))
 

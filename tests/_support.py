@@ -144,7 +144,11 @@ def make_tiny(arch: str, tokenizer, seed: int = 0, n_layers: int = 3, n_heads: i
     return wrap_hf_model(tiny_hf_model(arch, len(tokenizer), seed, n_layers, n_heads), tokenizer, name=f"tiny-{arch}")
 
 
-# The planted run's task and configuration (the fixture ``planted`` is in conftest)
+# The planted models: the planted run's (the fixture ``planted`` is in conftest) and the head planted against each
+# example's own answer, with their tasks and the planted run's configuration. benchmarks/planted_heads.py builds the
+# same models from here for the figures docs/selection-holds.md quotes.
+
+WORDS = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
 
 
 def self_consistent_task(model, directory, n: int = 90) -> str:
@@ -152,10 +156,9 @@ def self_consistent_task(model, directory, n: int = 90) -> str:
     import json
 
     rng = np.random.default_rng(0)
-    words = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
     lines: list[dict] = []
     while len(lines) < n:
-        prompt = " ".join(rng.choice(words, size=6))
+        prompt = " ".join(rng.choice(WORDS, size=6))
         ids = model.tokenizer(prompt, return_tensors="pt").input_ids
         with torch.no_grad():
             nxt = model.bridge(ids)[0, -1].argmax().item()
@@ -167,6 +170,63 @@ def self_consistent_task(model, directory, n: int = 90) -> str:
     path = directory / "self.jsonl"
     path.write_text("".join(json.dumps(l) + "\n" for l in lines))
     return f"jsonl:{path}"
+
+
+def planted_model(tokenizer, directory: Path):
+    """The planted run's model and task: a tiny Llama (seed 3) whose head L1H2 has its output columns scaled ×25,
+    which hurts the task, and a task of the clean model's own greedy answers (written into ``directory``)."""
+    task = self_consistent_task(make_tiny("llama", tokenizer, seed=3), directory)
+    bad = make_tiny("llama", tokenizer, seed=3)
+    o = bad.bridge.blocks[1].attn.o.original_component.weight
+    with torch.no_grad():
+        o[:, 2 * bad.d_head:3 * bad.d_head] *= 25.0
+    return bad, task
+
+
+def anti_answer_model(tokenizer, directory: Path):
+    """A tiny Llama (no grouped keys/values, so a head's weights are its own) with head L2H2 rewritten to undo
+    each example's own answer: it attends to its own position (q = k = 5·the first 16 coordinates) and writes
+    −10 × its input's projection on the candidate answers' unembedding directions. The task (four-way choice,
+    written into ``directory``) is the model's own choice without that head, so zeroing it is 100 % by
+    construction; the harm is specific to the example, so another example's z (resample) or the average z (mean)
+    should harm it far less. Returns the model, the task and the head."""
+    import transformers as tf
+
+    from celtk.evaluation import evaluate
+    from celtk.heads import HeadSet
+    from celtk.models import wrap_hf_model
+    from celtk.tasks import get_task
+
+    config = tf.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                            num_attention_heads=4, num_key_value_heads=4, head_dim=16, max_position_embeddings=512,
+                            initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None,
+                            eos_token_id=None)
+    torch.manual_seed(3)
+    model = wrap_hf_model(tf.AutoModelForCausalLM.from_config(config).eval(), tokenizer, name="tiny-anti-answer")
+    head = HeadSet.parse("L2H2")
+    rng = np.random.default_rng(0)
+    lines = [{"prompt": " ".join(rng.choice(WORDS, size=6)),
+              "choices": [str(c) for c in rng.choice(WORDS, 4, replace=False)],
+              "label": 0} for _ in range(170)]
+    path = Path(directory) / "choose.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    task = get_task(f"jsonl:{path}")
+    examples = task.load_pools().discovery
+    chosen = evaluate(model, task, examples, heads=head)  # the model's own choice without the head
+    for line, result in zip(lines, chosen.examples, strict=True):
+        assert result.logprob is not None
+        line["label"] = int(np.argmax(result.logprob))
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    ids = [tokenizer(" " + w).input_ids[0] for w in WORDS]
+    basis = torch.zeros(16, 64)
+    basis[:len(ids)] = torch.linalg.qr(model.arch.unembed_weight.detach()[ids].T)[0].T
+    attn, d = model.bridge.blocks[2].attn, model.d_head
+    with torch.no_grad():
+        attn.q.original_component.weight[2 * d:3 * d] = 5 * torch.eye(64)[:16]
+        attn.k.original_component.weight[2 * d:3 * d] = 5 * torch.eye(64)[:16]
+        attn.v.original_component.weight[2 * d:3 * d] = basis
+        attn.o.original_component.weight[:, 2 * d:3 * d] = -10 * basis.T
+    return model, get_task(f"jsonl:{path}"), head
 
 
 def planted_config(task: str, **kw):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _support import TINY_ARCHS, load_smol_tokenizer, make_tiny, self_consistent_task
+from _support import TINY_ARCHS, load_smol_tokenizer, make_tiny, planted_model
 
 
 @pytest.fixture(autouse=True)
@@ -77,11 +77,5 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def planted(smol_tokenizer, tmp_path_factory):
-    """A tiny Llama whose head L1H2 has its output columns scaled ×25: it hurts the task."""
-    clean = make_tiny("llama", smol_tokenizer, seed=3)
-    task = self_consistent_task(clean, tmp_path_factory.mktemp("task"))
-    bad = make_tiny("llama", smol_tokenizer, seed=3)
-    o = bad.bridge.blocks[1].attn.o.original_component.weight
-    with torch.no_grad():
-        o[:, 2 * bad.d_head:3 * bad.d_head] *= 25.0
-    return bad, task
+    """A tiny Llama whose head L1H2 has its output columns scaled ×25: it hurts the task (_support.planted_model)."""
+    return planted_model(smol_tokenizer, tmp_path_factory.mktemp("task"))

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from _support import MORE_ARCHS, TINY_ARCHS, make_tiny, not_none
+from _support import MORE_ARCHS, TINY_ARCHS, anti_answer_model, make_tiny, not_none
 
 from celtk.ablation import ablate, export_ablated, hook_z_hooks
 from celtk.ablation_kinds import Ablation, AblationKind
@@ -222,54 +222,9 @@ def test_mean_export_is_refused_without_an_output_bias_and_resample_always(arch,
 # Planted heads: what each kind says about them
 
 
-WORDS = ["apple", "river", "stone", "cloud", "music", "table", "green", "seven", "light", "paper", "horse", "dream"]
-
-
-def _anti_answer_model(tokenizer, tmp_path):
-    """A tiny Llama (no grouped keys/values, so a head's weights are its own) with head L2H2 rewritten to undo
-    each example's own answer: it attends to its own position (q = k = 5·the first 16 coordinates) and writes
-    −10 × its input's projection on the candidate answers' unembedding directions. The task (four-way choice)
-    is the model's own choice without that head, so zeroing it is 100 % by construction; the harm is specific
-    to the example, so another example's z (resample) or the average z (mean) should harm it far less."""
-    import transformers as tf
-
-    from celtk.models import wrap_hf_model
-
-    config = tf.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                            num_attention_heads=4, num_key_value_heads=4, head_dim=16, max_position_embeddings=512,
-                            initializer_range=0.2, tie_word_embeddings=False, pad_token_id=0, bos_token_id=None,
-                            eos_token_id=None)
-    torch.manual_seed(3)
-    model = wrap_hf_model(tf.AutoModelForCausalLM.from_config(config).eval(), tokenizer, name="tiny-anti-answer")
-    head = HeadSet.parse("L2H2")
-    rng = np.random.default_rng(0)
-    lines = [{"prompt": " ".join(rng.choice(WORDS, size=6)),
-              "choices": [str(c) for c in rng.choice(WORDS, 4, replace=False)],
-              "label": 0} for _ in range(170)]
-    path = tmp_path / "choose.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    task = get_task(f"jsonl:{path}")
-    examples = task.load_pools().discovery
-    chosen = evaluate(model, task, examples, heads=head)  # the model's own choice without the head
-    for line, result in zip(lines, chosen.examples, strict=True):
-        assert result.logprob is not None
-        line["label"] = int(np.argmax(result.logprob))
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    ids = [tokenizer(" " + w).input_ids[0] for w in WORDS]
-    basis = torch.zeros(16, 64)
-    basis[:len(ids)] = torch.linalg.qr(model.arch.unembed_weight.detach()[ids].T)[0].T
-    attn, d = model.bridge.blocks[2].attn, model.d_head
-    with torch.no_grad():
-        attn.q.original_component.weight[2 * d:3 * d] = 5 * torch.eye(64)[:16]
-        attn.k.original_component.weight[2 * d:3 * d] = 5 * torch.eye(64)[:16]
-        attn.v.original_component.weight[2 * d:3 * d] = basis
-        attn.o.original_component.weight[:, 2 * d:3 * d] = -10 * basis.T
-    return model, get_task(f"jsonl:{path}"), head
-
-
 def test_a_head_planted_against_each_examples_answer_gains_under_every_kind_with_a_monotone_dose(smol_tokenizer,
                                                                                                  tmp_path):
-    model, task, head = _anti_answer_model(smol_tokenizer, tmp_path)
+    model, task, head = anti_answer_model(smol_tokenizer, tmp_path)
     splits = make_splits(task, 60, 100, seed=0, fewshot=0)
     intact = evaluate(model, task, splits.heldout)
     gains = {}
