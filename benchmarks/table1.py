@@ -154,14 +154,23 @@ def run_job(alias: str, task: str) -> dict:
     gflops = matmul_gflops()
     estimate = plan(alias, task, gflops)
     print(f"== {alias} {task}: matmul {gflops:.0f} GFLOP/s\n{estimate}", flush=True)
-    command = [*CELTK, "replicate", "--model", alias, "--task", task, "--seeds", ",".join(map(str, SEEDS)),
-               "--discovery", str(SETTINGS["discovery"]), "--heldout", str(SETTINGS["heldout"]),
-               "--fewshot", str(SETTINGS["fewshot"]), "--p", str(SETTINGS["p"]), "--k", str(SETTINGS["k"]),
-               "--out", str(directory)]
     directory.mkdir(parents=True, exist_ok=True)
+    # the plan is kept before the job starts, so a job cut short still shows what was estimated for it
+    write_atomic(record_path, {**record, "model": alias, "task": task, "plan": estimate, "finished": False,
+                               "sessions": record.get("sessions", [])})
     start = time.time()
-    with open(directory / "table1_job.log", "a", encoding="utf-8") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=ledger_env())
+    # one seed more per replicate call (seeds 1; 1, 2; 1, 2, 3): the finished seeds are read back, not redone, and
+    # replicate.json summarises the seeds finished so far, so a job cut short still shows its finished seeds
+    for count in range(1, len(SEEDS) + 1):
+        command = [*CELTK, "replicate", "--model", alias, "--task", task,
+                   "--seeds", ",".join(map(str, SEEDS[:count])),
+                   "--discovery", str(SETTINGS["discovery"]), "--heldout", str(SETTINGS["heldout"]),
+                   "--fewshot", str(SETTINGS["fewshot"]), "--p", str(SETTINGS["p"]), "--k", str(SETTINGS["k"]),
+                   "--out", str(directory)]
+        with open(directory / "table1_job.log", "a", encoding="utf-8") as log:
+            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=ledger_env())
+        if done.returncode:
+            break
     seconds = time.time() - start
     shared = os.environ.get("TABLE1_SHARED")  # what else ran on the machine meanwhile, said by whoever started it
     sessions = [*record.get("sessions", []), {"seconds": round(seconds, 1), "gflops_before": round(gflops, 1),
@@ -197,6 +206,7 @@ def row(alias: str, task: str, swept: dict) -> dict:
     job, replicate = read(directory / "table1_job.json"), read(directory / "replicate.json")
     if not replicate:
         return {"model": alias, "task": task, "status": "pending", **band}
+    status = "finished" if replicate["seeds"] == list(SEEDS) else "partial"  # seeds finished so far
     tested = [r for r in replicate["per_seed"] if r["status"] == "tested"]
     seeds = []
     for r in replicate["per_seed"]:
@@ -206,7 +216,7 @@ def row(alias: str, task: str, swept: dict) -> dict:
     intact, ablated = mean("intact_accuracy"), mean("ablated_accuracy")
     rer = (ablated - intact) / (1 - intact) if tested and intact is not None and intact < 1 else None
     rates = [s[k] for s in job.get("sessions", []) for k in ("gflops_before", "gflops_after")]
-    return {"model": alias, "task": task, "status": "finished", **band, "seeds": seeds,
+    return {"model": alias, "task": task, "status": status, **band, "seeds": seeds,
             "n_tested": replicate["n_tested"],
             "intact_accuracy": intact, "ablated_accuracy": ablated, "mean_gain": replicate["mean_gain"],
             "mean_gain_ci": replicate["mean_gain_ci"], "relative_error_reduction": rer,
@@ -235,9 +245,11 @@ def markdown(data: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         task = r["task"] + (" (outside the band)" if r.get("in_band") is False else "")
-        if r["status"] != "finished":
+        if r["status"] == "pending":
             lines.append(f"| {r['model']} | {task} | pending | | | | | | |")
             continue
+        if r["status"] == "partial":  # a job cut short: its finished seeds only, said in the row
+            task += f" (seeds {', '.join(str(x['seed']) for x in r['seeds'])} of {', '.join(map(str, SEEDS))} so far)"
         ci = r["mean_gain_ci"]
         gain = pct(r["mean_gain"], True) + (f" [{pct(ci[0], True)}, {pct(ci[1], True)}]" if ci else "")
         heads = ", ".join(f"{h} ({v:.0%})" for h, v in list(r["head_frequency"].items())[:3]) or "–"
@@ -310,7 +322,7 @@ def main() -> None:
     for r in data["rows"]:
         print(f"{r['model']:>20} {r['task']:<16} {r['status']}"
               + (f"  {pct(r['intact_accuracy'])} → {pct(r['ablated_accuracy'])}, gain {pct(r['mean_gain'], True)}, "
-                 f"{r['n_significant']}/{r['n_tested']} significant" if r["status"] == "finished" else ""))
+                 f"{r['n_significant']}/{r['n_tested']} significant" if r["status"] != "pending" else ""))
 
 
 if __name__ == "__main__":
