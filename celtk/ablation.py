@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -73,10 +73,11 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> Any:
 
 
 def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int,
-               references: Int[Tensor, " batch"] | None, boundaries: Int[Tensor, " batch"] | None = None) -> Any:
+               references: Int[Tensor, " batch"] | None, boundaries: Int[Tensor, " batch"] | None = None,
+               aligns: Int[Tensor, "batch 2"] | None = None) -> Any:
     """Replace ``heads`` of one layer in every row by ``ablation``'s kind (resample: row ``b`` reads
-    reference ``references[b]`` at the row's own absolute positions; ``prefix``/``example`` positions: only
-    before, or from, row ``b``'s boundary ``boundaries[b]``)."""
+    reference ``references[b]`` aligned as ``aligns[b]`` says, :meth:`Ablation.alignment`; ``prefix``/``example``
+    positions: only before, or from, row ``b``'s boundary ``boundaries[b]``)."""
     mask = torch.zeros(1, n_heads, dtype=torch.bool)
     mask[0, heads] = True
 
@@ -85,7 +86,7 @@ def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int,
         for name, given in (("references", references), ("boundaries", boundaries)):
             if given is not None and len(given) != z.shape[0]:
                 raise ValueError(f"{len(given)} row {name} for hook_z of shape {tuple(z.shape)}")
-        spec = ablation.spec(layer, mask, references, 0, z.shape[1], boundaries)
+        spec = ablation.spec(layer, mask, references, 0, z.shape[1], boundaries, aligns)
         return spec.apply(z)
 
     return hook
@@ -116,11 +117,14 @@ def as_ablation(ablation: Ablation | AblationKind | str | None) -> Ablation:
 @public
 def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind | str | None = None, *,
            references: Int[Tensor, " batch"] | None = None,
-           boundaries: Int[Tensor, " batch"] | None = None) -> Iterator[Model]:
+           boundaries: Int[Tensor, " batch"] | None = None,
+           contexts: Sequence[Sequence[int]] | None = None) -> Iterator[Model]:
     """Replace the output of every head in ``heads`` at every position while the block runs: zero it
     (default), or as ``ablation`` says (``"scale:0.5"``, or an :class:`Ablation` with mean or
-    resampled values; resample needs ``references``, each batch row's reference example, and reads
-    it at the row's own positions, so the batch must be right-padded from position 0). An
+    resampled values; resample needs ``references``, each batch row's reference example, and ``contexts``, each
+    row's prompt token ids: a row reads its reference at the positions it shares with the reference's prompt,
+    and its own positions aligned on the last prompt token (:meth:`Ablation.alignment`), so the batch must be
+    right-padded from position 0). An
     :class:`Ablation` at ``prefix`` or ``example`` positions replaces only the positions before, or from,
     each row's boundary: pass ``boundaries`` (:meth:`Ablation.boundaries` of the rows' contexts).
 
@@ -139,6 +143,10 @@ def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind
         raise ConfigError("Resample ablation replaces each row's z with its own reference example's: pass "
                           "references= (each batch row's reference, Ablation.assign) or score with "
                           "celtk.evaluate(..., ablation=...), which passes them per batch.")
+    if kind.per_row and contexts is None and len(heads):
+        raise ConfigError("Resample ablation aligns each row's own positions on its last prompt token: pass "
+                          "contexts= (each batch row's prompt token ids) or score with celtk.evaluate(..., "
+                          "ablation=...), which passes them per batch.")
     if not kind.everywhere and boundaries is None and len(heads):
         raise ConfigError(f"Ablation at {kind.positions} positions replaces z only "
                           f"{'before' if kind.positions == 'prefix' else 'from'} each row's prefix boundary: pass "
@@ -148,8 +156,9 @@ def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind
         hooks = {layer: _zero_heads_hook(hs) for layer, hs in heads.by_layer().items()}
     else:
         refs = _references(references, len(kind.reference_hashes)) if kind.per_row else None
+        aligns = kind.alignment(refs, list(contexts or ())) if refs is not None and len(heads) else None
         bounds = None if kind.everywhere else torch.as_tensor(boundaries, dtype=torch.long)
-        hooks = {layer: _spec_hook(kind, layer, hs, model.n_heads, refs, bounds)
+        hooks = {layer: _spec_hook(kind, layer, hs, model.n_heads, refs, bounds, aligns)
                  for layer, hs in heads.by_layer().items()}
     with hook_z_hooks(model, hooks):
         yield model

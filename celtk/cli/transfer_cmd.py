@@ -175,16 +175,20 @@ def _print_kinds(doc: AblationKindsDocument) -> None:
                    "own positions only (the scale sweep runs at the run's positions).")
 @click.option("--draws", type=click.IntRange(min=1, max=1000), default=5, show_default=True,
               help="Resample draws per example, averaged per example before the paired statistics.")
+@click.option("--reference-shots", type=click.Choice(("fixed", "redraw")), default="fixed", show_default=True,
+              help="The few-shot shots of the reference sequences mean and resample measure z on: the run's own "
+                   "(fixed), or each reference its own, drawn from the task's few-shot pool (redraw), so that "
+                   "resample at all positions replaces the shot positions too.")
 @click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
-def ablations_cmd(out, kinds, alphas, positions, draws, n_boot) -> None:
+def ablations_cmd(out, kinds, alphas, positions, draws, reference_shots, n_boot) -> None:
     """Does the tested selection's gain survive mean, resample and scaled ablation, at every position, the
     few-shot prefix's and the example's own? Held-out looks; writes OUT/ablation-kinds.json."""
     from celtk.run.ablations import run_ablation_kinds
 
     with progress_bar() as progress:
         doc = run_ablation_kinds(Path(out), kinds=_names(kinds), alphas=alphas, positions=_names(positions),
-                                 draws=draws, n_boot=n_boot, progress=progress)
+                                 draws=draws, n_boot=n_boot, progress=progress, reference_shots=reference_shots)
     _print_kinds(doc)
 
 

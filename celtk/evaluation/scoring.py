@@ -19,8 +19,8 @@ from jaxtyping import Bool, Float, Float64, Int
 from torch import Tensor
 
 from celtk.ablation import ablate, as_ablation
-from celtk.ablation_kinds import Ablation, AblationKind, check_positions, reference_values
-from celtk.errors import ConfigError
+from celtk.ablation_kinds import Ablation, AblationKind, check_positions, check_reference_shots, reference_values
+from celtk.errors import ConfigError, TaskError
 from celtk.evaluation.prompts import (
     CHAT_DATE,
     Prepared,
@@ -156,7 +156,8 @@ def aggregate(prepared: Prepared, lp: Float64[np.ndarray, " request"], greedy: B
 def ablated(model: Model, prepared: Prepared, heads: HeadSet, ablation: Ablation | AblationKind | str | None = None
             ) -> Callable[[Batch], AbstractContextManager[Any]]:
     """For :func:`score_requests`: each batch under :func:`celtk.ablation.ablate` of ``heads`` (resample: each
-    row reading the reference its example draws, :meth:`Ablation.assign`, from position 0)."""
+    row reading the reference its example draws, :meth:`Ablation.assign`, aligned on the row's prompt,
+    :meth:`Ablation.alignment`)."""
     kind = as_ablation(ablation)
     bounds = None if kind.everywhere else kind.boundaries([r.context for r in prepared.requests])
 
@@ -168,7 +169,8 @@ def ablated(model: Model, prepared: Prepared, heads: HeadSet, ablation: Ablation
     drawn = kind.assign([e.content_hash for e in prepared.examples])
     return lambda batch: ablate(model, heads, kind,
                                 references=drawn[[prepared.requests[r].example for r in batch.request_ids]],
-                                boundaries=rows(batch))
+                                boundaries=rows(batch),
+                                contexts=[prepared.requests[r].context for r in batch.request_ids])
 
 
 def reference_sequences(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
@@ -176,18 +178,53 @@ def reference_sequences(model: Model, task: Task, examples: Sequence[Example], s
     """Each reference example's prompt followed by its correct answer, as teacher forcing reads them (the
     answer's last token is predicted, never read): the tokens mean and resample ablation measure ``z`` on.
     A generation-graded task's reference is its prompt."""
+    return _reference_prompts(model, task, examples, [list(shots)] * len(examples), chat, chat_date)[0]
+
+
+def _reference_prompts(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Sequence[Example]],
+                       chat: bool, chat_date: str) -> tuple[list[list[int]], list[int]]:
+    """:func:`reference_sequences` with ``shots[i]`` the shots of example ``i``, and each sequence's prompt length."""
     if task.kind == "generate":
-        prompts = [format_prompt(model, task, e, shots, chat, chat_date) for e in examples]
-        return prompt_ids(model, prompts, examples)
-    prepared = prepare(model, task, examples, shots, chat, chat_date)
-    by_example: dict[int, list[Request]] = {}
-    for request in prepared.requests:
-        by_example.setdefault(request.example, []).append(request)
+        prompts = [format_prompt(model, task, e, s, chat, chat_date) for e, s in zip(examples, shots, strict=True)]
+        ids = prompt_ids(model, prompts, examples)
+        return ids, [len(i) for i in ids]
+    groups: dict[tuple[str, ...], list[int]] = {}  # examples prompted with the same shots, prepared together
+    for i, s in enumerate(shots):
+        groups.setdefault(tuple(e.content_hash for e in s), []).append(i)
+    sequences: list[list[int]] = [[] for _ in examples]
+    prompts_at = [0] * len(examples)
+    for members in groups.values():
+        prepared = prepare(model, task, [examples[i] for i in members], shots[members[0]], chat, chat_date)
+        by_example: dict[int, list[Request]] = {}
+        for request in prepared.requests:
+            by_example.setdefault(request.example, []).append(request)
+        for j, i in enumerate(members):
+            requests = by_example[j]
+            request = requests[examples[i].label or 0] if task.kind == "choice" else requests[0]
+            sequences[i] = list(request.context + request.continuation)[:-1]
+            prompts_at[i] = len(request.context)
+    return sequences, prompts_at
+
+
+def redrawn_shots(task: Task, reference: Sequence[Example], k: int, seed: int, exclude: Sequence[str] = ()
+                  ) -> list[list[Example]]:
+    """``k`` shots for each of the ``reference`` examples, drawn from ``task``'s few-shot pool with a generator
+    seeded by ``(seed, the reference's content hash)`` (so a reference's shots do not depend on which other
+    references there are), never the reference itself nor an example whose content hash is in ``exclude`` (a
+    held-out set's)."""
+    if k == 0:
+        return [[] for _ in reference]
+    pool = list({e.content_hash: e for e in task.load_pools().fewshot}.values())
+    banned = set(exclude)
     out = []
-    for i, example in enumerate(examples):
-        requests = by_example[i]
-        request = requests[example.label or 0] if task.kind == "choice" else requests[0]
-        out.append(list(request.context + request.continuation)[:-1])
+    for example in reference:
+        allowed = [e for e in pool if e.content_hash not in banned and e.content_hash != example.content_hash]
+        if len(allowed) < k:
+            raise TaskError(f"Redrawing {k} shots per reference needs {k} few-shot examples other than the reference "
+                            f"and the held-out set, and {task.full_name}'s few-shot pool has {len(allowed)}; use "
+                            "fixed reference shots, or fewer shots (--fewshot).")
+        rng = np.random.default_rng([seed, int(example.content_hash, 16), 1])
+        out.append([allowed[i] for i in rng.choice(len(allowed), size=k, replace=False)])
     return out
 
 
@@ -204,12 +241,19 @@ def prompt_prefix(model: Model, task: Task, shots: Sequence[Example] = (), chat:
 
 def ablation_for(model: Model, kind: AblationKind | str, task: Task, reference: Sequence[Example],
                  shots: Sequence[Example] = (), chat: bool = False, chat_date: str = CHAT_DATE,
-                 seed: int = 0, positions: str = "all") -> Ablation:
+                 seed: int = 0, positions: str = "all", reference_shots: str = "fixed",
+                 exclude: Sequence[str] = ()) -> Ablation:
     """The :class:`Ablation` of ``kind`` with its values measured on the intact ``model`` over the ``reference``
     examples (prompted with ``shots`` and ``chat`` as the examples they will ablate): per-head means, or
     every position's ``z`` for resample (drawn per example with ``seed``). Keep ``reference`` disjoint from
     any held-out set (a run uses its discovery set). Zero and scale need no reference. ``positions``
     (``all``, ``prefix``, ``example``) says where ``z`` is replaced; the prefix is :func:`prompt_prefix`'s.
+
+    ``reference_shots="redraw"`` prompts each reference with its own ``len(shots)`` shots instead of ``shots``
+    (:func:`redrawn_shots`: from the task's few-shot pool, seeded by ``seed`` and the reference's content, never
+    the reference itself nor an example whose content hash is in ``exclude``, e.g. the held-out set's), so that
+    the references share only the chat template's opening with an example and resample replaces the shot
+    positions too, as zero and mean at ``all`` positions do. ``"fixed"`` (the default) uses ``shots``.
 
     Example:
         >>> mean = ablation_for(model, "mean", task, splits.discovery, splits.shots)   # doctest: +SKIP
@@ -219,10 +263,16 @@ def ablation_for(model: Model, kind: AblationKind | str, task: Task, reference: 
     where: dict[str, Any] = {}
     if check_positions(positions) != "all":
         where = {"positions": positions, "prefix": prompt_prefix(model, task, shots, chat, chat_date)}
+    if check_reference_shots(reference_shots) != "fixed" and not kind.needs_reference:
+        raise ConfigError(f"reference_shots={reference_shots!r} redraws the shots of the reference sequences that "
+                          f"mean and resample measure their values on; {kind} has none. Use reference_shots='fixed' "
+                          "with zero and scale:α.")
     if not kind.needs_reference:
         return Ablation(kind, **where)
-    sequences = reference_sequences(model, task, reference, shots, chat, chat_date)
-    means, stored, count = reference_values(model, sequences, keep=kind.name == "resample")
+    per_reference = [list(shots)] * len(reference) if reference_shots == "fixed" \
+        else redrawn_shots(task, reference, len(shots), seed, exclude)
+    sequences, prompts = _reference_prompts(model, task, reference, per_reference, chat, chat_date)
+    means, stored, count = reference_values(model, sequences, keep=kind.name == "resample", prompts=prompts)
     return Ablation(kind, means=means if kind.name == "mean" else None, reference=stored,
                     reference_hashes=tuple(e.content_hash for e in reference), seed=seed, reference_positions=count,
-                    **where)
+                    reference_shots=reference_shots, **where)

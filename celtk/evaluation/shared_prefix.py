@@ -5,20 +5,21 @@ scores only its examples' own tokens, attending to the prefix's keys and values 
 With three fixed shots about 66 of a prompt's 80 tokens are that prefix, so a pass computes a fifth of
 the tokens the plain path (:func:`celtk.evaluation.scoring.score_requests`, every prompt whole) computes.
 
-Exact, not approximate: a prefix position reads only earlier prefix positions (causal attention), so its
-keys and values are the same in every row, and every ablation kind replaces a prefix position's ``z``
-with the same value in every row: zero, ``scale:α`` and mean do not depend on the row; resample's
-references all store one ``z`` for the positions they share (the prefix is cut to those), and ``prefix`` /
-``example`` positions have every prefix position before every row's boundary (the prefix is cut to the
-earliest boundary). An ablated head changes the prefix's own keys and values in the layers above it, so
-the prefix runs under the same ablation as the examples: one prefix pass per ablation setting. The
-examples' tokens keep their absolute positions (rotary and learned position embeddings, resample's
-alignment, each row's boundary); a batch holds the same requests, in the same order and width, as the
-plain path's. On CPU the per-example log-probabilities came out equal to the plain path's bit for bit on
-tiny Llama, Qwen2, Qwen3, Mistral, SmolLM3, Gemma-3, GPT-2 and GPT-NeoX models and on SmolLM2-135M; the tests
-(tests/integration/test_prefix_scoring.py) hold them to 1e-5 with identical verdicts, and a tiny run's
-``test.json`` and ``ablation-kinds.json`` to the byte. The fused replay (:mod:`celtk.screening.fused`) is not
-used here: it groups its products differently from the bridge, which would move the last bits.
+Exact, not approximate: a prefix position reads only earlier prefix positions (causal attention), so its keys and
+values are the same in every row, and every ablation kind replaces a prefix position's ``z`` with the same value in
+every row: zero, ``scale:α`` and mean do not depend on the row; resample's references all store one ``z`` for the
+positions they share and every row reads them unmoved (the prefix is cut to those, and to the positions every row's
+prompt shares with its reference's, :meth:`celtk.ablation_kinds.Ablation.alignment`), and ``prefix`` / ``example``
+positions have every prefix position before every row's boundary (the prefix is cut to the earliest boundary). An
+ablated head changes the prefix's own keys and values in the layers above it, so the prefix runs under the same
+ablation as the examples: one prefix pass per ablation setting. The examples' tokens keep their absolute positions
+(rotary and learned position embeddings, resample's alignment, each row's boundary); a batch holds the same
+requests, in the same order and width, as the plain path's. On CPU the per-example log-probabilities came out equal
+to the plain path's bit for bit on tiny Llama, Qwen2, Qwen3, Mistral, SmolLM3, Gemma-3, GPT-2 and GPT-NeoX models
+and on SmolLM2-135M; the tests (tests/integration/test_prefix_scoring.py) hold them to 1e-5 with identical verdicts,
+and a tiny run's ``test.json`` and ``ablation-kinds.json`` to the byte. The fused replay
+(:mod:`celtk.screening.fused`) is not used here: it groups its products differently from the bridge, which would
+move the last bits.
 
 The plain path remains where a prefix cannot be shared or its exactness is not established: prompts
 sharing fewer than :data:`MIN_SHARED_PREFIX` tokens (no shots, varying shots), generation-graded tasks
@@ -63,7 +64,8 @@ def prefix_to_share(model: Model, prepared: Prepared, heads: HeadSet | str = "",
     """How many leading tokens a pass of ``heads`` under ``ablation`` runs once for every request: 0 (the plain
     path) when they share fewer than :data:`MIN_SHARED_PREFIX`, when :data:`PLAIN_ENV` is ``1`` or
     ``share_prefix`` is false, or when the model carries hooks of its own. Resample cuts it to the positions
-    its references share, ``prefix``/``example`` positions to the earliest row boundary."""
+    its references share and every row shares with its own reference (:meth:`Ablation.alignment`: positions
+    read unmoved), ``prefix``/``example`` positions to the earliest row boundary."""
     if not share_prefix or os.environ.get(PLAIN_ENV, "") == "1" or _carries_hooks(model):
         return 0
     n = shared_prefix_length(prepared.requests)
@@ -71,6 +73,9 @@ def prefix_to_share(model: Model, prepared: Prepared, heads: HeadSet | str = "",
     if len(as_head_set(heads)):
         if kind.reference is not None:
             n = min(n, kind.reference.common)
+            aligns = _Rows(prepared, as_head_set(heads), kind).aligns
+            if aligns is not None and len(aligns):
+                n = min(n, int(aligns[:, 0].min()))
         if not kind.everywhere and prepared.requests:
             n = min(n, int(kind.boundaries([r.context for r in prepared.requests]).min()))
     return n if n >= MIN_SHARED_PREFIX else 0
@@ -126,13 +131,16 @@ def _score_shared(model: Model, prepared: Prepared, shared: int, batch_size: int
 
 
 class _Rows:
-    """The ablation's per-row inputs: each request's resample reference and ``prefix``/``example`` boundary."""
+    """The ablation's per-row inputs: each request's resample reference and alignment, and ``prefix``/``example``
+    boundary."""
 
     def __init__(self, prepared: Prepared, heads: HeadSet, kind: Ablation) -> None:
         self.heads, self.kind = heads, kind
         self.examples = [r.example for r in prepared.requests]
         self.references = kind.assign([e.content_hash for e in prepared.examples]) \
             if kind.per_row and len(heads) else None
+        self.aligns = None if self.references is None else kind.alignment(
+            self.references[self.examples], [r.context for r in prepared.requests])
         self.boundaries = kind.boundaries([r.context for r in prepared.requests]) \
             if not kind.everywhere and len(heads) else None
 
@@ -143,10 +151,14 @@ class _Rows:
         if not len(self.heads):
             yield
             return
-        references = boundaries = None
+        references = boundaries = aligns = None
         if self.references is not None:  # the prefix's positions are stored once for every reference
             references = self.references[[self.examples[r] for r in requests]] if requests is not None \
                 else torch.zeros(1, dtype=torch.long)
+            assert self.aligns is not None  # made with the references
+            # the prefix lies within what every row shares with its reference: read unmoved
+            aligns = self.aligns[list(requests)] if requests is not None \
+                else torch.tensor([[start + pos, 0]], dtype=torch.long)
         if self.boundaries is not None:  # the prefix lies before every row's boundary
             boundaries = self.boundaries[list(requests)] if requests is not None \
                 else torch.tensor([start + pos], dtype=torch.long)
@@ -154,7 +166,7 @@ class _Rows:
         for layer, hs in self.heads.by_layer().items():
             mask = torch.zeros(1, model.n_heads, dtype=torch.bool)
             mask[0, hs] = True
-            specs[layer] = self.kind.spec(layer, mask, references, start, pos, boundaries)
+            specs[layer] = self.kind.spec(layer, mask, references, start, pos, boundaries, aligns)
         with hook_z_hooks(model, {layer: _replace(spec) for layer, spec in specs.items()}):
             yield
 

@@ -9,10 +9,16 @@ resample ablation keep the head's output on its usual distribution; the scale sw
 grows as the head's output shrinks. These are held-out looks of the frozen selection, logged as such: the
 selection was tested first (``celtk test``), and nothing here chooses heads.
 
-Positions make the kinds comparable. Under fixed shots every resample reference shares the shot prefix, and
-left-aligned resampling writes each example's own ``z`` there: ``resample`` replaces only the example's own
-positions, while ``zero`` and ``mean`` at ``all`` replace every one. ``zero @ example`` and ``mean @ example``
-are what ``resample`` compares with like for like; ``@ prefix`` shows what replacing the shots alone does.
+Positions make the kinds comparable. Under fixed shots every resample reference shares the shot prefix, which
+each example reads unmoved (its own positions are aligned on the last prompt token), so resampling writes each
+example's own ``z`` there: ``resample`` replaces only the example's own positions, while ``zero`` and ``mean`` at
+``all`` replace every one. ``zero @ example`` and ``mean @ example`` are what ``resample`` compares with like for
+like; ``@ prefix`` shows what replacing the shots alone does. With ``reference_shots="redraw"`` each reference
+sequence carries its own shots, drawn from the task's few-shot pool (never a held-out example), so the
+references share only the chat template's opening with an example and ``resample`` at ``all`` replaces the shot
+positions too, like for like with ``zero`` and ``mean`` at ``all``; mean is then measured on those sequences too.
+The run's own kind is then not test.json's ablation (its references differ), so only the intact outcomes are
+checked against test.json.
 
 Resample is drawn ``draws`` times per example (the run's seed, then seed + 1, …). Its per-example outcome is the
 mean verdict over the draws, a fraction; the row's accuracy, gain, fixes and damage are those fractions summed,
@@ -28,15 +34,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jaxtyping import Float, Int
 from scipy.stats import binom
 
-from celtk.ablation_kinds import Ablation, AblationKind, check_positions
+from celtk.ablation_kinds import (
+    LEFT_RULE,
+    REFERENCE_SHOTS,
+    Ablation,
+    AblationKind,
+    check_positions,
+    check_reference_shots,
+)
 from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
+from celtk.evaluation.scoring import ablation_for, prompt_prefix
 from celtk.models import Model
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import AblationKindsDocument, Correctness, KindRow, TestDocument
@@ -58,11 +72,13 @@ DRAWS = 5  # resample draws per example by default
 def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Sequence[float] = ALPHAS,
                        positions: Sequence[str] = POSITIONS, draws: int = DRAWS,
                        model: Model | None = None, n_boot: int = 10_000,
-                       progress: Progress | None = None) -> AblationKindsDocument:
+                       progress: Progress | None = None, reference_shots: str = "fixed") -> AblationKindsDocument:
     """Score ``selection.json``'s heads on the tested held-out set under each of ``kinds`` at each of
     ``positions`` (all, prefix, example) and each ``scale:α`` of ``alphas`` at the run's positions, against one
     intact pass (plain streamed passes, as ``celtk test``); mean and resample are measured on the run's
-    discovery set, resample drawn ``draws`` times per example. Refuses a run that has not been tested, a
+    discovery set, resample drawn ``draws`` times per example, their reference sequences prompted with the run's shots
+    (``reference_shots="fixed"``) or each with its own shots drawn from the task's few-shot pool (``"redraw"``).
+    Refuses a run that has not been tested, a
     held-out set other than the test's, and a baseline or a run-kind result that no longer reproduces
     ``test.json``. The look (every kind at once) is logged in the run's held-out log before anything is scored,
     and ``ablation-kinds.json`` is recorded there when written."""
@@ -74,6 +90,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
     if not where:
         raise ConfigError("Name at least one of the positions all, prefix, example to score the kinds at.")
     wanted = _kinds(kinds, alphas)
+    redraw = check_reference_shots(reference_shots) == "redraw"
     with rd.lock():
         admitted = rd.require("ablations")
         sel, test = admitted.frozen, admitted.tested
@@ -96,9 +113,13 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         if progress:
             progress("ablation kinds", 0, len(cells))
         # each cell's ablations: one, or one per draw for resample (the run's seed first, then seed + 1, ...)
-        plans = [_draws(session.ablation(k, p), draws) for k, p in cells]
+        measured: dict[str, Ablation] = {}  # redrawn references: each kind's values, measured once
+        plans = [_draws(_redrawn(session, k, p, measured) if redraw and k.needs_reference else session.ablation(k, p),
+                        draws) for k, p in cells]
+        noted: dict[str, Any] = {"reference_shots": "redraw"} if redraw else {}  # fixed: the line it always had
         seq = rd.begin_look("ablation-kinds", [heads], heldout_hash, len(session.splits.heldout), exploratory=True,
-                            kinds=[_label(k, p) for k, p in cells], draws=draws)
+                            kinds=[_label(k, p) for k, p in cells], draws=draws,
+                            **noted)
         intact, flat = score_kinds(session, "heldout", heads, [a for plan in plans for a in plan])
         if progress:
             progress("ablation kinds", len(cells), len(cells))
@@ -106,7 +127,8 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         for plan in plans:
             results.append(flat[at:at + len(plan)])
             at += len(plan)
-        own = {str(k): r[0] for (k, p), r in zip(cells, results, strict=True) if p == run_where}
+        own = {str(k): r[0] for (k, p), r in zip(cells, results, strict=True)
+               if p == run_where and not (redraw and k.needs_reference)}  # redrawn references: not the test's kind
         _check_reproduces_test(out, test, intact, own, session.config.ablation)
         rows = [_row(k, p, intact, result, session, n_boot) for (k, p), result in zip(cells, results, strict=True)]
         document = AblationKindsDocument(
@@ -117,6 +139,23 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
             n_boot=n_boot, ci_level=0.95, kinds=rows, omitted=omitted)
         rd.finish_look(seq, (document, None))
         return document
+
+
+def _redrawn(session: Session, kind: AblationKind, positions: str, cache: dict[str, Ablation]) -> Ablation:
+    """``kind`` at ``positions`` with its values measured on the discovery set, each reference prompted with its
+    own shots (:func:`celtk.evaluation.scoring.redrawn_shots`, never a held-out example), drawn with the run's
+    seed; the values are measured once per kind into ``cache`` (only where they replace ``z`` differs between
+    positions)."""
+    c = session.config
+    if str(kind) not in cache:
+        cache[str(kind)] = ablation_for(session.model, kind, session.task, session.splits.discovery,
+                                        session.splits.shots, c.chat, c.chat_date, seed=c.seed,
+                                        reference_shots="redraw",
+                                        exclude=[e.content_hash for e in session.splits.heldout])
+    if positions == "all":
+        return cache[str(kind)]
+    prefix = prompt_prefix(session.model, session.task, session.splits.shots, c.chat, c.chat_date)
+    return replace(cache[str(kind)], positions=positions, prefix=prefix)
 
 
 def _label(kind: AblationKind, positions: str) -> str:
@@ -235,11 +274,17 @@ def _reference(session: Session, ablations: Sequence[Ablation], draws: int = 1) 
             out["mean"] = "per head, z averaged over every position of every reference sequence (prompt + answer)"
             out["mean_positions"] = ablation.reference_positions
         if ablation.kind.name == "resample":
-            out["resample"] = ("per example, z of a seeded reference drawn from the discovery set, left-aligned on the "
-                               "first token; past the reference's end its last position")
+            out["resample"] = ("per example, z of a seeded reference drawn from the discovery set, "
+                               + ("left-aligned on the first token; past the reference's end its last position"
+                                  if ablation.alignment_rule() == LEFT_RULE else
+                                  "aligned on the last prompt token: the tokens an example's prompt shares with the "
+                                  "reference's (the shots under fixed shots) read unmoved, its own positions at the "
+                                  "same distance from the last prompt token, clamped into the reference's own part"))
             out["seed"] = ablation.seed
             out["draws"] = draws
             out["draw_seeds"] = f"{ablation.seed} … {ablation.seed + draws - 1}"
+        if ablation.reference_shots != "fixed":
+            out["reference_shots"] = REFERENCE_SHOTS[ablation.reference_shots]
         if not ablation.everywhere:
             out["prefix"] = ("the prompt text before the example's own (chat opening, shots, delimiters): "
                              f"{len(ablation.prefix)} tokens; an example's boundary is the tokens its context shares "

@@ -265,7 +265,8 @@ class CachedScreener:
             from one arithmetic: the null ablation (``HeadSet()``) then checks the replay's batching.
         ablation: what replaces an ablated head's ``z`` (default zero; ``"scale:α"``, or an
             :class:`celtk.ablation_kinds.Ablation` with mean or resampled values). Under resample the
-            shared prefix is cut to the tokens every reference example shares with it, where each
+            shared prefix is cut to the tokens every reference example shares with it and every example's prompt
+            shares with its reference's (read unmoved, :meth:`celtk.ablation_kinds.Ablation.alignment`), where each
             reference's ``z`` is the prefix's own.
     """
 
@@ -281,11 +282,17 @@ class CachedScreener:
         self.batch_size, self.rows_per_pass = batch_size, max(rows_per_pass, batch_size)
         self.prefix_len = shared_prefix_length(prepared.requests) if share_prefix else 0
         self._references: Tensor | None = None
+        self._aligns: Tensor | None = None
         if self.ablation.reference is not None:  # resample: each example's reference, and a prefix they all share
             self._references = self.ablation.assign([e.content_hash for e in prepared.examples])
+            # per request: its reference's positions it reads, aligned on its last prompt token
+            self._aligns = self.ablation.alignment(self._references[[r.example for r in prepared.requests]],
+                                                   [r.context for r in prepared.requests])
             if self.prefix_len:
                 ours = prepared.requests[0].context[:self.prefix_len]
                 self.prefix_len = common_prefix([ours, self.ablation.reference.tokens[:self.prefix_len]])
+                if len(self._aligns):  # every row reads the prefix's positions unmoved
+                    self.prefix_len = min(self.prefix_len, int(self._aligns[:, 0].min()))
         self._boundaries: Tensor | None = None
         if not self.ablation.everywhere:  # prefix/example positions: the cached prefix lies before every boundary
             self._boundaries = self.ablation.boundaries([r.context for r in prepared.requests])
@@ -378,13 +385,15 @@ class CachedScreener:
         ``example`` positions the prefix is never replayed: its intact keys/values are the right ones)."""
         if self.ablation.is_zero and self.ablation.everywhere:
             return dict(masks)
-        references, start = None, 0 if batch is None else self.prefix_len
-        if self._references is not None:
-            if batch is None:
+        references, aligns, start = None, None, 0 if batch is None else self.prefix_len
+        if self._references is not None and self._aligns is not None:
+            if batch is None:  # every row reads the prefix's positions unmoved
                 references = torch.zeros(copies, dtype=torch.long)
+                aligns = torch.tensor([[start + pos, 0]] * copies, dtype=torch.long)
             else:
                 mine = self._references[[self.prepared.requests[r].example for r in batch.request_ids]]
                 references = repeat(mine, "batch -> (batch g)", g=copies)
+                aligns = repeat(self._aligns[batch.request_ids], "batch two -> (batch g) two", g=copies)
         boundaries = None
         if self._boundaries is not None:
             if batch is None:
@@ -393,7 +402,7 @@ class CachedScreener:
                 boundaries = torch.full((copies,), start + pos, dtype=torch.long)
             else:
                 boundaries = repeat(self._boundaries[batch.request_ids], "batch -> (batch g)", g=copies)
-        return {layer: self.ablation.spec(layer, mask, references, start, pos, boundaries)
+        return {layer: self.ablation.spec(layer, mask, references, start, pos, boundaries, aligns)
                 for layer, mask in masks.items()}
 
     # -- intact passes -------------------------------------------------------------
