@@ -23,6 +23,12 @@ from celtk.errors import RunStoreError
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and rename: readers never see half a file."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and rename (:func:`atomic_write_text`): the file holds exactly
+    these bytes, so their SHA-256 is the file's."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,8 +37,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise RunStoreError(f"Cannot write in {path.parent}: {error.strerror}. "
                             "Choose a writable output directory.") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         umask = os.umask(0)
@@ -127,8 +133,12 @@ def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
 def read_json(path: Path, *, advice: str = "delete it and rerun the stage that writes it.",
               limit: int = MAX_FILE_BYTES) -> Any:
     """The JSON value in ``path`` (bounded: :func:`read_bounded`); a damaged file is named, with ``advice``."""
-    path = Path(path)
-    data = read_bounded(path, limit)
+    return parse_json(path, read_bounded(path, limit), advice=advice)
+
+
+def parse_json(path: Path, data: bytes, *, advice: str = "delete it and rerun the stage that writes it.") -> Any:
+    """The JSON value in ``data``, the bytes read from ``path`` (:func:`read_json` without the read); a damaged
+    file is named, with ``advice``."""
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
@@ -199,14 +209,20 @@ FINGERPRINT_FIELDS = ("model", "weight_hash", "dtype", "task", "seed", "fewshot"
 
 
 def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | None = None) -> None:
-    """Write ``fingerprint`` the first time; afterwards refuse any difference, naming the keys
-    (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's),
-    and a stored fingerprint that lacks one of :data:`FINGERPRINT_FIELDS` that ``fingerprint`` has, naming it."""
+    """Write ``fingerprint`` the first time; afterwards refuse any difference from the stored one
+    (:func:`compare_fingerprint`)."""
     path = Path(path)
     if not path.exists():
         write_json(path, fingerprint)
         return
-    stored = read_json(path)
+    compare_fingerprint(path, read_json(path), fingerprint, source)
+
+
+def compare_fingerprint(path: Path, stored: Any, fingerprint: dict[str, Any], source: str | None = None) -> None:
+    """Refuse any difference between ``stored`` (the JSON value read from ``path``) and ``fingerprint``, naming the
+    keys (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's), and a
+    stored fingerprint that lacks one of :data:`FINGERPRINT_FIELDS` that ``fingerprint`` has, naming it."""
+    path = Path(path)
     if not isinstance(stored, dict):
         raise RunStoreError(f"{path} is not a fingerprint (a JSON object); delete the run directory and start again.")
     now = json.loads(json.dumps(fingerprint))
@@ -233,4 +249,9 @@ def fingerprint_key(fingerprint: Any) -> str:
 def file_digest(path: Path) -> str:
     """SHA-256 of a file's bytes (``""`` when it does not exist; bounded, as :func:`read_bounded`)."""
     path = Path(path)
-    return hashlib.sha256(read_bounded(path)).hexdigest() if path.exists() else ""
+    return bytes_digest(read_bounded(path)) if path.exists() else ""
+
+
+def bytes_digest(data: bytes) -> str:
+    """SHA-256 of ``data``: :func:`file_digest` of the file that holds them."""
+    return hashlib.sha256(data).hexdigest()

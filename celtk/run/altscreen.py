@@ -63,7 +63,7 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
     rd = RunDirectory(out)
     with rd.lock():
         rd.require("altscreen", whole=f"comparing the {method} screener's ranking with the screen's")
-        run = open_run(out, model, stage="altscreen")
+        run = open_run(rd, model, stage="altscreen")
         check_pool_options(k=1, p=p, n_heads=len(run.scores))
         result = ranker(ranker_input(run, method, progress), masks=masks, rate=rate, seed=seed)
         comparison = compare_rankings(run.scores, result, p)
@@ -71,5 +71,5 @@ def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: in
         document = AltscreenDocument(method=method, comparison=comparison, details=result.details,
                                      scores={str(h): result.scores[h] for h in result.ranked()},
                                      exhaustive_evaluations=len(run.scores), seconds=result.seconds)
-        document.save(out)
+        rd.save(document)
         return document

@@ -126,11 +126,11 @@ def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed
             document = CalibrationDocument(**base, n_candidates=n_cand, null_discovery_gains=[float(g) for g in disc],
                                            null_heldout_gains=[float(g) for g in held], p_value=None,
                                            p_value_note=NO_P_VALUE[null], validity=VALIDITY[null])
-            document.save(out)
+            rd.save(document)
             return document
         if null == "search":
             document = _search(rd, sel, base, n_held=test.n if test else sel.heldout.n, progress=progress)
-            document.save(out)
+            rd.save(document)
             return document
         return _random_heads(rd, sel, base, n_candidates, model, progress)
 
@@ -198,7 +198,7 @@ def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any]
                           f"{sel.strategy} search, whose statistic it does not reproduce. Pass n_candidates "
                           "(--candidates N) for the control (best of N random sets, no p-value), or use the "
                           "permutation null, which covers every strategy.")
-    run = open_run(rd.path, model, stage="calibrate", **rd.heldout_overrides())
+    run = open_run(rd, model, stage="calibrate", **rd.heldout_overrides())
     heads = all_heads(run.session.model.n_layers, run.session.model.n_heads)
     memo = memo_for(run, progress, "calibrate")
     n = len(run.intact)

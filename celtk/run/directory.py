@@ -22,12 +22,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from celtk.errors import ConfigError, RunStoreError, SplitError, suggest
 from celtk.heads import HeadSet
 from celtk.run.documents import (
+    DIGESTS,
     Correctness,
     Document,
     HeldoutContract,
@@ -36,9 +38,11 @@ from celtk.run.documents import (
     SelectionDocument,
     TaskRecord,
     TestDocument,
+    parse_digests,
 )
 from celtk.run.heldout import HeldoutLog, Look
 from celtk.run.integrity import (
+    check_raced_tie_break,
     check_racing_use,
     check_screen_complete,
     check_screen_fingerprint,
@@ -46,7 +50,16 @@ from celtk.run.integrity import (
     check_test_matches_selection,
     require_fingerprint,
 )
-from celtk.runstore import check_fingerprint, file_digest, locked
+from celtk.run.rules import MODEL_CHECKS, RULES, STAGES, Admission, ModelChecks, Need, Stage, StageRule
+from celtk.runstore import (
+    atomic_write_bytes,
+    bytes_digest,
+    compare_fingerprint,
+    locked,
+    parse_json,
+    read_bounded,
+    write_json,
+)
 from celtk.tasks import Example, SplitManifest, shared_examples
 
 if TYPE_CHECKING:  # the session loads models (torch); a run directory is read without them (the report)
@@ -54,57 +67,33 @@ if TYPE_CHECKING:  # the session loads models (torch); a run directory is read w
 
 D = TypeVar("D", bound=Document)
 
-
-@dataclass(frozen=True)
-class ModelChecks:
-    """The model-side same-run checks a stage makes once its session is drawn (:meth:`RunDirectory.admit`)."""
-
-    heldout: bool = False  # it looks: the held-out set drawn is the contract's, disjoint from the discovery set
-    baseline: str | None = None  # "intact": the intact discovery outcomes are screen.json's; "null": and no ablation's
-    frozen: bool = False  # it scores the frozen selection: the discovery set's hash and the shots are the selection's
-    tested: bool = False  # it rescores the test's examples: the held-out set drawn is the one test.json scored
+__all__ = ["MODEL_CHECKS", "STAGES", "Admission", "ModelChecks", "RunDirectory", "Stage", "check_no_overlap",
+           "check_tested_heldout", "record"]
 
 
-# every stage that reads a run directory, and what it checks once the model is loaded
-MODEL_CHECKS = {
-    "select": ModelChecks(baseline="null"),
-    "test": ModelChecks(heldout=True, baseline="intact", frozen=True),
-    "stability": ModelChecks(heldout=True, baseline="null"),
-    "transfer": ModelChecks(heldout=True),
-    "calibrate": ModelChecks(heldout=True),
-    "ablations": ModelChecks(heldout=True, baseline="intact", frozen=True, tested=True),
-    "eval": ModelChecks(heldout=True),
-    "altscreen": ModelChecks(),
-    "attributes": ModelChecks(),
-}
-STAGES = tuple(MODEL_CHECKS)
+@dataclass
+class _Held:
+    """What one stage call read from, or wrote to, its run directory while holding the lock (:meth:`RunDirectory.lock`):
+    each file's bytes and their SHA-256, each document parsed and verified, and ``digests.json``."""
 
-
-@dataclass(frozen=True)
-class Admission:
-    """What a stage's same-run checks read before it loads a model (:meth:`RunDirectory.require`)."""
-
-    selection: SelectionDocument | None = None  # the frozen selection, for stages that score it
-    test: TestDocument | None = None  # the run's first test: the result a stage reads, or one a forced test repeats
-    prior_looks: list[Look] = field(default_factory=list)  # select: the looks a forced selection follows
-
-    @property
-    def frozen(self) -> SelectionDocument:
-        """The selection, for the stages whose requirement includes one."""
-        if self.selection is None:
-            raise RunStoreError("This stage was admitted without a selection; require it for a stage that scores one.")
-        return self.selection
-
-    @property
-    def tested(self) -> TestDocument:
-        """The run's first test, for the stages whose requirement includes one."""
-        if self.test is None:
-            raise RunStoreError("This stage was admitted without a test; require it for a stage that reads one.")
-        return self.test
+    data: dict[str, bytes] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
+    documents: dict[str, Document] = field(default_factory=dict)
+    digests: dict[str, str] | None = None
+    digests_read: bool = False
 
 
 class RunDirectory:
     """One run's directory: its documents, its lock and its held-out log.
+
+    A stage opens one ``RunDirectory``, takes its lock and passes it to everything that reads the run. While the lock
+    is held, each file is read and hashed once, each document parsed and its digest verified once, and
+    ``digests.json`` and the held-out log read once: what was read is kept for the rest of the block, and what the
+    stage writes through the directory (:meth:`save`, :meth:`finish_look`, the log's lines) replaces it. That is
+    sound only under the lock: every writer of a run directory takes it first (a second is refused,
+    :func:`celtk.runstore.locked`), so no other process can write a file while it is held, and what was read
+    stays what is on disk. When the block ends the kept reads are dropped; outside a lock (a report, ``celtk looks``,
+    a rerun's ``stored_selection``) every call reads the files again.
 
     Example:
         >>> rd = RunDirectory("runs/demo")  # doctest: +SKIP
@@ -114,24 +103,101 @@ class RunDirectory:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.log = HeldoutLog(self.path)
+        self._held: _Held | None = None  # inside lock()
+
+    @cached_property
+    def log(self) -> HeldoutLog:
+        """The directory's held-out log (:mod:`celtk.run.heldout`)."""
+        return HeldoutLog(self.path)
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
+
+    @contextmanager
+    def lock(self) -> Iterator[RunDirectory]:
+        """Hold the directory's lock (:func:`celtk.runstore.locked`) for one stage call, keeping what it reads."""
+        with locked(self.path), self.log.held():
+            self._held = _Held()
+            try:
+                yield self
+            finally:
+                self._held = None
 
     # -- files -----------------------------------------------------------------------------
     def file(self, name: str) -> Path:
         return self.path / name
 
     def has(self, kind: type[Document], name: str | None = None) -> bool:
-        return (self.path / (name or kind.FILE)).exists()
+        return self.has_file(name or kind.FILE)
+
+    def has_file(self, name: str) -> bool:
+        return (self.path / name).exists()
+
+    def _read(self, name: str) -> tuple[bytes, str]:
+        """The bytes of the file ``name`` and their SHA-256 (bounded: :func:`celtk.runstore.read_bounded`)."""
+        held = self._held
+        if held is not None and name in held.data:
+            return held.data[name], held.hashes[name]
+        data = read_bounded(self.path / name)
+        digest = bytes_digest(data)
+        if held is not None:
+            held.data[name], held.hashes[name] = data, digest
+        return data, digest
+
+    def digest(self, name: str) -> str:
+        """SHA-256 of the file ``name`` (``""`` when it does not exist: :func:`celtk.runstore.file_digest`)."""
+        if self._held is not None and name in self._held.hashes:
+            return self._held.hashes[name]
+        return self._read(name)[1] if (self.path / name).exists() else ""
+
+    def digests(self) -> dict[str, str] | None:
+        """``digests.json`` (:func:`celtk.run.documents.read_digests`; ``None`` when there is none)."""
+        held = self._held
+        if held is not None and held.digests_read:
+            return held.digests
+        table = parse_digests(self.path / DIGESTS, self._read(DIGESTS)[0]) if self.has_file(DIGESTS) else None
+        if held is not None:
+            held.digests, held.digests_read = table, True
+        return table
 
     def load(self, kind: type[D], name: str | None = None) -> D:
         """The ``kind`` document, refused if it was changed after celtk wrote it."""
-        return kind.load(self.path, name)
+        name = name or kind.FILE
+        held = self._held
+        if held is not None and isinstance(kept := held.documents.get(name), kind):
+            return kept
+        data, digest = self._read(name)
+        value = parse_json(self.path / name, data)  # a damaged file is named as such first
+        document = kind.verified(self.path / name, value, digest, self.digests())
+        if held is not None:
+            held.documents[name] = document
+        return document
 
     def load_if(self, kind: type[D], name: str | None = None) -> D | None:
         return self.load(kind, name) if self.has(kind, name) else None
+
+    def save(self, document: Document, name: str | None = None) -> None:
+        """Write ``document`` atomically and record its SHA-256 in ``digests.json``
+        (:meth:`celtk.run.documents.Document.save`), keeping what was written as read."""
+        name = name or document.file_name()
+        data = document.encode()
+        atomic_write_bytes(self.path / name, data)
+        digest = bytes_digest(data)
+        table = dict(self.digests() or {})
+        table[name] = digest
+        write_json(self.path / DIGESTS, table)
+        if self._held is not None:
+            self._held.data[name], self._held.hashes[name] = data, digest
+            self._held.documents.pop(name, None)  # parsed again from these bytes when read: what a reader gets
+            self._held.digests, self._held.digests_read = table, True
+            self._held.data.pop(DIGESTS, None)  # its bytes as read are not the file now
+        for beside, value in document.beside().items():
+            write_json(self.path / beside, value)
+
+    def fingerprint(self) -> Any:
+        """``fingerprint.json``'s JSON value, refused when the file is missing (:func:`require_fingerprint`)."""
+        path = require_fingerprint(self.path)
+        return parse_json(path, self._read(path.name)[0])
 
     def screen(self) -> ScreenDocument:
         """The merged screen, refused unless it covers every head once on one discovery set and agrees with
@@ -141,13 +207,8 @@ class RunDirectory:
             raise RunStoreError(f"{self.path}/screen.json is one shard; merge the shards of its parent directory first "
                                 "(celtk.run.merge_shards, `celtk merge`).")
         check_screen_complete(self.path, doc)
-        check_screen_fingerprint(self.path, doc)
+        check_screen_fingerprint(self.path, doc, self.fingerprint())
         return doc
-
-    @contextmanager
-    def lock(self) -> Iterator[RunDirectory]:
-        with locked(self.path):
-            yield self
 
     # -- the held-out log ------------------------------------------------------------------
     def looks(self) -> list[Look]:
@@ -180,7 +241,7 @@ class RunDirectory:
             raise RunStoreError(f"{test} exists, but the held-out log records no test that wrote it; every test is "
                                 "logged before it scores the held-out set. It was copied in or the log was replaced: "
                                 "restore the run's files, or start a new run directory.")
-        if test.exists() and file_digest(test) != last:
+        if test.exists() and self.digest(TestDocument.FILE) != last:
             raise RunStoreError(f"{test} differs from the test.json the held-out log recorded: it was edited after the "
                                 "test. Restore it; "
                                 "a run whose test result was changed cannot be tested or reported again.")
@@ -207,23 +268,19 @@ class RunDirectory:
     def finish_look(self, seq: int, *documents: tuple[Document, str | None]) -> None:
         """Write the look's results atomically, each ``(document, file name or None)``, then log that
         they were written (with their SHA-256)."""
-        for document, name in documents:
-            document.save(self.path, name)
-        self.log.complete(seq, *(self.path / (name or document.file_name()) for document, name in documents))
+        self.finish_looks([seq], *documents)
 
     def finish_looks(self, seqs: list[int], *documents: tuple[Document, str | None]) -> None:
         """:meth:`finish_look` for several looks that wrote the same documents (none: just save them)."""
-        if not seqs:
-            for document, name in documents:
-                document.save(self.path, name)
-            return
-        self.finish_look(seqs[0], *documents)
-        for seq in seqs[1:]:
-            self.log.complete(seq, *(self.path / (name or document.file_name()) for document, name in documents))
+        names = [name or document.file_name() for document, name in documents]
+        for (document, _), name in zip(documents, names, strict=True):
+            self.save(document, name)
+        for seq in seqs:
+            self.log.complete(seq, *(self.path / name for name in names), digests=[self.digest(n) for n in names])
 
     def frozen_heads(self) -> HeadSet | None:
-        path = self.file(SelectionDocument.FILE)
-        return SelectionDocument.load(self.path).heads if path.exists() else None
+        selection = self.load_if(SelectionDocument)
+        return selection.heads if selection is not None else None
 
     # -- finished stages, as stored --------------------------------------------------------
     def stored_selection(self, strategy: str, k: int, options: dict[str, Any], heldout: int | None = None
@@ -301,53 +358,61 @@ class RunDirectory:
         return self.load(TestDocument)
 
     # -- one call per stage ----------------------------------------------------------------
-    def require(self, stage: str, *, force: bool = False, whole: str | None = None, p: int | None = None
-                ) -> Admission:
+    @staticmethod
+    def rule(stage: str) -> StageRule:
+        """``stage``'s row of :data:`celtk.run.rules.RULES`; an unknown stage is refused, naming the stages."""
+        if stage not in RULES:
+            raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
+                              f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
+        return RULES[stage]  # type: ignore[index]  # checked just above
+
+    def require(self, stage: Stage, *, force: bool = False, whole: str | None = None, p: int | None = None,
+                tie_break: str | None = None) -> Admission:
         """Every check of this directory that ``stage`` needs before a model is loaded, in one call: the log and
         ``test.json`` are intact (:meth:`verify`), a racing screen is not put to a use that needs every head on
-        every example (``whole``, naming the use) or a pool larger than it raced for (``p``), and then
+        every example (``whole``, naming the use) or a pool larger than it raced for (``p``), then the stage's
+        needs in order (:data:`celtk.run.rules.RULES`):
 
         * ``select``: no look yet, unless ``force`` (the looks it follows are returned);
         * ``test``: a frozen selection searched on this directory's screen, and no test yet unless ``force`` (the
           first test is returned);
         * ``transfer``, ``ablations``: a tested selection (for ``ablations`` the test must be of this selection);
         * ``calibrate``: a selection searched on this directory's screen (and its test, where there is one);
-        * ``stability``, ``eval``, ``altscreen``, ``attributes``: nothing more.
+        * ``stability``, ``eval``, ``altscreen``, ``attributes``: nothing more;
 
+        and last, a racing screen is searched under the ranking key it raced with (``tie_break``, when given).
         The model-side checks follow once the session is drawn (:meth:`admit`)."""
-        if stage not in STAGES:
-            raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
-                              f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
+        rule = self.rule(stage)
         self.verify()
         if whole is not None or p is not None:
             check_racing_use(self.load(ScreenDocument), whole=whole, p=p)
-        if stage == "select":
-            return Admission(prior_looks=self.refuse_select_after_looks(force))
-        if stage == "test":
-            selection = self.load(SelectionDocument)
-            if self.has(ScreenDocument):
-                check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
-            return Admission(selection=selection, test=self.refuse_second_test(force))
-        if stage == "transfer":
-            test = self.require_tested("transfer")
-            selection = self.load(SelectionDocument)
-            self._check_tested_selection("transfer", test, selection)
-            return Admission(selection=selection, test=test)
-        if stage == "ablations":
-            selection = self.load(SelectionDocument)
-            test = self.require_tested("celtk ablations")
-            check_test_matches_selection(self.path, test, selection)
-            check_tested_heldout(self.path, "celtk ablations", test, selection)
-            return Admission(selection=selection, test=test)
-        if stage == "calibrate":  # its nulls mix the selection's statistic with the screen's scores
-            selection = self.load(SelectionDocument)
-            if self.has(ScreenDocument):
-                check_selection_matches_screen(self.path, selection, self.load(ScreenDocument))
-            tested = self.load_if(TestDocument)
-            if tested is not None:
-                self._check_tested_selection("calibrate", tested, selection)
-            return Admission(selection=selection, test=tested)
-        return Admission()
+        admitted = Admission()
+        for need in rule.needs:
+            admitted = self._need(need, rule.verb, admitted, force)
+        if tie_break is not None and self.has(ScreenDocument):
+            check_raced_tie_break(self.load(ScreenDocument), tie_break)
+        return admitted
+
+    def _need(self, need: Need, verb: str, admitted: Admission, force: bool) -> Admission:
+        """Check one of a stage's needs (:data:`celtk.run.rules.Need`), with what the earlier ones read."""
+        if need == "no-look":
+            return replace(admitted, prior_looks=self.refuse_select_after_looks(force))
+        if need == "selection":
+            return replace(admitted, selection=self.load(SelectionDocument))
+        if need == "on-screen" and self.has(ScreenDocument):
+            check_selection_matches_screen(self.path, admitted.frozen, self.load(ScreenDocument))
+        if need == "untested":
+            return replace(admitted, test=self.refuse_second_test(force))
+        if need == "tested":
+            return replace(admitted, test=self.require_tested(verb))
+        if need == "tested-if-any":
+            return replace(admitted, test=self.load_if(TestDocument))
+        if need == "tests-selection" and admitted.test is not None:
+            self._check_tested_selection(verb, admitted.test, admitted.frozen)
+        if need == "test-of-selection":
+            check_test_matches_selection(self.path, admitted.tested, admitted.frozen)
+            check_tested_heldout(self.path, verb, admitted.tested, admitted.frozen)
+        return admitted
 
     def _check_tested_selection(self, what: str, test: TestDocument, selection: SelectionDocument) -> None:
         """``test.json`` (the run's first test, kept through forced repeats) must test the heads ``selection.json``
@@ -360,7 +425,7 @@ class RunDirectory:
                                 "Select and test the new heads in a new run directory.")
         check_tested_heldout(self.path, what, test, selection)
 
-    def admit(self, stage: str | None, session: Session, document: ScreenDocument | SelectionDocument) -> None:
+    def admit(self, stage: Stage | None, session: Session, document: ScreenDocument | SelectionDocument) -> None:
         """Every model-side same-run check of ``stage`` (``None``: those every stage makes), once its session is
         drawn on ``document``'s settings (the screen or the selection), in this order:
 
@@ -375,17 +440,14 @@ class RunDirectory:
           with the discovery set, and for ``ablations``, which rescores the test's examples, the one ``test.json``
           scored.
         """
-        if stage is not None and stage not in MODEL_CHECKS:
-            raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
-                              f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
-        checks = MODEL_CHECKS[stage] if stage is not None else ModelChecks()
+        checks = self.rule(stage).model if stage is not None else ModelChecks()
         config, name = session.config, type(document).FILE
         if session.model.weight_hash != document.model.weight_hash:
             raise RunStoreError(f"Model {config.model!r} now has weight hash {session.model.weight_hash}, but the run "
                                 f"used {document.model.weight_hash}. Load the same weights, or start a new run.")
         if TaskRecord(session.task.config()) != document.task:
             raise RunStoreError(f"{name} was made for task {document.task.name!r}, not {session.task.full_name!r}.")
-        check_fingerprint(require_fingerprint(self.path), session.fingerprint(), source=name)
+        compare_fingerprint(require_fingerprint(self.path), self.fingerprint(), session.fingerprint(), source=name)
         manifest = session.splits.manifest()
         if isinstance(document, ScreenDocument) and [e.id for e in session.splits.discovery] != document.discovery_ids:
             raise RunStoreError("The discovery set drawn now differs from the one screened; the task data changed.")

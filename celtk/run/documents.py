@@ -23,7 +23,17 @@ from jaxtyping import Bool, Float
 
 from celtk.errors import ArgumentError, ConfigError, HeadError, RunStoreError
 from celtk.heads import Head, HeadSet
-from celtk.runstore import file_digest, read_json, write_json
+from celtk.runstore import (
+    MAX_FILE_BYTES,
+    atomic_write_bytes,
+    bytes_digest,
+    dumps,
+    file_digest,
+    parse_json,
+    read_bounded,
+    read_json,
+    write_json,
+)
 from celtk.search.scores import head_order
 from celtk.tasks import SplitManifest
 
@@ -339,21 +349,44 @@ class Document(Record):
         return self.FILE
 
     def save(self, directory: Path, name: str | None = None) -> None:
-        """Write the file atomically, then record its SHA-256 in ``digests.json`` (see :func:`check_digest`)."""
+        """Write the file atomically, then record its SHA-256 in ``digests.json`` (see :func:`check_digest`), then
+        what it keeps beside (:meth:`save_beside`). In a run directory a stage writes through
+        :meth:`celtk.run.directory.RunDirectory.save` instead, which keeps what it has read up to date."""
         path = Path(directory) / (name or self.file_name())
-        write_json(path, self.to_json())
+        atomic_write_bytes(path, self.encode())
         record_digest(path)
+        for beside, value in self.beside().items():
+            write_json(Path(directory) / beside, value)
+
+    def encode(self) -> bytes:
+        """The bytes :meth:`save` writes (strict JSON, UTF-8)."""
+        return dumps(self.to_json()).encode("utf-8")
+
+    def beside(self) -> dict[str, Any]:
+        """What this document keeps beside its file, undigested: file name → JSON value (none; an altscreen's
+        timing)."""
+        return {}
 
     @classmethod
     def load(cls: type[D], directory: Path, name: str | None = None) -> D:
         """Read the file, refusing one changed since celtk wrote it (:func:`check_digest`)."""
         path = Path(directory) / (name or cls.FILE)
-        data = read_json(path)  # a damaged file is named as such first
-        check_digest(path, required=cls.DIGESTED)
-        return cls.from_json(data, str(path))
+        data = read_bounded(path)
+        value = parse_json(path, data)  # a damaged file is named as such first
+        return cls.verified(path, value, bytes_digest(data), book_digests(path.parent))
+
+    @classmethod
+    def verified(cls: type[D], path: Path, value: Any, digest: str, digests: dict[str, str] | None) -> D:
+        """The document whose JSON ``value`` was read from ``path`` as bytes of SHA-256 ``digest``, refused unless
+        ``digests`` (the directory's ``digests.json``; ``None``: it has none) records that digest for it
+        (:func:`check_recorded`)."""
+        check_recorded(path, digest, digests, required=cls.DIGESTED)
+        return cls.from_json(value, str(path))
 
 
 DIGESTS = "digests.json"
+_DIGESTS_ADVICE = ("it records the SHA-256 of every document celtk wrote in {} and cannot be rebuilt: restore it, or "
+                   "start a new run directory.")
 
 
 def record_digest(path: Path) -> None:
@@ -366,13 +399,23 @@ def record_digest(path: Path) -> None:
 
 def read_digests(book: Path) -> dict[str, str]:
     """``digests.json``: document name → SHA-256; anything else is refused (it cannot be rebuilt, only restored)."""
-    advice = (f"it records the SHA-256 of every document celtk wrote in {book.parent} and cannot be rebuilt: restore "
-              "it, or start a new run directory.")
-    digests = read_json(book, advice=advice)
+    return parse_digests(book, read_bounded(book, MAX_FILE_BYTES))
+
+
+def parse_digests(book: Path, data: bytes) -> dict[str, str]:
+    """:func:`read_digests` of ``data``, the bytes read from ``book``."""
+    advice = _DIGESTS_ADVICE.format(book.parent)
+    digests = parse_json(book, data, advice=advice)
     if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
         raise RunStoreError(f"{book} is not a table of document digests (a JSON object of file name → SHA-256); "
                             f"{advice}")
     return digests
+
+
+def book_digests(directory: Path) -> dict[str, str] | None:
+    """``directory``'s ``digests.json`` (:func:`read_digests`), ``None`` when it has none."""
+    book = Path(directory) / DIGESTS
+    return read_digests(book) if book.exists() else None
 
 
 def check_digest(path: Path, *, required: bool = True) -> None:
@@ -381,22 +424,28 @@ def check_digest(path: Path, *, required: bool = True) -> None:
     without its record is not read as celtk's. A document written beside no run (``required`` false: ``eval.json``,
     the analyses, the theory) is checked against a digest where one was recorded."""
     path = Path(path)
-    book = path.parent / DIGESTS
-    if not required and (not book.exists() or path.name not in read_digests(book)):
+    check_recorded(path, file_digest(path) if path.exists() else None, book_digests(path.parent), required=required)
+
+
+def check_recorded(path: Path, digest: str | None, table: dict[str, str] | None, *, required: bool = True) -> None:
+    """:func:`check_digest` of a file whose bytes, read once, have SHA-256 ``digest`` (``None``: the file does not
+    exist); ``table`` is the directory's ``digests.json`` (``None``: there is none)."""
+    book = Path(path).parent / DIGESTS
+    if not required and (table is None or path.name not in table):
         return
-    if not book.exists():
+    if table is None:
         raise RunStoreError(f"{path} has no digest: {book} is missing, and celtk records the SHA-256 of every document "
                             "it writes there. Without it an edited or copied document cannot be told from celtk's, so "
                             "nothing in the directory is read: restore digests.json, or start a new run directory.")
-    recorded = read_digests(book).get(path.name)
+    recorded = table.get(path.name)
     if recorded is None:
         raise RunStoreError(f"{path} has no digest in {book}: celtk did not write it in this directory (copied in "
                             "from another run, or written by hand). Rerun the stage that writes it, in a new run "
                             "directory if the held-out set was looked at.")
-    if not path.exists():
+    if digest is None:
         raise RunStoreError(f"{path} was deleted after celtk wrote it ({DIGESTS} records it); "
                             "rerun the stage that writes it.")
-    if file_digest(path) != recorded:
+    if digest != recorded:
         raise RunStoreError(f"{path} was changed after celtk wrote it (its SHA-256 differs from the one in {DIGESTS}); "
                             "a result edited by hand is not read. Restore the file, or rerun the stage that writes it "
                             "in a new run directory.")
@@ -829,9 +878,8 @@ class AltscreenDocument(Document):
     def file_name(self) -> str:
         return self.file(self.method)
 
-    def save(self, directory: Path, name: str | None = None) -> None:
-        super().save(directory, name)
-        write_json(Path(directory) / f"altscreen-{self.method}-timing.json", {"seconds": round(self.seconds, 1)})
+    def beside(self) -> dict[str, Any]:
+        return {f"altscreen-{self.method}-timing.json": {"seconds": round(self.seconds, 1)}}
 
     @classmethod
     def load_method(cls, directory: Path, method: str) -> AltscreenDocument:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -107,11 +109,32 @@ class HeldoutLog:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.path, self.head_path = self.directory / LOG, self.directory / HEAD
+        self._holding = False  # inside held()
+        self._kept: list[tuple[str, dict[str, Any]]] | None = None  # the lines read and appended inside held()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep the lines once read (and those appended) for the block: the directory's lock is held through it
+        (:meth:`celtk.run.directory.RunDirectory.lock`), so no other process appends, and the log is read and
+        checked once."""
+        self._holding, self._kept = True, None
+        try:
+            yield
+        finally:
+            self._holding, self._kept = False, None
 
     # -- reading ---------------------------------------------------------------------------
     def lines(self) -> list[tuple[str, dict[str, Any]]]:
         """Every line (text, parsed), after checking the chain and the head; raises
-        :class:`RunStoreError` naming the first line that does not hold."""
+        :class:`RunStoreError` naming the first line that does not hold. Under :meth:`held`, read once."""
+        if self._kept is not None:
+            return list(self._kept)
+        parsed = self._lines()
+        if self._holding:
+            self._kept = list(parsed)
+        return parsed
+
+    def _lines(self) -> list[tuple[str, dict[str, Any]]]:
         if not self.path.exists():
             head = read_json(self.head_path) if self.head_path.exists() else {}
             if not isinstance(head, dict):
@@ -213,6 +236,8 @@ class HeldoutLog:
         text = json.dumps(chained, ensure_ascii=False)
         append_line(self.path, text, "Nothing was scored on the held-out set; free space or fix the directory and "
                                      "rerun.")
+        if self._kept is not None:  # the line is on disk: the log's next line, whatever follows
+            self._kept.append((text, chained))
         write_json(self.head_path, {"lines": len(lines) + 1, "sha256": line_hash(text)})
         Ledger().record_line(self.directory, len(lines), text, chained)
         return chained
@@ -226,12 +251,14 @@ class HeldoutLog:
                              "forced": forced, **extra})
         return int(entry["seq"])
 
-    def complete(self, seq: int, *files: Path) -> None:
-        """Record that look ``seq`` wrote each of ``files`` (with its SHA-256): by name inside the run
-        directory, by path elsewhere (``celtk eval``'s ``eval.json``)."""
-        for file in map(Path, files):
+    def complete(self, seq: int, *files: Path, digests: Sequence[str] | None = None) -> None:
+        """Record that look ``seq`` wrote each of ``files`` (with its SHA-256: ``digests``, one a file, when the
+        writer knows them, else read from the file): by name inside the run directory, by path elsewhere
+        (``celtk eval``'s ``eval.json``)."""
+        for index, file in enumerate(map(Path, files)):
             name = file.name if file.parent.resolve() == self.directory.resolve() else str(file.resolve())
-            self.append({"event": "result", "look": seq, "file": name, "sha256": file_digest(file)})
+            digest = file_digest(file) if digests is None else digests[index]
+            self.append({"event": "result", "look": seq, "file": name, "sha256": digest})
         if not files:  # returned to the caller, not written: complete all the same
             self.append({"event": "result", "look": seq, "file": RETURNED, "sha256": ""})
 

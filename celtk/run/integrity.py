@@ -83,9 +83,20 @@ def check_racing_use(doc: ScreenDocument, *, whole: str | None = None, p: int | 
                           f"screen again with p ≥ {p} (--p {p}).")
 
 
-def check_screen_fingerprint(out: Path, doc: ScreenDocument) -> None:
-    """``screen.json`` must describe the run recorded in ``fingerprint.json``, which the screen writes beside it."""
-    fp = read_json(require_fingerprint(out))
+def check_raced_tie_break(screen: ScreenDocument, tie_break: str) -> None:
+    """A racing screen is exact for the ranking key it raced with: a search on it under another tie-break would
+    take its pool from heads the race may have dropped. Refused, naming both keys."""
+    raced = screen.config.get("tie_break", "numeric")
+    if screen.racing is not None and tie_break != raced:
+        raise ConfigError(f"This run's screen raced for its pool with tie-break {raced!r}, so it holds the top "
+                          f"p heads under that key only; select with --tie-break {raced} (tie_break={raced!r}), or "
+                          f"race again with --tie-break {tie_break} in a new run directory.")
+
+
+def check_screen_fingerprint(out: Path, doc: ScreenDocument, fp: Any = None) -> None:
+    """``screen.json`` must describe the run recorded in ``fingerprint.json``, which the screen writes beside it
+    (``fp``: its JSON value, as the run directory read it; ``None``: read it here)."""
+    fp = read_json(require_fingerprint(out)) if fp is None else fp
     _agree(out, "fingerprint.json", "screen.json", {
         "task": (fp.get("task"), doc.task.to_json()), "weight hash": (fp.get("weight_hash"), doc.weight_hash),
         "discovery hash": (fp.get("discovery"), doc.splits.discovery_hash),

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from celtk._version import __version__
 from celtk.boundary import public
-from celtk.errors import ConfigError, NothingToFreezeError
+from celtk.errors import NothingToFreezeError
 from celtk.models import Model
 from celtk.run.config import RunConfig, recorded_config
 from celtk.run.directory import RunDirectory, record
@@ -19,7 +20,6 @@ from celtk.run.documents import (
     HeldoutContract,
     Interaction,
     RankedSet,
-    ScreenDocument,
     SelectionDocument,
     TestDocument,
 )
@@ -57,17 +57,14 @@ def run_select(out: Path, *, p: int | None = None, k: int | None = None, strateg
     p, k, tie_break = search_settings(out, p, k, tie_break)
     search = get_strategy(strategy)
     search.check(k=k, p=p, width=width)  # before any model loads; again below against the screen
-    stored = None if force else stored_selection(out, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
-                                                 tie_break=tie_break)
+    rd = RunDirectory(out)  # the one this call reads through
+    stored = None if force else rd.stored_selection(*search_options(strategy, k, p, width, tie_break), heldout)
     if stored is not None:
         return stored
-    rd = RunDirectory(out)
     with rd.lock():
         whole = None if strategy == "algorithm1" else f"{strategy} search"
-        prior = rd.require("select", force=force, whole=whole, p=p).prior_looks
-        if rd.has(ScreenDocument):  # none: open_run below says so
-            check_raced_tie_break(rd.load(ScreenDocument), tie_break)
-        run = open_run(out, model, stage="select", **({"heldout": heldout} if heldout is not None else {}),
+        prior = rd.require("select", force=force, whole=whole, p=p, tie_break=tie_break).prior_looks
+        run = open_run(rd, model, stage="select", **({"heldout": heldout} if heldout is not None else {}),
                        **neutral_overrides(device, batch_size))
         search.check(k=k, p=p, width=width, n_heads=len(run.scores))
         memo = memo_for(run, progress, work=whole is None)  # Algorithm 1 scores its subsets in one call
@@ -80,8 +77,8 @@ def run_select(out: Path, *, p: int | None = None, k: int | None = None, strateg
         if prior or rd.has(TestDocument):
             document = replace(document, forced_after_test=True, prior_looks=[record(look) for look in prior])
             rd.log.note("select-forced", heads=document.heads.names(), after_looks=[look.seq for look in prior])
-        document.save(out)
-        _diagnostics_document(result).save(out)
+        rd.save(document)
+        rd.save(_diagnostics_document(result))
         splits = run.session.splits
         Ledger().record_frozen(out, weights=run.session.model.weight_hash, task=run.session.task.full_name,
                                heldout_hash=splits.manifest().heldout_hash,
@@ -99,9 +96,15 @@ def stored_selection(out: Path, *, p: int | None = None, k: int | None = None, s
     :func:`run_select` decides: after a look, another search is refused unless forced). Reads files only; loads no
     model (:meth:`RunDirectory.stored_selection`)."""
     p, k, tie_break = search_settings(out, p, k, tie_break)
+    return RunDirectory(out).stored_selection(*search_options(strategy, k, p, width, tie_break), heldout)
+
+
+def search_options(strategy: str, k: int, p: int, width: int, tie_break: str) -> tuple[str, int, dict[str, Any]]:
+    """The strategy, ``k`` and options a selection searched so records (``strategy``, ``k``,
+    ``strategy_options``): beam of width 1 is greedy."""
     named = "greedy" if strategy == "beam" and width == 1 else strategy
     options = {"algorithm1": {"p": p}, "greedy": {"width": 1}, "beam": {"width": width}}.get(named, {})
-    return RunDirectory(out).stored_selection(named, k, {**options, **tie_break_option(tie_break)}, heldout)
+    return named, k, {**options, **tie_break_option(tie_break)}
 
 
 def search_settings(out: Path, p: int | None = None, k: int | None = None, tie_break: str | None = None
@@ -112,16 +115,6 @@ def search_settings(out: Path, p: int | None = None, k: int | None = None, tie_b
     recorded = recorded_config(Path(out)) or RunConfig()
     return (recorded.p if p is None else p, recorded.k if k is None else k,
             check_tie_break(recorded.tie_break if tie_break is None else tie_break))
-
-
-def check_raced_tie_break(screen: ScreenDocument, tie_break: str) -> None:
-    """A racing screen is exact for the ranking key it raced with: a search on it under another tie-break would
-    take its pool from heads the race may have dropped. Refused, naming both keys."""
-    raced = screen.config.get("tie_break", "numeric")
-    if screen.racing is not None and tie_break != raced:
-        raise ConfigError(f"This run's screen raced for its pool with tie-break {raced!r}, so it holds the top "
-                          f"p heads under that key only; select with --tie-break {raced} (tie_break={raced!r}), or "
-                          f"race again with --tie-break {tie_break} in a new run directory.")
 
 
 def no_gain_reason(selection: SelectionDocument) -> str:

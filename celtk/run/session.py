@@ -22,6 +22,7 @@ from celtk.planning.plan import check_memory
 from celtk.run.config import RunConfig
 from celtk.run.directory import RunDirectory
 from celtk.run.documents import ScreenDocument, SelectionDocument
+from celtk.run.rules import Stage
 from celtk.screening.cached import auto_batch
 from celtk.screening.fused import fused_layers
 from celtk.screening.registry import SCREENERS
@@ -200,15 +201,21 @@ def session_for(document: ScreenDocument | SelectionDocument, model: Model | Non
 
 
 @public
-def load_screen(out: Path) -> tuple[ScreenDocument, Bool[np.ndarray, " example"], list[HeadScore]]:
+def load_screen(out: Path | RunDirectory) -> tuple[ScreenDocument, Bool[np.ndarray, " example"], list[HeadScore]]:
     """A merged screen: the document, the intact correctness (bool ``[n]``) and one score per head
-    (of a racing screen: per head scored on every example, the pool among them)."""
-    doc = RunDirectory(out).screen()
+    (of a racing screen: per head scored on every example, the pool among them). ``out``: the run directory (a stage
+    passes the one it holds, which reads ``screen.json`` once)."""
+    doc = opened(out).screen()
     intact = doc.intact_correct.outcomes()
     # a racing screen's heads dropped early are left out: a search sees only heads scored on every example
     scores = [HeadScore.compare(HeadSet((r.head,)), r.correct.outcomes(), intact)
               for r in doc.complete_rows()]
     return doc, intact, scores
+
+
+def opened(out: Path | RunDirectory) -> RunDirectory:
+    """``out`` as a :class:`RunDirectory` (a path: a new one, which holds no lock)."""
+    return out if isinstance(out, RunDirectory) else RunDirectory(out)
 
 
 @dataclass
@@ -227,14 +234,16 @@ class ScreenedRun:
 
 
 @public
-def open_run(out: Path, model: Model | None = None, *, stage: str | None = None, **overrides: Any) -> ScreenedRun:
+def open_run(out: Path | RunDirectory, model: Model | None = None, *, stage: Stage | None = None,
+             **overrides: Any) -> ScreenedRun:
     """Reopen the screened run in ``out`` (``screen.json``) on ``model`` (default: load the run's), refused
     unless the session is the run's: the same-run checks of ``stage`` (:meth:`RunDirectory.admit`;
-    ``None``: weights, task, settings and discovery set).
+    ``None``: weights, task, settings and discovery set). A stage passes the :class:`RunDirectory` it holds
+    locked, so the screen is read once.
 
     ``overrides`` replace stored settings that results do not depend on (batch size, device)."""
-    out = Path(out)
-    doc, intact, scores = load_screen(out)
+    rd = opened(out)
+    doc, intact, scores = load_screen(rd)
     session = session_for(doc, model, **overrides)
-    RunDirectory(out).admit(stage, session, doc)
-    return ScreenedRun(out, doc, intact, scores, session)
+    rd.admit(stage, session, doc)
+    return ScreenedRun(rd.path, doc, intact, scores, session)

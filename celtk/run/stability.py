@@ -47,7 +47,7 @@ def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", 
     rd = RunDirectory(out)
     with rd.lock():
         rd.require("stability", whole="selection on resampled discovery sets")
-        run = open_run(out, model, stage="stability", **rd.heldout_overrides())
+        run = open_run(rd, model, stage="stability", **rd.heldout_overrides())
         memo = memo_for(run, progress, "stability")
         # ties ranked as the frozen selection's search ranked them (else as the run is set to)
         tie_break = (rd.load(SelectionDocument).config.get("tie_break", "numeric") if rd.has(SelectionDocument)

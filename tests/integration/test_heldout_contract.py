@@ -12,6 +12,7 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.report import write_report
 from celtk.run import run_screen, run_select, run_stability, run_test
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import TestDocument
 from celtk.run.eval import run_eval
 from celtk.run.heldout import HeldoutLog
@@ -152,18 +153,20 @@ def test_the_result_is_written_after_its_log_line(run_copy, planted, monkeypatch
     """A failure between the log line and the result leaves an incomplete look and no test.json; the
     rerun is then the first test, and it lists the interrupted look."""
     model, _ = planted
-    original = TestDocument.save
+    original = RunDirectory.save
 
-    def fail(self, directory, name=None):
-        raise RunStoreError("disk full (simulated)")
+    def fail(self, document, name=None):  # a stage writes its documents through its run directory
+        if isinstance(document, TestDocument):
+            raise RunStoreError("disk full (simulated)")
+        original(self, document, name)
 
-    monkeypatch.setattr(TestDocument, "save", fail)
+    monkeypatch.setattr(RunDirectory, "save", fail)
     with pytest.raises(RunStoreError, match="simulated"):
         run_test(run_copy, model=model, n_boot=10)
     assert not (run_copy / "test.json").exists()
     (look,) = HeldoutLog(run_copy).looks()
     assert look.what == "test" and not look.complete
-    monkeypatch.setattr(TestDocument, "save", original)
+    monkeypatch.setattr(RunDirectory, "save", original)
     test = run_test(run_copy, model=model, n_boot=10)
     assert [(r.what, r.complete) for r in not_none(test.looks)] == [("test", False), ("test", True)]
 

@@ -5,12 +5,14 @@ subset outcomes) kept apart by settings."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from _support import copy_document, edit_document
+from _support import copy_document, edit_document, planted_config
 
 from celtk.errors import RunStoreError
 from celtk.run import RunConfig, merge_shards, run_screen, run_select, run_test
@@ -148,3 +150,37 @@ def test_stored_subset_outcomes_are_never_reused_under_other_settings(planted, t
     assert ([(r.heads, r.fixes, r.damage) for r in reused.ranking]
             == [(r.heads, r.fixes, r.damage) for r in fresh.ranking])
     assert list((out / "select_parts").glob("sets-stale-*/*.json"))  # the old outcomes were moved aside, not lost
+
+
+def _count_reads(out: Path, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Count every read-only open of a file in ``out`` (each of celtk's bounded reads opens its file once)."""
+    reads: Counter[str] = Counter()
+    real, out = os.open, out.resolve()
+
+    def counted(path, flags, *args, **kwargs):
+        file = Path(os.fsdecode(path)).resolve()
+        if flags & os.O_ACCMODE == os.O_RDONLY and file.parent == out:
+            reads[file.name] += 1
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    return reads
+
+
+def test_a_stage_reads_each_file_of_its_run_once(planted, tmp_path, monkeypatch):
+    """A stage opens one RunDirectory, which keeps what it read while its lock is held: select's require, its racing
+    tie-break check, load_screen and admit share one read of screen.json, digests.json and fingerprint.json, and
+    what select and test write is not read back."""
+    model, task = planted
+    out = tmp_path / "run"
+    run_screen(planted_config(task), out, model=model)
+    with monkeypatch.context() as patch:
+        reads = _count_reads(out, patch)
+        run_select(out, p=4, k=2, model=model)
+    assert (reads["screen.json"], reads["digests.json"]) == (1, 1), reads
+    assert set(reads.values()) == {1}, reads
+    with monkeypatch.context() as patch:
+        reads = _count_reads(out, patch)
+        run_test(out, model=model, n_boot=50)
+    assert set(reads.values()) == {1}, reads
+    assert "test.json" not in reads, reads

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from celtk.errors import ConfigError
 from celtk.run.directory import MODEL_CHECKS, STAGES, ModelChecks, RunDirectory
+from celtk.run.rules import RULES, Stage
 
 CELTK = Path(__file__).resolve().parents[2] / "celtk"
 
@@ -32,7 +34,7 @@ SAME_RUN_CHECKS = {
     "check_fingerprint", "check_screen_complete", "check_screen_fingerprint", "check_racing_rows", "check_racing_use",
     "check_selection_matches_screen", "check_test_matches_selection", "check_heldout", "check_contract",
     "check_frozen", "check_no_overlap", "verify", "verify_intact", "refuse_second_test", "refuse_select_after_looks",
-    "require_tested"}
+    "require_tested", "compare_fingerprint", "check_raced_tie_break"}
 MAY_CALL = {"run/directory.py", "run/integrity.py", "runstore.py", "report/__init__.py",
             "run/screen.py"}  # the screen writes fingerprint.json, and its shards' merge compares them
 
@@ -106,7 +108,15 @@ def test_the_model_checks_cover_what_each_stage_scores():
     assert {s for s, c in MODEL_CHECKS.items() if c.tested} == {"ablations"}  # it rescores the test's examples
 
 
-def test_unknown_stage_is_refused_with_the_stages_named(tmp_path):
-    rd = RunDirectory(tmp_path)
+def test_unknown_stage_is_refused_with_the_stages_named():
+    # require and admit take a Stage (checked by mypy, and at run time under the tests' type checks); a name from
+    # anywhere else is refused by the table's lookup, naming the stages
     with pytest.raises(ConfigError, match=r"Unknown stage 'tset'.*select, test.*Did you mean: 'test'"):
-        rd.require("tset")
+        RunDirectory.rule("tset")
+
+
+def test_one_table_keys_every_stage_by_its_typed_name():
+    assert STAGES == get_args(Stage) == tuple(RULES)
+    assert MODEL_CHECKS == {stage: rule.model for stage, rule in RULES.items()}
+    # a stage that reads the test names itself in its refusals
+    assert all(rule.verb for rule in RULES.values() if {"tested", "tests-selection"} & set(rule.needs))
