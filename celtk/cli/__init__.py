@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from datetime import datetime, timezone
+from typing import IO
 
 import click
 
@@ -27,7 +28,7 @@ class Failure(click.ClickException):
         self.kind, self.json_lines = kind, json_lines
         self.exit_code = exit_code  # type: ignore[misc]  # click declares it per class; a usage error keeps its 2
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[str] | None = None) -> None:
         if not self.json_lines:
             return super().show(file)
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -43,7 +44,7 @@ def _json_errors(ctx: click.Context) -> bool:
 
 
 class _Group(click.Group):
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> object:
         from celtk.errors import CeltkError
 
         try:

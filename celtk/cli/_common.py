@@ -9,9 +9,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:  # annotations only: rich and the run settings load when a verb needs them
+    from rich.console import Console
+
+    from celtk.run.config import RunConfig
+
+Progress = Callable[[str, int, int], None]
+"""A stage's ``progress(stage, done, total)`` callback, as the library's stages take it."""
 
 
 def quiet_libraries() -> None:
@@ -28,7 +36,7 @@ def quiet_libraries() -> None:
 LOG_WIDTH = 160  # columns when writing to a file or pipe, where rich would assume 80 and cut the tables' cells
 
 
-def console(stderr: bool = False):
+def console(stderr: bool = False) -> Console:
     """A rich console; not on a terminal (a log file, a pipe, a Slurm output) it is 160 columns wide
     unless ``COLUMNS`` says otherwise, so wide result tables stay readable."""
     import os
@@ -199,7 +207,8 @@ def _duration(seconds: float) -> str:
 
 
 @contextmanager
-def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] | None = None) -> Iterator[Any]:
+def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] | None = None
+                 ) -> Iterator[Progress | None]:
     """Progress of long stages as the ``celtk`` options ask: a rich bar with ETA on a terminal, plain
     (or JSON) lines to stderr elsewhere (a log file, a Slurm output) with a "still working" line whenever
     none came for ``--progress-every`` seconds (:meth:`ProgressLines.heartbeat`), nothing with ``--quiet``. Yields
@@ -226,6 +235,7 @@ def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] |
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        TaskID,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
@@ -233,7 +243,7 @@ def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] |
 
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn()]
-    tasks: dict[str, Any] = {}
+    tasks: dict[str, TaskID] = {}
     with Progress(*columns, console=console(stderr=True), transient=False) as bar:
         def update(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
@@ -243,7 +253,7 @@ def progress_bar(units: dict[str, str] | None = None, per_unit: dict[str, int] |
         yield update
 
 
-def resolve_config(config_file: str | None, flags: dict[str, Any]):
+def resolve_config(config_file: str | None, flags: dict[str, object]) -> RunConfig:
     """defaults < config file < CLI flags (flags left unset are None and do not override)."""
     from celtk.run.config import resolve_config as resolve
 
@@ -253,7 +263,8 @@ def resolve_config(config_file: str | None, flags: dict[str, Any]):
 class FiniteFloatRange(click.FloatRange):
     """A float range that also refuses nan and ±inf, which click's range check lets through (nan compares false)."""
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        # Any: click hands over the command line's str or a default's float (its stubs say float)
         number = super().convert(value, param, ctx)
         if number != number or number in (float("inf"), float("-inf")):
             self.fail(f"{value!r} is not a finite number.", param, ctx)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # annotations only: the log is read by the command that shows
 @click.option("--length", type=click.IntRange(min=1, max=4096), default=40, show_default=True,
               help="Random tokens per copy (sequence = 2 copies; at most 4,096).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-def attributes_cmd(out, length, seed) -> None:
+def attributes_cmd(out: str, length: int, seed: int) -> None:
     """Previous-token, duplicate-token and induction scores of every head (OUT/head_attributes.json)."""
     from rich.table import Table
 
@@ -44,7 +44,7 @@ def attributes_cmd(out, length, seed) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Screen top-N compared, and critical/enhancing list length.")
 @click.option("--any-model", is_flag=True, help="Compare with a circuit found on another model of the same shape.")
-def compare_cmd(out, circuit, top, any_model) -> None:
+def compare_cmd(out: str, circuit: str, top: int, any_model: bool) -> None:
     """Overlap of the run's heads with a circuit, beside chance (OUT/compare-CIRCUIT.json)."""
     from rich.table import Table
 
@@ -88,7 +88,7 @@ def circuits_cmd() -> None:
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 @click.option("--to", "target", type=click.Path(file_okay=False), default=None,
               help="Report directory (default OUT/report).")
-def report_cmd(out, target) -> None:
+def report_cmd(out: str, target: str | None) -> None:
     """Write a self-contained HTML page and PNG figures from a run directory."""
     from celtk.report import write_report
 
@@ -98,7 +98,7 @@ def report_cmd(out, target) -> None:
 
 @click.command("looks")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-def looks_cmd(out) -> None:
+def looks_cmd(out: str) -> None:
     """Every look at OUT's held-out set, from its hash-chained log (checked against celtk's ledger): what, when, on
     how many examples, whether it scored the frozen selection, and its role (the result, exploratory, seen before
     test)."""

@@ -43,8 +43,10 @@ if TYPE_CHECKING:  # annotations only: the document loads with the stage
               help="With --ablation mean/resample: discovery examples the values are measured on (default: what the "
                    "task's discovery split holds, at most 100).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Output directory.")
-def eval_cmd(model, task, data, heads, split, limit, seed, fewshot, chat, chat_date, run, exploratory, batch_size,
-             device, dtype, allow_code_execution, ablation, reference, out) -> None:
+def eval_cmd(model: str, task: str | None, data: str | None, heads: str, split: str, limit: int | None, seed: int,
+             fewshot: int | None, chat: bool, chat_date: str, run: str | None, exploratory: bool, batch_size: int,
+             device: str, dtype: str, allow_code_execution: bool, ablation: str, reference: int | None,
+             out: str) -> None:
     """Evaluate MODEL on TASK; write OUT/eval.json with per-example results. A run's held-out set:
     --split heldout --run DIR."""
     from click.core import ParameterSource

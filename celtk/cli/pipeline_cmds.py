@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import click
 
@@ -12,11 +13,19 @@ from celtk.run.registry import SCREENS
 from celtk.search.registry import STRATEGIES, TIE_BREAKS
 
 if TYPE_CHECKING:  # annotations only: the documents load with the stage that writes them
+    from celtk.run.config import RunConfig
     from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
     from celtk.run.heldout import Look
+    from celtk.run.replicate import ReplicateDocument
+
+    _BatchBase = click.ParamType[int | str, int | str]
+else:
+    _BatchBase = click.ParamType  # generic only in click's stubs of 8.2 and later; click>=8.1 at run time
+
+F = TypeVar("F", bound=Callable[..., object])  # a command function, as click's option decorators take and return it
 
 
-def _run_options(fn):
+def _run_options(fn: F) -> F:
     options = [
         click.option("--preset", default=None, help="Settings bundle under the config file and flags: 'paper' "
                      "(the paper's sizes and splits for the task) or 'paper:TASK'; see the README."),
@@ -58,17 +67,17 @@ def _run_options(fn):
     return fn
 
 
-def _tie_break_option(default: str):
+def _tie_break_option(default: str) -> Callable[[F], F]:
     return click.option("--tie-break", "tie_break", type=click.Choice(TIE_BREAKS), default=None,
                         help="How heads tied in gain, damage, accuracy and size are ranked (the pool and the "
                         "selection): numeric ids, L2H0 before L10H0, or the paper's string order, L10H0 before L2H0 "
                         f"(default {default}; recorded).")
 
 
-class _BatchSize(click.ParamType):
+class _BatchSize(_BatchBase):
     name = "INTEGER|auto"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: int | str, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
         if value == "auto" or isinstance(value, int):
             return value
         try:
@@ -83,7 +92,7 @@ class _BatchSize(click.ParamType):
 _BATCH = _BatchSize()
 
 
-def _screen_options(fn):
+def _screen_options(fn: F) -> F:
     fn = click.option("--racing-mode", type=click.Choice(["exact", "confidence"]), default=None,
                       help="With --screen racing: 'exact' (the exhaustive pool, guaranteed; default) or 'confidence' "
                       "(drops heads on a 95% Hoeffding–Serfling bound too; recorded).")(fn)
@@ -92,9 +101,10 @@ def _screen_options(fn):
                         "cannot enter the top-p pool (--p); only greedy/beam/stability need exhaustive.")(fn)
 
 
-def _flags(**kw):
+def _flags(**kw: object) -> dict[str, object]:
     if "stop" in kw:  # click gives () for a repeatable option not given
-        kw["stop"] = list(kw["stop"]) or None
+        stop = kw["stop"]
+        kw["stop"] = list(stop) if isinstance(stop, tuple) and stop else None
     return {k: v for k, v in kw.items() if k not in {"config_file", "out", "shard"}}
 
 
@@ -200,7 +210,12 @@ def _print_test_table(doc: TestDocument, title: str) -> None:
                         f"gain {100 * doc.gain:+.2f} pts = {100 * doc.shrinkage:.2f} pts.")
 
 
-def _progress_units(config) -> dict:
+class _ProgressUnits(TypedDict):
+    units: dict[str, str]
+    per_unit: dict[str, int]
+
+
+def _progress_units(config: RunConfig) -> _ProgressUnits:
     """What the progress lines count, from the settings: heads (a racing screen: head × example
     evaluations), head sets, passes, and the examples each holds."""
     racing = config.screen == "racing"
@@ -216,7 +231,7 @@ def _progress_units(config) -> dict:
               help="With --screen racing: the pool to race for (default 10).")
 @click.option("--shard", default=None, help="Screen slice i of N (i/N) into OUT/shard-i-of-N; join with `celtk merge`.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
-def screen_cmd(config_file, out, shard, **flags) -> None:
+def screen_cmd(config_file: str | None, out: str, shard: str | None, **flags: object) -> None:
     """Stage 1: ablate every head alone on the discovery set (resumable); --screen racing: only until it
     cannot enter the top p."""
     from celtk.run.config import parse_shard, preflight
@@ -237,21 +252,21 @@ def screen_cmd(config_file, out, shard, **flags) -> None:
 
 @click.command("merge")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-def merge_cmd(out) -> None:
+def merge_cmd(out: str) -> None:
     """Join OUT/shard-i-of-N screens into OUT/screen.json."""
     from celtk.run.screen import merge_shards
 
     _print_screen(merge_shards(Path(out)))
 
 
-def _out_options(fn):
+def _out_options(fn: F) -> F:
     """A run directory as the argument OUT or as ``--out OUT`` (the word every verb that writes a run uses)."""
     fn = click.option("--out", "out_option", default=None, type=click.Path(file_okay=False, exists=True),
                       help="Run directory (the same as the argument OUT).")(fn)
     return click.argument("out", required=False, type=click.Path(file_okay=False, exists=True))(fn)
 
 
-def _device_options(fn):
+def _device_options(fn: F) -> F:
     """``--device`` and ``--batch-size`` for a verb on an existing run: where it computes, not what (results cannot
     depend on them); the run's recorded values by default."""
     fn = click.option("--batch-size", type=_BATCH, default=None,
@@ -289,7 +304,9 @@ def _stored_note(what: str, path: Path) -> None:
                    "the discovery set (recorded in selection.json, the held-out log and the report).")
 @_tie_break_option("the run's")
 @_device_options
-def select_cmd(out, out_option, p, k, strategy, width, heldout, force, tie_break, device, batch_size) -> None:
+def select_cmd(out: str | None, out_option: str | None, p: int | None, k: int | None, strategy: str, width: int,
+               heldout: int | None, force: bool, tie_break: str | None, device: str | None,
+               batch_size: int | str | None) -> None:
     """Stage 2: search for the best head set, freeze it and its held-out set in OUT/selection.json (a selection
     already frozen with these options is printed, not searched again)."""
     from celtk.run.select import run_select, search_settings, stored_selection
@@ -315,7 +332,8 @@ def select_cmd(out, out_option, p, k, strategy, width, heldout, force, tie_break
 @click.option("--force", is_flag=True, default=False,
               help="Look again after the first test: test.json keeps the first result and lists every look.")
 @_device_options
-def test_cmd(out, out_option, heldout, force, device, batch_size) -> None:
+def test_cmd(out: str | None, out_option: str | None, heldout: int | None, force: bool, device: str | None,
+             batch_size: int | str | None) -> None:
     """Held-out comparison of the frozen selection with the intact model (once: the first test is the result; a
     rerun prints it)."""
     from celtk.run.test import run_test, stored_test
@@ -337,7 +355,7 @@ def test_cmd(out, out_option, heldout, force, device, batch_size) -> None:
 @click.option("--p", "p", type=click.IntRange(min=1), default=None, help="Candidate pool size (default 10).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest subset size (default 3).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
-def run_cmd(config_file, out, **flags) -> None:
+def run_cmd(config_file: str | None, out: str, **flags: object) -> None:
     """Screen, select and test in one go (each stage resumes if interrupted)."""
     from celtk.cli._common import quiet_libraries
     from celtk.run.config import preflight
@@ -368,7 +386,7 @@ def run_cmd(config_file, out, **flags) -> None:
 @click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
               help="Level of the Holm-adjusted tests over seeds and of the interval of the mean gain.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Parent directory of the seeds' runs.")
-def replicate_cmd(config_file, out, seeds, alpha, **flags) -> None:
+def replicate_cmd(config_file: str | None, out: str, seeds: str, alpha: float, **flags: object) -> None:
     """Screen, select and test over several split seeds (each OUT/seed-S, resumable; a Slurm array can make them):
     each seed's selection and held-out gain, and across seeds the mean gain, significant seeds and head frequency."""
     from celtk.run.config import preflight
@@ -384,7 +402,7 @@ def replicate_cmd(config_file, out, seeds, alpha, **flags) -> None:
     _print_replicate(doc, Path(out))
 
 
-def _print_replicate(doc, out: Path) -> None:
+def _print_replicate(doc: ReplicateDocument, out: Path) -> None:
     from rich.table import Table
 
     table = Table(title=f"{doc.model} on {doc.task}: {len(doc.seeds)} split seeds")
@@ -392,12 +410,13 @@ def _print_replicate(doc, out: Path) -> None:
                 "McNemar p", "Holm p"):
         table.add_column(col, justify="right")
     for r in doc.per_seed:
-        if r.status != "tested":
+        gain, discovery_gain = r.gain, r.discovery_gain
+        if r.status != "tested" or r.gain_ci is None or gain is None or discovery_gain is None:  # a tested row has all
             table.add_row(str(r.seed), f"[yellow]{r.status}[/]", "", "", "", "", "", "")
             continue
         lo, hi = r.gain_ci
-        table.add_row(str(r.seed), str(r.heads), f"{100 * r.discovery_gain:+.1f}",
-                      f"{r.intact_accuracy:.1%} → {r.ablated_accuracy:.1%}", f"{100 * r.gain:+.1f}",
+        table.add_row(str(r.seed), str(r.heads), f"{100 * discovery_gain:+.1f}",
+                      f"{r.intact_accuracy:.1%} → {r.ablated_accuracy:.1%}", f"{100 * gain:+.1f}",
                       f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{r.mcnemar_p:.3g}",
                       f"{r.holm_p:.3g}" + (" *" if r.significant else ""))
     console().print(table)

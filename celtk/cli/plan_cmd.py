@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from celtk.cli._common import FiniteFloatRange, console
+
+if TYPE_CHECKING:  # annotations only: `celtk --help` loads neither transformers nor the run settings
+    from transformers import PretrainedConfig
+
+    from celtk.planning.plan import Device
+    from celtk.run.config import RunConfig
 
 GPUS = {  # the GPUs a cuda device is planned as: sustained dense bf16 throughput assumed, usable memory
     "l40s": (120e12, 46e9),
@@ -13,7 +21,7 @@ GPUS = {  # the GPUs a cuda device is planned as: sustained dense bf16 throughpu
 }
 
 
-def _config_of(config_path: str | None, model: str):
+def _config_of(config_path: str | None, model: str) -> str | PretrainedConfig:
     """The model's config only (no weights): a config.json, a directory, an alias or a hub id."""
     from celtk.errors import ConfigError
 
@@ -34,7 +42,8 @@ def _config_of(config_path: str | None, model: str):
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(model)
+        config: PretrainedConfig = AutoConfig.from_pretrained(model)
+        return config
     except OSError as error:
         raise ConfigError(f"Cannot read the config of {model!r} ({error}); pass --model-config PATH to a "
                           "config.json.") from None
@@ -64,7 +73,7 @@ def _memory_available() -> float:
     return float(4 << 30)
 
 
-def _device(device: str, gpu: str, flops: float | None, memory: float | None):
+def _device(device: str, gpu: str, flops: float | None, memory: float | None) -> Device:
     """The device the plan assumes: for ``--device cpu`` this machine's memory and no throughput unless
     ``--device-flops`` gives one (no time is estimated then); for cuda (or auto) the GPU ``--gpu`` names."""
     from celtk.errors import ConfigError
@@ -79,7 +88,7 @@ def _device(device: str, gpu: str, flops: float | None, memory: float | None):
                       f"(the GPU to plan for is --gpu: {', '.join(sorted(GPUS))}).")
 
 
-def _run_settings(config_file: str | None, preset: str | None, flags: dict):
+def _run_settings(config_file: str | None, preset: str | None, flags: dict[str, object]) -> RunConfig:
     """The settings the plan is for, resolved as `celtk run` resolves them (defaults < preset < --config < flags), so
     every shared flag means and defaults to what it does there; only the settings a plan reads are kept (a paper
     preset's data source does not change its cost)."""
@@ -145,9 +154,11 @@ PLANNED = ("model", "task", "discovery", "heldout", "fewshot", "batch_size", "de
               help="Sustained FLOP/s of the device (overrides --gpu's; on cpu, gives a time).")
 @click.option("--device-memory", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Usable device memory in bytes (overrides --gpu's or this machine's).")
-def plan_cmd(preset, config_file, model_config, model, task, discovery, heldout, fewshot, prompt_tokens,
-             mean_prompt_tokens, chat_tokens, fewshot_tokens, batch_size, p, k, rows_per_pass, dtype, device, gpu,
-             device_flops, device_memory) -> None:
+def plan_cmd(preset: str | None, config_file: str | None, model_config: str | None, model: str | None,
+             task: str | None, discovery: int | None, heldout: int | None, fewshot: int | None,
+             prompt_tokens: int | None, mean_prompt_tokens: int | None, chat_tokens: int, fewshot_tokens: int | None,
+             batch_size: int | None, p: int | None, k: int | None, rows_per_pass: int | None, dtype: str | None,
+             device: str | None, gpu: str, device_flops: float | None, device_memory: float | None) -> None:
     """Estimate FLOPs, peak memory and time of screen, select and test of the run these settings describe, before
     any work (the settings mean and default to what they do on `celtk run`)."""
     from dataclasses import replace

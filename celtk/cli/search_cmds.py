@@ -23,7 +23,7 @@ from celtk.search.registry import STRATEGIES
 @click.option("--rate", type=FiniteFloatRange(0, 1, min_open=True), default=0.05, show_default=True,
               help="Chance each head is knocked out in a mask (lasso).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Mask seed (lasso).")
-def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
+def altscreen_cmd(out: str, method: str, p: int, masks: int, rate: float, seed: int) -> None:
     """Rank heads with a cheaper screener and compare its pool with the exhaustive screen
     (OUT/altscreen-METHOD.json)."""
     from rich.table import Table
@@ -59,7 +59,8 @@ def altscreen_cmd(out, method, p, masks, rate, seed) -> None:
               help="Largest subset size (default: the run's k, 3 unless it was set).")
 @click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Resampling seed.")
-def stability_cmd(out, resamples, method, fraction, strategy, p, k, width, seed) -> None:
+def stability_cmd(out: str, resamples: int, method: str, fraction: float, strategy: str, p: int | None,
+                  k: int | None, width: int, seed: int) -> None:
     """How stable is the selection across resamples of the discovery set? (OUT/stability.json)"""
     from rich.table import Table
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 @click.option("--seeds", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Seeds for Pr(E), winners and deletion.")
 @click.option("--quick", is_flag=True, help="Small sizes (seconds), for a smoke test.")
-def theory_cmd(out, seeds, quick) -> None:
+def theory_cmd(out: str | None, seeds: int, quick: bool) -> None:
     """Train the paper's 3-head diagonal attention model on many seeds; check Theorems 4.2 and 4.3."""
     from dataclasses import replace
 
@@ -77,7 +78,8 @@ def _print_setting(entry: SettingEntry) -> None:
     console().print(table)
 
 
-_CHECK_ROWS = (  # the null-controls table's rows: label, and the check's verdict on one population
+# the null-controls table's rows: label, and the check's verdict on one population
+_CHECK_ROWS: tuple[tuple[str, Callable[[CheckSet], bool]], ...] = (
     ("localisation (discriminating)", lambda checks: checks.localisation.passes),
     ("deletion (discriminating)", lambda checks: checks.deletion.passes),
     ("symmetry (Pr(E), χ²; follows from symmetry)", lambda checks: checks.symmetry.passes),

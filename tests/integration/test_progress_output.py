@@ -117,6 +117,7 @@ def test_a_slow_step_off_a_terminal_still_prints_a_line_every_interval():
     @main.command("slow-stage", hidden=True)
     def slow() -> None:
         with progress_bar() as progress:
+            assert progress is not None  # not --quiet
             progress("slow", 0, 1)
             time.sleep(2.0)
             progress("slow", 1, 1)
