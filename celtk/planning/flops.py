@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:  # annotations only: planning imports no torch
+    from celtk.models import Model
 
 
 @dataclass(frozen=True)
@@ -23,9 +27,25 @@ class Shape:
     gated_mlp: bool = True  # Llama-family (gate, up, down); GPT-2 and GPT-NeoX have no gate
 
     @classmethod
-    def of(cls, model) -> Shape:
+    def of(cls, model: Model) -> Shape:
         return cls(model.n_layers, model.n_heads, model.n_kv_heads, model.d_head, model.d_model,
                    model.arch.d_mlp, model.d_vocab, model.arch.gated_mlp)
+
+
+class ScreenFlops(TypedDict):
+    """FLOPs of a screen by the cached screener and by plain passes."""
+
+    cached: float
+    plain: float
+
+
+class GpuHours(TypedDict):
+    """GPU hours of a screen by each path, the FLOPs they come from and the throughput assumed."""
+
+    cached: float
+    plain: float
+    flops: ScreenFlops
+    assumed_flops_per_second: float
 
 
 def layer_flops(shape: Shape, n_new: int, n_past: int = 0) -> float:
@@ -39,7 +59,7 @@ def layer_flops(shape: Shape, n_new: int, n_past: int = 0) -> float:
 
 
 def screen_flops(shape: Shape, prefix: int, suffixes: Sequence[int], scored: int, start_layers: Sequence[int],
-                 layer_evaluations: int | None = None, repeat: int = 1) -> dict:
+                 layer_evaluations: int | None = None, repeat: int = 1) -> ScreenFlops:
     """FLOPs of the cached screener: one intact pass, then for each ablation starting at layer l,
     layers l..L−1 over the shared prefix once and over every example's suffix; and of the plain
     path (every ablation a full forward of every whole prompt). ``suffixes``: tokens per example
@@ -60,11 +80,11 @@ def screen_flops(shape: Shape, prefix: int, suffixes: Sequence[int], scored: int
 
 
 def gpu_hours(shape: Shape, n_examples: int, tokens_per_example: int, shared_prefix: int,
-              n_heads_screened: int | None = None, flops_per_second: float = 200e12) -> dict:
+              n_heads_screened: int | None = None, flops_per_second: float = 200e12) -> GpuHours:
     """Expected GPU hours for a full screen, from the FLOP count at a stated sustained throughput."""
     heads = n_heads_screened or shape.n_layers * shape.n_heads
     per_layer = [l for l in range(shape.n_layers) for _ in range(shape.n_heads)][:heads]
     suffix = tokens_per_example - shared_prefix
     counts = screen_flops(shape, shared_prefix, [suffix], n_examples * 3, per_layer, repeat=n_examples)
-    return {k: v / flops_per_second / 3600 for k, v in counts.items()} | {"flops": counts,
-                                                                          "assumed_flops_per_second": flops_per_second}
+    return {"cached": counts["cached"] / flops_per_second / 3600, "plain": counts["plain"] / flops_per_second / 3600,
+            "flops": counts, "assumed_flops_per_second": flops_per_second}

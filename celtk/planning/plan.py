@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from celtk.boundary import check_fields
 from celtk.errors import ConfigError
@@ -31,6 +31,15 @@ from celtk.heads import Head, HeadSet
 from celtk.planning.activations import ablated_pass_bytes, intact_pass_bytes, plain_pass_bytes, resident_bytes
 from celtk.planning.flops import Shape, layer_flops, screen_flops
 from celtk.screening.prefix_tree import layer_evaluations
+
+if TYPE_CHECKING:  # annotations only: planning loads neither torch nor transformers
+    from transformers import PretrainedConfig
+
+    from celtk.evaluation.prompts import Prepared
+    from celtk.models import Model
+
+ModelConfig: TypeAlias = "str | Path | dict[str, Any] | PretrainedConfig"
+"""A model's config: a ``config.json`` path, its dict (JSON values), or a ``transformers`` config."""
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -131,7 +140,7 @@ GPT2_KEYS = {"n_layer": "num_hidden_layers", "n_head": "num_attention_heads", "n
 """GPT-2 style ``config.json`` names and the names the plan reads (GPT-2, GPT-J, GPT-Neo spell their sizes so)."""
 
 
-def read_model_config(config: Any) -> dict[str, Any] | Any:
+def read_model_config(config: ModelConfig) -> dict[str, Any] | PretrainedConfig:
     """An HF ``config.json`` (path or dict, its text config for multimodal wrappers) as a dict, GPT-2 style keys
     (``n_layer``, ``n_head``, ``n_embd``, ``n_inner``, ``n_positions``) read as their Llama-style names; a
     ``transformers`` config object is returned as it is."""
@@ -153,7 +162,7 @@ def read_model_config(config: Any) -> dict[str, Any] | Any:
     return config
 
 
-def context_window(config: Any) -> int | None:
+def context_window(config: ModelConfig) -> int | None:
     """The longest sequence the model's positions cover (``max_position_embeddings``, GPT-2's ``n_positions``), or
     ``None`` where the config names none."""
     config = read_model_config(config)
@@ -162,7 +171,7 @@ def context_window(config: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def shape_from_config(config: Any) -> Shape:
+def shape_from_config(config: ModelConfig) -> Shape:
     """A :class:`Shape` from an HF ``config.json`` (path or dict; GPT-2 style keys too) or a ``transformers``
     config."""
     config = read_model_config(config)
@@ -253,8 +262,8 @@ def _stage(name: str, evaluations: int, flops: float, weights: float, activation
     return StagePlan(name, evaluations, flops, weights, activations, seconds, fits)
 
 
-def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8, rows_per_pass: int | None = None,
-             dtype: str = "bfloat16", pool: int = 10, k: int = 3) -> list[StagePlan]:
+def plan_run(config: ModelConfig, task: TaskSize, device: Device, *, batch_size: int = 8,
+             rows_per_pass: int | None = None, dtype: str = "bfloat16", pool: int = 10, k: int = 3) -> list[StagePlan]:
     """Estimate the screen, select and test stages of one run (Algorithm 1 with ``pool``, ``k``).
 
     Args:
@@ -317,7 +326,7 @@ def plan_run(config: Any, task: TaskSize, device: Device, *, batch_size: int = 8
             _stage("test", 2, 2 * _held_out_flops(shape, task, task.n_heldout), weights, test_bytes, device)]
 
 
-def check_context(config: Any, task: TaskSize) -> None:
+def check_context(config: ModelConfig, task: TaskSize) -> None:
     """Refuse a task whose longest sequence (prompt and scored continuation, or prompt and generated tokens) is longer
     than the model's context window, naming both and what to shorten."""
     window = context_window(config)
@@ -332,7 +341,7 @@ def check_context(config: Any, task: TaskSize) -> None:
                           "model with a longer context.")
 
 
-def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -> TaskSize:
+def task_size_of(prepared: Prepared, n_heldout: int = 0, share_prefix: bool = True) -> TaskSize:
     """The :class:`TaskSize` of a prepared request list, as the cached screener will see it."""
     from celtk.evaluation.prompts import MIN_SHARED_PREFIX, shared_prefix_length
 
@@ -348,8 +357,8 @@ def task_size_of(prepared: Any, n_heldout: int = 0, share_prefix: bool = True) -
 
 
 
-def stage_bytes(model: Any, prepared: Any, batch_size: int, rows_per_pass: int | None = None, *, cached: bool = True,
-                share_prefix: bool = True) -> float:
+def stage_bytes(model: Model, prepared: Prepared, batch_size: int, rows_per_pass: int | None = None, *,
+                cached: bool = True, share_prefix: bool = True) -> float:
     """Peak activation bytes of scoring ``prepared`` on ``model`` (weights excluded: they are loaded):
     by the cached screener (``cached``; :func:`cached_stage_bytes`) or by plain passes, one batch at a
     time (the held-out stage and :func:`celtk.evaluation.evaluate`)."""
@@ -364,8 +373,9 @@ def stage_bytes(model: Any, prepared: Any, batch_size: int, rows_per_pass: int |
                             batch_size * size.continuation_tokens, db)
 
 
-def check_memory(model: Any, prepared: Any, batch_size: int, rows_per_pass: int | None = None, *, cached: bool = True,
-                 share_prefix: bool = True, free_bytes: int | None = None, what: str = "this stage") -> None:
+def check_memory(model: Model, prepared: Prepared, batch_size: int, rows_per_pass: int | None = None, *,
+                 cached: bool = True, share_prefix: bool = True, free_bytes: int | None = None,
+                 what: str = "this stage") -> None:
     """Refuse, before any work, a stage whose activations (:func:`stage_bytes`, the model of ``celtk
     plan``) exceed the memory free on the model's device; the message names the batch size that fits.
     ``rows_per_pass``: the cached screener's rows per forward (it runs ``max(rows_per_pass, batch)``)."""
