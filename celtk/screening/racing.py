@@ -46,7 +46,7 @@ from jaxtyping import Bool, Int, Shaped
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
-from celtk.search.scores import check_tie_break, head_order
+from celtk.search.scores import RankKey, check_tie_break, head_order
 
 Mode = Literal["exact", "confidence"]
 # (heads, example indices of the chunk) -> each head's correctness on those examples, in that order
@@ -54,7 +54,7 @@ ScoreChunk = Callable[[list[HeadSet], Int[np.ndarray, " chunk"]], Mapping[HeadSe
 
 
 def race_key(heads: HeadSet, n_correct: int, damage: int, intact_correct: int, tie_break: str = "numeric"
-             ) -> tuple:
+             ) -> RankKey:
     """The ranking key (:func:`celtk.search.scores.head_order`, ties by ``tie_break``) of one intervention from
     its counts on the examples scored so far."""
     return head_order(heads, n_correct - intact_correct, damage, n_correct, tie_break)
@@ -146,7 +146,7 @@ def exhaustive_pool(outcomes: Mapping[HeadSet, Bool[np.ndarray, " n"]], intact: 
     total = int(intact.sum())
     check_tie_break(tie_break)
 
-    def key(heads: HeadSet) -> tuple:
+    def key(heads: HeadSet) -> RankKey:
         correct = np.asarray(outcomes[heads], dtype=bool)
         return race_key(heads, int(correct.sum()), int((intact & ~correct).sum()), total, tie_break)
 
@@ -171,13 +171,14 @@ class _Race:
     tie_break: str = "numeric"
 
     def key_bounds(self, low: Int[np.ndarray, " head"], high: Int[np.ndarray, " head"]
-                   ) -> tuple[list[tuple], list[tuple]]:
+                   ) -> tuple[list[RankKey], list[RankKey]]:
         """Best and worst final keys of every head, given bounds on its final number right."""
         n = len(self.intact)
         wrong_intact_right = np.cumsum(self.intact[None, :] & ~self.outcomes, axis=1)
         intact_left = int(self.intact.sum()) - np.concatenate([[0], np.cumsum(self.intact)])
         total = int(self.intact.sum())
-        best, worst = [], []
+        best: list[RankKey] = []
+        worst: list[RankKey] = []
         for i, heads in enumerate(self.heads):
             m = int(self.scored[i])
             damage = int(wrong_intact_right[i, m - 1]) if m else 0

@@ -34,8 +34,7 @@ from celtk.evaluation.prompts import Prepared
 from celtk.evaluation.scoring import Batch, decoder_hidden, make_batches, score_hidden
 from celtk.heads import Head, HeadSet
 from celtk.models import Model
-from celtk.search.scores import HeadScore
-from celtk.search.selection import rank
+from celtk.search.scores import HeadScore, rank
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class RankerResult:
     scores: dict[Head, float]
     n_evaluations: int  # forward passes over the discovery set (masks), or forward+backward sweeps
     seconds: float
-    details: dict = field(default_factory=dict)
+    details: dict[str, object] = field(default_factory=dict)
 
     def ranked(self) -> list[Head]:
         return sorted(self.scores, key=lambda h: (-self.scores[h], h))
@@ -184,7 +183,7 @@ def lasso_fit(x: Float[np.ndarray, "row column"], y: Float[np.ndarray, " row"], 
 
 
 def lasso_cv(x: Float[np.ndarray, "row column"], y: Float[np.ndarray, " row"], n_folds: int = 5, n_alphas: int = 25,
-             seed: int = 0) -> tuple[float, Float[np.ndarray, " column"], dict]:
+             seed: int = 0) -> tuple[float, Float[np.ndarray, " column"], dict[str, object]]:
     """Choose α by K-fold cross-validated squared error on a log grid; refit on all rows."""
     n = len(y)
     xc, yc = x - x.mean(0), y - y.mean()
@@ -259,7 +258,7 @@ def lasso_scores(evaluate: Callable[[list[HeadSet]], Mapping[HeadSet, Bool[np.nd
 # ---------------------------------------------------------------------------------------------
 
 
-def compare_rankings(exhaustive: Sequence[HeadScore], result: RankerResult, p: int = 10) -> dict:
+def compare_rankings(exhaustive: Sequence[HeadScore], result: RankerResult, p: int = 10) -> dict[str, object]:
     """How a screener's top-p pool relates to the exhaustive screen's: overlap (and the overlap
     two random pools would have), Jaccard, Spearman correlation over all heads, and where the
     exhaustive pool's heads fall in the screener's ranking."""

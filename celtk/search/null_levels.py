@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from jaxtyping import Bool, Float, Int
+from numpy.typing import NDArray
 
 from celtk.search.nulls import beyond_union, p_value, permutation_null, search_null, subset_members
 
@@ -49,7 +50,7 @@ class IndependentWorld:
 
     @property
     def intact(self) -> Bool[np.ndarray, " example"]:
-        return np.arange(self.n) % 2 == 0
+        return np.equal(np.arange(self.n) % 2, 0)
 
     def outcomes(self, sets: Int[np.ndarray, "set member"]) -> Bool[np.ndarray, "set example"]:
         """Per-example correctness of each set (rows of head indices, −1 where a set has fewer members)."""
@@ -58,7 +59,7 @@ class IndependentWorld:
         for j in range(ids.shape[1]):
             key = key * np.uint64(self.n_heads + 1) + ids[:, j].astype(np.uint64)
         with np.errstate(over="ignore"):  # splitmix64: wrapping arithmetic is the point
-            x = (key[:, None] * np.uint64(0x9E3779B97F4A7C15) + np.uint64(self.salt)
+            x: NDArray[np.uint64] = (key[:, None] * np.uint64(0x9E3779B97F4A7C15) + np.uint64(self.salt)
                  + np.arange(self.n, dtype=np.uint64)[None, :] * np.uint64(0xD1B54A32D192ED03))
             x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
             x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)

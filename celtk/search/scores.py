@@ -15,6 +15,11 @@ from celtk.errors import ArgumentError, ConfigError
 from celtk.heads import HeadSet
 from celtk.search.registry import TIE_BREAKS
 
+HeadIds = tuple[tuple[int, int], ...] | tuple[str, ...]
+"""A set's head ids as the ranking key compares them: ``(layer, head)`` pairs (``numeric``) or strings (``paper``)."""
+RankKey = tuple[int, int, int | float, int, HeadIds]
+""":func:`head_order`'s key: −gain, damage, −accuracy (or −gain), size, head ids (ascending = better)."""
+
 
 @dataclass(frozen=True)
 class HeadScore:
@@ -58,7 +63,7 @@ def check_tie_break(tie_break: str) -> str:
     return tie_break
 
 
-def head_ids(heads: HeadSet, tie_break: str = "numeric") -> tuple:
+def head_ids(heads: HeadSet, tie_break: str = "numeric") -> HeadIds:
     """The last part of the ranking key: the set's head ids, compared position by position. ``numeric``: the heads
     in set order as ``(layer, head)`` pairs (:meth:`celtk.heads.HeadSet.sort_key`); ``paper``: the ids as strings,
     sorted as strings (``("L10H0", "L2H0")``). Sets compared here always have as many heads (fewer heads is an
@@ -70,7 +75,7 @@ def head_ids(heads: HeadSet, tie_break: str = "numeric") -> tuple:
 
 
 def head_order(heads: HeadSet, gain: int, damage: int, n_correct: int | float | None = None,
-               tie_break: str = "numeric") -> tuple:
+               tie_break: str = "numeric") -> RankKey:
     """The paper's ranking key, spelled once (ascending = better): higher gain, lower damage, higher accuracy,
     fewer heads, then the head ids in lexicographic order (:func:`head_ids`): by default each id compared as its
     (layer, head) numbers (:meth:`celtk.heads.HeadSet.sort_key`: ``L2H0`` before ``L10H0``); with
@@ -84,7 +89,7 @@ def head_order(heads: HeadSet, gain: int, damage: int, n_correct: int | float | 
     return (-gain, damage, -(gain if n_correct is None else n_correct), len(heads), head_ids(heads, tie_break))
 
 
-def ranking_key(score: HeadScore, tie_break: str = "numeric") -> tuple:
+def ranking_key(score: HeadScore, tie_break: str = "numeric") -> RankKey:
     """:func:`head_order` of one scored intervention (ascending = better): higher gain, lower damage, higher
     accuracy, fewer heads, then head ids compared as (layer, head) numbers (``L2H0`` before ``L10H0``), or as
     strings with ``tie_break="paper"``."""

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import combinations
 from math import comb
+from typing import NotRequired, TypedDict
 
 import numpy as np
 from jaxtyping import Bool, Shaped
@@ -15,6 +16,29 @@ from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
 from celtk.search.scores import HeadScore, rank
 from celtk.stats import discordance_noise
+
+
+class InteractionRow(TypedDict):
+    """One subset's gain against the sum of its heads' gains, in examples (``kind`` on flagged subsets only)."""
+
+    heads: HeadSet
+    gain_count: int
+    additive_gain_count: int
+    gap: int
+    noise: float
+    kind: NotRequired[str]
+
+
+class InteractionDiagnostics(TypedDict, total=False):
+    """Algorithm 1's interaction diagnostics (:func:`interaction_diagnostics`); empty after greedy or beam."""
+
+    pool: list[Head]
+    subsets: list[InteractionRow]
+    pairwise_interaction: list[list[int | None]]
+    overlap: dict[str, list[list[int]]]
+    flagged: list[InteractionRow]
+    noise_rule: str
+
 
 MAX_SUBSETS = 1_000_000  # Algorithm 1 subsets one search may evaluate
 
@@ -75,7 +99,7 @@ class Selection:
     pool: list[HeadScore]
     p: int
     k: int
-    diagnostics: dict = field(default_factory=dict)
+    diagnostics: InteractionDiagnostics = field(default_factory=InteractionDiagnostics)
 
 
 def select(single: Iterable[HeadScore], intact: Bool[np.ndarray, " example"],
@@ -100,7 +124,7 @@ def select(single: Iterable[HeadScore], intact: Bool[np.ndarray, " example"],
 
 
 def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], intact: Bool[np.ndarray, " example"]
-                            ) -> dict:
+                            ) -> InteractionDiagnostics:
     """Additivity gaps, the pairwise interaction matrix, and fix/damage overlaps between pool heads,
     all in numbers of examples (keys ``gain_count``, ``additive_gain_count``, ``gap``, ``noise``).
 
@@ -109,12 +133,13 @@ def interaction_diagnostics(pool: list[HeadScore], scores: list[HeadScore], inta
     and it is checked on every subset without correction. A flag says "look here", not "p < 0.05"."""
     single = {next(iter(s.heads)): s for s in pool}
     heads = list(single)
-    rows, flagged = [], []
+    rows: list[InteractionRow] = []
+    flagged: list[InteractionRow] = []
     for s in scores:
         additive = sum(single[h].gain for h in s.heads)
         gap = s.gain - additive
         noise = discordance_noise(s.fixes, s.damage)
-        row = {"heads": s.heads, "gain_count": s.gain, "additive_gain_count": additive, "gap": gap,
+        row: InteractionRow = {"heads": s.heads, "gain_count": s.gain, "additive_gain_count": additive, "gap": gap,
                "noise": round(noise, 3)}
         rows.append(row)
         if len(s.heads) > 1 and abs(gap) > noise:

@@ -67,7 +67,9 @@ def stability(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"],
     scored: set[HeadSet] = {s.heads for s in single}
 
     def run(idx: Int[np.ndarray, " draw"] | None) -> SearchResult:
-        take = (lambda a: a) if idx is None else (lambda a: a[idx])
+        def take(a: Bool[np.ndarray, " example"]) -> Bool[np.ndarray, " draw"]:
+            return a if idx is None else a[idx]
+
         rescored = [HeadScore.compare(s.heads, take(s.correct), take(intact)) for s in single]
 
         def evaluate_resampled(sets: list[HeadSet]) -> dict[HeadSet, Bool[np.ndarray, " draw"]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from jaxtyping import Bool
@@ -25,7 +26,14 @@ from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
 from celtk.search.registry import STRATEGIES
 from celtk.search.scores import HeadScore, check_tie_break, rank, ranking_key
-from celtk.search.selection import candidate_pool, check_pool_options, n_subsets, select, subsets
+from celtk.search.selection import (
+    InteractionDiagnostics,
+    candidate_pool,
+    check_pool_options,
+    n_subsets,
+    select,
+    subsets,
+)
 
 Evaluate = Callable[[list[HeadSet]], dict[HeadSet, Bool[np.ndarray, " example"]]]
 
@@ -42,9 +50,9 @@ class SearchResult:
     scored: list[HeadScore]
     n_evaluations: int
     k: int
-    options: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # as selection.json records them (p, width, tie_break)
     rounds: list[list[HeadSet]] = field(default_factory=list)
-    diagnostics: dict = field(default_factory=dict)
+    diagnostics: InteractionDiagnostics = field(default_factory=InteractionDiagnostics)  # Algorithm 1's only
 
 
 def algorithm1(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"], evaluate: Evaluate, *, k: int = 3,
@@ -146,4 +154,5 @@ BEAM = Strategy("beam", beam, check_search_options)
 
 def get_strategy(name: str) -> Strategy:
     """The registered strategy ``name`` (:data:`celtk.search.registry.STRATEGIES`); "did you mean" on a typo."""
-    return STRATEGIES.get(name)
+    strategy: Strategy = STRATEGIES.get(name)
+    return strategy

@@ -5,8 +5,8 @@ import pytest
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
-from celtk.search.scores import HeadScore
-from celtk.search.selection import candidate_pool, n_subsets, rank, select, subsets
+from celtk.search.scores import HeadScore, rank
+from celtk.search.selection import candidate_pool, n_subsets, select, subsets
 from celtk.stats import compare_paired, mcnemar_exact, paired_bootstrap_ci, relative_error_reduction
 
 

@@ -9,8 +9,8 @@ import pytest
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
 from celtk.screening.rankers import lasso_cv, lasso_fit, random_masks
-from celtk.search.scores import HeadScore
-from celtk.search.selection import rank, select
+from celtk.search.scores import HeadScore, rank
+from celtk.search.selection import select
 from celtk.search.stability import jaccard, resample_indices, stability
 from celtk.search.strategies import get_strategy
 
