@@ -21,6 +21,9 @@ from celtk.errors import TaskError
 
 Kind = Literal["target", "choice", "generate"]
 
+Row = dict[str, Any]
+"""One row of a task's data as read (a JSON object or a ``datasets`` row): field names to JSON values."""
+
 
 @dataclass(frozen=True)
 class Example:

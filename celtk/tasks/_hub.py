@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from celtk.errors import CeltkError, DataFormatError, HubUnreachableError, TaskError
+from celtk.tasks._base import Row
 
 
 def _local_files(data_path: str, split: str) -> list[str]:
@@ -58,7 +58,7 @@ def _check_utf8(files: list[str]) -> None:
                 pass
 
 
-def load_json_rows(source: str) -> list[dict[str, Any]]:
+def load_json_rows(source: str) -> list[Row]:
     """Rows of one jsonl file: a local path or an ``hf://datasets/...`` data file (no loading script)."""
     import datasets
 
@@ -72,7 +72,7 @@ def load_json_rows(source: str) -> list[dict[str, Any]]:
         raise _unreadable(source, error) from None
 
 
-def load_rows(hub_id: str, config: str | None, split: str, data_path: str | None) -> list[dict[str, Any]]:
+def load_rows(hub_id: str, config: str | None, split: str, data_path: str | None) -> list[Row]:
     """Rows of ``split`` from ``data_path`` (hub schema, local) if given, else from the hub."""
     import datasets
 

@@ -51,7 +51,9 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import IO
 
 from celtk.errors import SandboxRefusedError
 from celtk.tasks._sandbox_cgroup import ProgramCgroup, make_cgroup
@@ -337,7 +339,8 @@ def sandbox_paths() -> list[tuple[str, str, str]]:
 
 
 def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: str,
-           cgroup: ProgramCgroup | None, out, err, guard: bool = True) -> subprocess.Popen:
+           cgroup: ProgramCgroup | None, out: IO[bytes], err: IO[bytes], guard: bool = True
+           ) -> subprocess.Popen[bytes]:
     python, _ = _interpreter()
     if mode == "weak":
         command = [python, "-I", "-S", "-c", _RUNNER]
@@ -367,7 +370,7 @@ def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: 
             os.close(fd)
 
 
-def _preexec(limits: SandboxLimits, drop: int | None, joins: list[int], nproc: bool):
+def _preexec(limits: SandboxLimits, drop: int | None, joins: list[int], nproc: bool) -> Callable[[], None]:
     extra = _own_process_count() if nproc and os.geteuid() != 0 else 0
 
     def apply() -> None:
@@ -416,7 +419,7 @@ def _exited(pid: int, seconds: float) -> bool:
     return True
 
 
-def _end(process: subprocess.Popen, mode: str, cgroup: ProgramCgroup | None) -> bool:
+def _end(process: subprocess.Popen[bytes], mode: str, cgroup: ProgramCgroup | None) -> bool:
     """End the program and everything it started: kill the namespace's PID 1 (the kernel then kills the
     rest, and ``unshare`` exits once they are gone), then the process group, then what the cgroup holds.
     Returns whether the cgroup refused the program memory."""

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from celtk.errors import DataFormatError, TaskError, suggest
-from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._base import Example, Pools, Row, Task
 from celtk.tasks._hub import load_json_rows
 from celtk.tasks._registry import register
 
@@ -51,8 +52,9 @@ SUBTASK_DESCRIPTIONS = {  # what `celtk tasks` lists under arithmetic
 }
 HUB_DATA = "hf://datasets/EleutherAI/arithmetic/data/{file}.jsonl"  # what lm-eval 0.4's arithmetic yaml reads
 SHOT_POOL = 100  # official rows per subtask set aside for shots (never evaluated)
-_WORDS = {"a": ("plus", lambda x, y: x + y), "s": ("minus", lambda x, y: x - y), "m": ("times", lambda x, y: x * y)}
-_OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
+_WORDS: dict[str, tuple[str, Callable[[int, int], int]]] = {
+    "a": ("plus", lambda x, y: x + y), "s": ("minus", lambda x, y: x - y), "m": ("times", lambda x, y: x * y)}
+_OPS: dict[str, Callable[[int, int], int]] = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y}
 POOL_SIZE = 2000
 
 
@@ -106,7 +108,7 @@ def check_subtask(sub: str, context: str, where: str) -> None:
                               "holds (e.g. arithmetic:2da for two_digit_addition.jsonl).")
 
 
-def official_examples(sub: str, rows: list[dict], where: str) -> list[Example]:
+def official_examples(sub: str, rows: list[Row], where: str) -> list[Example]:
     """Raw GPT-3 rows (or rows already normalised) -> examples, normalised as lm-eval does; every
     row must be a question of subtask ``sub`` (:func:`check_subtask`)."""
     examples = []
@@ -188,5 +190,5 @@ class Arithmetic(Task):
                         f"{', '.join(str(c) for c in candidates)} (the GPT-3 files, as on the hub's "
                         "EleutherAI/arithmetic).")
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, object]:
         return {**super().config(), "subtasks": list(self.subtasks)}

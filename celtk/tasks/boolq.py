@@ -9,12 +9,12 @@ from __future__ import annotations
 import random
 
 from celtk.errors import TaskError
-from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._base import Example, Pools, Row, Task
 from celtk.tasks._hub import load_rows
 from celtk.tasks._registry import register
 
 
-def _example(split: str, i: int, row: dict) -> Example:
+def _example(split: str, i: int, row: Row) -> Example:
     try:
         context = f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:"
         label = int(row["label"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from celtk.errors import TaskError
-from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._base import Example, Pools, Row, Task
 from celtk.tasks._hub import load_rows
 from celtk.tasks._registry import register
 from celtk.tasks.boolq import _split_fewshot
@@ -23,7 +23,7 @@ def preprocess(text: str) -> str:
     return text.replace("  ", " ")
 
 
-def _example(split: str, i: int, row: dict) -> Example:
+def _example(split: str, i: int, row: Row) -> Example:
     try:
         ctx = row["ctx_a"] + " " + row["ctx_b"].capitalize()
         query = preprocess(row["activity_label"] + ": " + ctx)

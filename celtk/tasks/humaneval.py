@@ -17,7 +17,7 @@ import json
 import os
 
 from celtk.errors import TaskError
-from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._base import Example, Pools, Row, Task
 from celtk.tasks._registry import register
 from celtk.tasks._sandbox import run_untrusted
 
@@ -35,7 +35,7 @@ def packaged_problems() -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "data", "HumanEval.jsonl.gz")
 
 
-def read_problems(path: str) -> list[dict]:
+def read_problems(path: str) -> list[Row]:
     """Rows of a HumanEval ``.jsonl`` / ``.jsonl.gz`` file, each checked for the fields grading needs."""
     try:
         opener = gzip.open if path.endswith(".gz") else open

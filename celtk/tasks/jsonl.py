@@ -16,6 +16,7 @@ Option values are URL-encoded (:func:`jsonl_spec` writes the spelling).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
@@ -140,14 +141,14 @@ class JsonlTask(Task):
         self._kind = self._load()
 
     @property
-    def kind(self):  # type: ignore[override]
+    def kind(self) -> str:  # type: ignore[override]
         return self._kind
 
     @property
     def target_delimiter(self) -> str:  # type: ignore[override]
         return " " if self._kind == "choice" else ""
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, object]:
         out = super().config()
         if self.grading == "generate":
             out.update(grading="generate", stop=list(self.stop), max_new_tokens=self.limit)
@@ -210,7 +211,7 @@ class JsonlTask(Task):
         return self._pools
 
 
-def utf8_lines(handle, where: str):
+def utf8_lines(handle: Iterable[bytes], where: str) -> Iterator[str]:
     """The lines of a binary ``handle`` as text; a line that is not UTF-8 is refused with its number."""
     for lineno, raw in enumerate(handle, start=1):
         try:

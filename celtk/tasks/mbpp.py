@@ -11,7 +11,7 @@ Running model-written code is opt-in.
 from __future__ import annotations
 
 from celtk.errors import TaskError
-from celtk.tasks._base import Example, Pools, Task
+from celtk.tasks._base import Example, Pools, Row, Task
 from celtk.tasks._hub import load_rows
 from celtk.tasks._registry import register
 from celtk.tasks._sandbox import run_untrusted
@@ -20,7 +20,7 @@ from celtk.tasks._sandbox import run_untrusted
 LM_EVAL_SHOT_IDS = (2, 3, 4)
 
 
-def _example(split: str, i: int, row: dict) -> Example:
+def _example(split: str, i: int, row: Row) -> Example:
     try:
         tests = list(row["test_list"])
         context = (f"You are an expert Python programmer, and here is your task: {row['text']} "
