@@ -53,13 +53,24 @@ def __dir__() -> list[str]:
     return list(__all__)
 
 
-if TYPE_CHECKING:
-    from celtk import probe, report, run, tasks
-    from celtk.ablation import ablate, export_ablated
-    from celtk.errors import CeltkError
-    from celtk.evaluation import evaluate
-    from celtk.heads import Head, HeadSet
-    from celtk.models import Model, load_model
-    from celtk.run import Run, RunConfig, ScreenDocument, SelectionDocument, TestDocument
-    from celtk.stats import compare_paired
-    from celtk.tasks import get_task, make_splits
+if TYPE_CHECKING:  # re-exported (`X as X`), each from the module that defines it
+    from celtk import probe as probe
+    from celtk import report as report
+    from celtk import run as run
+    from celtk import tasks as tasks
+    from celtk.ablation import ablate as ablate
+    from celtk.ablation import export_ablated as export_ablated
+    from celtk.errors import CeltkError as CeltkError
+    from celtk.evaluation import evaluate as evaluate
+    from celtk.heads import Head as Head
+    from celtk.heads import HeadSet as HeadSet
+    from celtk.models import Model as Model
+    from celtk.models import load_model as load_model
+    from celtk.run.config import RunConfig as RunConfig
+    from celtk.run.documents import ScreenDocument as ScreenDocument
+    from celtk.run.documents import SelectionDocument as SelectionDocument
+    from celtk.run.documents import TestDocument as TestDocument
+    from celtk.run.handle import Run as Run
+    from celtk.stats import compare_paired as compare_paired
+    from celtk.tasks import get_task as get_task
+    from celtk.tasks import make_splits as make_splits

@@ -204,7 +204,7 @@ class _ModuleNames(Mapping[str, Any]):
 @functools.cache
 def field_hints(cls: type) -> dict[str, Any]:
     """The resolved annotations of a dataclass's fields (cached)."""
-    return typing.get_type_hints(cls, localns=_ModuleNames(cls.__module__))  # type: ignore[arg-type]
+    return typing.get_type_hints(cls, localns=_ModuleNames(cls.__module__))
 
 
 def expected(annotation: str) -> str:

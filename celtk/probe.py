@@ -30,7 +30,7 @@ from celtk.ablation_kinds import Ablation
 from celtk.errors import TaskError
 from celtk.evaluation import evaluate
 from celtk.evaluation.prompts import encode_pair
-from celtk.evaluation.results import EvalConfig
+from celtk.evaluation.results import EvalConfig, EvalResult
 from celtk.heads import Head, HeadSet, all_heads, as_head_set
 from celtk.models import Model
 from celtk.stats import PairedComparison, compare_paired
@@ -71,9 +71,11 @@ class Effect:
         return [e.id for e in self.examples if e.intact_correct and not e.ablated_correct]
 
 
-def _correct_logprob(result, examples: Sequence[Example]) -> list[float]:
+def _correct_logprob(result: EvalResult, examples: Sequence[Example]) -> list[float]:
     out = []
     for r, ex in zip(result.examples, examples, strict=True):
+        if r.logprob is None:  # graded by generation, which effect() refuses before scoring
+            raise TaskError(f"Example {ex.id} was graded by generation and has no log-probability to compare.")
         if not isinstance(r.logprob, list):
             out.append(float(r.logprob))
         elif ex.label is None:
@@ -112,7 +114,8 @@ def _encodable(name: str, text: str) -> str:
 
 
 def _encode(model: Model, prompt: str) -> Int[Tensor, "1 pos"]:
-    return model.tokenizer(_encodable("prompt", prompt), return_tensors="pt").input_ids.to(model.device)
+    ids: Int[Tensor, "1 pos"] = model.tokenizer(_encodable("prompt", prompt), return_tensors="pt").input_ids
+    return ids.to(model.device)
 
 
 def tokens(model: Model, prompt: str) -> list[str]:
@@ -177,7 +180,8 @@ def plot_attention(model: Model, prompt: str, head: Head | str, *, last: int | N
 def _final_norm_factor(model: Model, resid: Float[Tensor, "*pos d_model"]) -> Float[Tensor, "*pos d_model"]:
     """The final norm at these residuals as an elementwise factor (exact for RMSNorm with the
     scale frozen at its value here, the usual convention for direct logit attribution)."""
-    return model.arch.final_norm(resid) / resid
+    normed: Float[Tensor, "*pos d_model"] = model.arch.final_norm(resid)
+    return normed / resid
 
 
 def _ids(model: Model, prompt: str | list[int]) -> Int[Tensor, "1 pos"]:

@@ -59,7 +59,7 @@ def relative_error_reduction(intact_accuracy: float, gain: float) -> float | Non
     return gain / (1.0 - intact_accuracy) if intact_accuracy < 1.0 else None
 
 
-def holm(pvalues) -> Float[np.ndarray, " m"]:
+def holm(pvalues: object) -> Float[np.ndarray, " m"]:  # any array-like: checked below
     """Holm–Bonferroni step-down adjusted p-values, in the input's order.
 
     With p sorted ascending, adjusted p_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j)):

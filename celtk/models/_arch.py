@@ -81,7 +81,7 @@ class Architecture:
 
     def logits(self, hidden: Float[Tensor, "*rows d_model"]) -> Float[Tensor, "*rows d_vocab"]:
         """Logits from final-normed residuals, as the HF head computes them (incl. soft-capping)."""
-        logits = self.unembed(hidden).float()
+        logits: Float[Tensor, "*rows d_vocab"] = self.unembed(hidden).float()
         if self.logit_softcap:
             logits = torch.tanh(logits / self.logit_softcap) * self.logit_softcap
         return logits

@@ -101,11 +101,13 @@ class Model:
 
     @property
     def device(self) -> torch.device:
-        return next(self.hf_model.parameters()).device
+        device: torch.device = next(self.hf_model.parameters()).device
+        return device
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.hf_model.parameters()).dtype
+        dtype: torch.dtype = next(self.hf_model.parameters()).dtype
+        return dtype
 
     @property
     def n_total_heads(self) -> int:

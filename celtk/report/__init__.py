@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -122,7 +123,7 @@ def _matrix(path: Path, matrix: list[list[Any]], heads: list[Head], title: str) 
     plt.close(fig)
 
 
-def _table(header: list[str], rows: list[list[Any]]) -> str:
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -218,7 +219,8 @@ def _write_report(out: Path, target: Path | None) -> Path:
     return target / "index.html"
 
 
-def _check_one_run(out: Path, screen: ScreenDocument, selection, test) -> None:
+def _check_one_run(out: Path, screen: ScreenDocument, selection: SelectionDocument | None,
+                   test: TestDocument | None) -> None:
     """Every document shown must come from the same run (a new screen beside an old test is refused)."""
     check_screen_fingerprint(out, screen)
     if selection:

@@ -7,10 +7,19 @@ import errno
 import io
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from celtk.errors import RunStoreError
+
+if TYPE_CHECKING:  # annotations only: matplotlib loads when a figure is drawn
+    from matplotlib.figure import Figure
+
+Table = Callable[[Sequence[str], Sequence[Sequence[object]]], str]
+"""The report's ``table(header, rows)`` helper: an HTML table, each cell shown as its ``str``."""
+FigureHtml = Callable[[Path, str], str]
+"""The report's ``figure(path, caption)`` helper: a PNG embedded in HTML with its caption."""
 
 
 def check_writable(target: Path) -> None:
@@ -25,7 +34,7 @@ def check_writable(target: Path) -> None:
                             "directory (the default is OUT/report).") from None
 
 
-def save_png(fig: Any, path: Path) -> None:
+def save_png(fig: Figure, path: Path) -> None:
     """``fig`` as a PNG at ``path``, written through a temporary file and a rename."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)

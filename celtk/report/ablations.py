@@ -8,7 +8,7 @@ from pathlib import Path
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
-from celtk.report._files import save_png
+from celtk.report._files import FigureHtml, Table, save_png
 from celtk.run.documents import AblationKindsDocument
 
 
@@ -48,7 +48,7 @@ def _curve(path: Path, doc: AblationKindsDocument) -> None:
     plt.close(fig)
 
 
-def kinds_section(out: Path, target: Path, selected: HeadSet | None, table, figure) -> str:
+def kinds_section(out: Path, target: Path, selected: HeadSet | None, table: Table, figure: FigureHtml) -> str:
     """HTML for ``ablation-kinds.json`` in ``out`` ('' when absent); refuses one made for another selection.
     ``table(header, rows)`` and ``figure(path, caption)`` are the report's own helpers."""
     if not (out / AblationKindsDocument.FILE).exists():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from celtk.report._files import save_png
+from celtk.report._files import FigureHtml, Table, save_png
 from celtk.run.documents import CalibrationDocument, TransferDocument
 
 
@@ -37,7 +37,7 @@ def _forest(path: Path, doc: TransferDocument) -> None:
     plt.close(fig)
 
 
-def transfer_section(out: Path, target: Path, table, figure) -> str:
+def transfer_section(out: Path, target: Path, table: Table, figure: FigureHtml) -> str:
     """HTML for ``transfer.json`` and ``calibration-*.json`` in ``out`` ('' when neither exists);
     ``table(header, rows)`` and ``figure(path, caption)`` are the report's own helpers."""
     parts = []

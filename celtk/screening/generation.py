@@ -38,7 +38,7 @@ from celtk.ablation_kinds import Ablation, AblationKind, refuse_positions_genera
 from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, decode_step, generation_result, new_cache, refuse_resample_generation
 from celtk.evaluation.prompts import MIN_SHARED_PREFIX, Prepared, Request, prompt_ids, shared_prefix_length
-from celtk.evaluation.results import EvalResult
+from celtk.evaluation.results import EvalResult, ExampleResult
 from celtk.evaluation.scoring import unembed
 from celtk.heads import HeadSet
 from celtk.models import Model
@@ -250,7 +250,7 @@ class GenerationScreener:
         with torch.no_grad(), ablate(self.model, HeadSet()), ThreadPoolExecutor(self.workers) as pool:
             prefix = self._read_prefix()
             batches = [self._read_batch(prefix, group) for group in self._groups()]
-            graded: list[Future | None] = [None] * len(self.ids)
+            graded: list[Future[ExampleResult] | None] = [None] * len(self.ids)
             for batch in batches:
                 self._decode_intact(pool, prefix, batch, graded)
             intact = EvalResult([f.result() for f in graded if f is not None])
@@ -274,7 +274,7 @@ class GenerationScreener:
         """Decode chunks of ``rows_per_pass // batch_size`` sets in start-layer order; yield each layer's
         results once its last set is graded. A chunk may span start layers: its rows decode together."""
         order = [heads for layer in sorted(by_start) for heads in by_start[layer]]
-        futures: dict[HeadSet, list[Future | None]] = {s: [None] * len(self.ids) for s in order}
+        futures: dict[HeadSet, list[Future[ExampleResult] | None]] = {s: [None] * len(self.ids) for s in order}
         per = max(1, self.rows_per_pass // self.batch_size)
         for start in range(0, len(order), per):
             groups: dict[int, list[HeadSet]] = {}
@@ -330,7 +330,7 @@ class GenerationScreener:
         return torch.cat([pk, suffix[0]], dim=-2), torch.cat([pv, suffix[1]], dim=-2)
 
     def _decode_intact(self, pool: ThreadPoolExecutor, prefix: _Pass | None, batch: _Batch,
-                       out: list[Future | None]) -> None:
+                       out: list[Future[ExampleResult] | None]) -> None:
         kv = {i: self._full_kv(prefix, i, batch.intact.kv[i], None) for i in batch.intact.kv}
         last = batch.intact.final[torch.arange(len(batch.lengths)), torch.tensor(batch.lengths) - 1]
         first = unembed(self.model, last).argmax(dim=-1).cpu()
@@ -373,7 +373,7 @@ class GenerationScreener:
                      parts: list[tuple[dict[int, tuple[Float[Tensor, "_row kv_head prompt d_head"],
                                                        Float[Tensor, "_row kv_head prompt d_head"]]],
                                        Int[Tensor, " _row"], list[HeadSet]]],
-                     futures: dict[HeadSet, list[Future | None]]) -> None:
+                     futures: dict[HeadSet, list[Future[ExampleResult] | None]]) -> None:
         """Decode the rows of every start layer's part of a chunk as one batch (parts differ in rows, so their row
         count is left unchecked)."""
         kv = {i: (torch.cat([p[0][i][0] for p in parts]), torch.cat([p[0][i][1] for p in parts])) for i in parts[0][0]}
@@ -389,7 +389,7 @@ class GenerationScreener:
                 kv: dict[int, tuple[Float[Tensor, "row kv_head prompt d_head"],
                                     Float[Tensor, "row kv_head prompt d_head"]]],
                 first: Int[Tensor, " row"], lengths: list[int], row_sets: list[HeadSet], examples: list[int],
-                emit: Callable[[int, Future], None]) -> None:
+                emit: Callable[[int, Future[ExampleResult]], None]) -> None:
         """Greedy decoding of every row from its prompt keys/values; each finished row is graded and leaves."""
         tok, p = self.model.tokenizer, self.prefix_len
         cache, width = new_cache(self.model), kv[0][0].shape[-2]

@@ -52,7 +52,8 @@ def coefficients(theta: Float[np.ndarray, "*seed 4 head_index feature"]
                  ) -> Float[np.ndarray, "*seed head_index feature"]:
     """The effective coefficients ``c = o · v · tanh(q · k)`` of ``theta``'s (q, k, v, o)."""
     q, k, v, o = (theta[..., i, :, :] for i in range(4))
-    return o * v * np.tanh(q * k)
+    c: Float[np.ndarray, "*seed head_index feature"] = o * v * np.tanh(q * k)
+    return c
 
 
 def risks(w: Float[np.ndarray, "*seed feature"], s: Setting

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from jaxtyping import Float
@@ -11,8 +12,11 @@ from jaxtyping import Float
 from celtk.theory._checks import TrajectoryRow
 from celtk.theory._train import Deletion
 
+if TYPE_CHECKING:  # annotations only: matplotlib loads when a figure is drawn
+    from matplotlib.figure import Figure
 
-def _figure(size=(9, 3.2)):
+
+def _figure(size: tuple[float | int, float | int] = (9, 3.2)) -> Figure:  # inches (an int too: no numeric tower)
     from matplotlib.figure import Figure
 
     return Figure(figsize=size, dpi=110)

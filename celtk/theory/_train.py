@@ -27,7 +27,8 @@ class TrainResult:
 
     @property
     def w(self) -> Float[np.ndarray, "seed feature"]:
-        return self.c.sum(axis=-2)
+        w: Float[np.ndarray, "seed feature"] = self.c.sum(axis=-2)
+        return w
 
 
 def init(n_seeds: int, setting: Setting, alpha: float, seed: int = 0) -> Float[np.ndarray, "seed 4 head_index feature"]:
@@ -103,7 +104,8 @@ def winners(c: Float[np.ndarray, "seed head_index feature"]
 
 def event_e(win: Int[np.ndarray, "seed feature"]) -> Bool[np.ndarray, " seed"]:
     """E: the conflicting feature's (U, index 0) winner wins neither task-specific feature."""
-    return (win[:, 0] != win[:, 1]) & (win[:, 0] != win[:, 2])
+    e: Bool[np.ndarray, " seed"] = (win[:, 0] != win[:, 1]) & (win[:, 0] != win[:, 2])
+    return e
 
 
 @dataclass(frozen=True)
@@ -117,15 +119,18 @@ class Deletion:
 
     @property
     def delta_a(self) -> Float[np.ndarray, " seed"]:
-        return self.after_a - self.before_a
+        delta: Float[np.ndarray, " seed"] = self.after_a - self.before_a
+        return delta
 
     @property
     def delta_b(self) -> Float[np.ndarray, " seed"]:
-        return self.after_b - self.before_b
+        delta: Float[np.ndarray, " seed"] = self.after_b - self.before_b
+        return delta
 
     @property
     def delta_joint(self) -> Float[np.ndarray, " seed"]:
-        return (self.delta_a + self.delta_b) / 4
+        joint: Float[np.ndarray, " seed"] = (self.delta_a + self.delta_b) / 4
+        return joint
 
 
 def delete_head(c: Float[np.ndarray, "seed head_index feature"], head: Int[np.ndarray, " seed"],
