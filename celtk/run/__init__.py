@@ -57,32 +57,46 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
 
-if TYPE_CHECKING:
-    from celtk.analysis import run_attributes, run_compare
-    from celtk.run.ablations import run_ablation_kinds
-    from celtk.run.altscreen import run_altscreen
-    from celtk.run.calibrate import run_calibration
-    from celtk.run.config import RunConfig, load_config_file, parse_shard, resolve_config
-    from celtk.run.documents import (
-        AblationKindsDocument,
-        AltscreenDocument,
-        CalibrationDocument,
-        DiagnosticsDocument,
-        EvalDocument,
-        ScreenDocument,
-        SelectionDocument,
-        StabilityDocument,
-        TestDocument,
-        TransferDocument,
-    )
-    from celtk.run.eval import run_eval
-    from celtk.run.full import RunResult, run_all
-    from celtk.run.handle import Run
-    from celtk.run.memo import SetMemo
-    from celtk.run.replicate import ReplicateDocument, run_replicate
-    from celtk.run.screen import merge_shards, run_screen, stored_screen
-    from celtk.run.select import run_select, stored_selection
-    from celtk.run.session import ScreenedRun, Session, load_screen, open_run, session_for
-    from celtk.run.stability import run_stability
-    from celtk.run.test import run_test, stored_test
-    from celtk.run.transfer import Variant, run_transfer, variant_grid
+if TYPE_CHECKING:  # re-exported (`X as X`): what __all__ lists, as mypy reads it
+    from celtk.analysis import run_attributes as run_attributes
+    from celtk.analysis import run_compare as run_compare
+    from celtk.run.ablations import run_ablation_kinds as run_ablation_kinds
+    from celtk.run.altscreen import run_altscreen as run_altscreen
+    from celtk.run.calibrate import run_calibration as run_calibration
+    from celtk.run.config import RunConfig as RunConfig
+    from celtk.run.config import load_config_file as load_config_file
+    from celtk.run.config import parse_shard as parse_shard
+    from celtk.run.config import resolve_config as resolve_config
+    from celtk.run.documents import AblationKindsDocument as AblationKindsDocument
+    from celtk.run.documents import AltscreenDocument as AltscreenDocument
+    from celtk.run.documents import CalibrationDocument as CalibrationDocument
+    from celtk.run.documents import DiagnosticsDocument as DiagnosticsDocument
+    from celtk.run.documents import EvalDocument as EvalDocument
+    from celtk.run.documents import ScreenDocument as ScreenDocument
+    from celtk.run.documents import SelectionDocument as SelectionDocument
+    from celtk.run.documents import StabilityDocument as StabilityDocument
+    from celtk.run.documents import TestDocument as TestDocument
+    from celtk.run.documents import TransferDocument as TransferDocument
+    from celtk.run.eval import run_eval as run_eval
+    from celtk.run.full import RunResult as RunResult
+    from celtk.run.full import run_all as run_all
+    from celtk.run.handle import Run as Run
+    from celtk.run.memo import SetMemo as SetMemo
+    from celtk.run.replicate import ReplicateDocument as ReplicateDocument
+    from celtk.run.replicate import run_replicate as run_replicate
+    from celtk.run.screen import merge_shards as merge_shards
+    from celtk.run.screen import run_screen as run_screen
+    from celtk.run.screen import stored_screen as stored_screen
+    from celtk.run.select import run_select as run_select
+    from celtk.run.select import stored_selection as stored_selection
+    from celtk.run.session import ScreenedRun as ScreenedRun
+    from celtk.run.session import Session as Session
+    from celtk.run.session import load_screen as load_screen
+    from celtk.run.session import open_run as open_run
+    from celtk.run.session import session_for as session_for
+    from celtk.run.stability import run_stability as run_stability
+    from celtk.run.test import run_test as run_test
+    from celtk.run.test import stored_test as stored_test
+    from celtk.run.transfer import Variant as Variant
+    from celtk.run.transfer import run_transfer as run_transfer
+    from celtk.run.transfer import variant_grid as variant_grid
