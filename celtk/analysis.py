@@ -227,7 +227,8 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, b
         session = session_for(doc, model)
         rd.admit("attributes", session, doc)
         scores = head_attribute_scores(session.model, length=length, batch=batch, seed=seed)
-        selection = _selected_heads(out)
+        frozen = rd.load_if(SelectionDocument)  # read once, through the stage's run directory
+        selection = frozen.heads if frozen is not None else HeadSet()
         document = HeadAttributesDocument(
             model=doc.model_name, n_layers=session.model.n_layers, n_heads=session.model.n_heads,
             probe=AttributeProbe(sequence="random tokens repeated once", length=length, batch=batch, seed=seed),

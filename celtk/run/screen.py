@@ -22,6 +22,7 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
 from celtk.run.config import RunConfig, check_recorded_settings
+from celtk.run.directory import RunDirectory
 from celtk.run.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.run.integrity import check_screen_complete
 from celtk.run.memo import WORK_SCALE, per_mille
@@ -109,7 +110,7 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
     if shard is not None and config.screen != "exhaustive":
         raise ConfigError(f"A {config.screen} screen cannot be sharded: it ranks every head against the others as it "
                           "goes. Run it unsharded, or shard the exhaustive screen (screen = 'exhaustive').")
-    with locked(directory):
+    with RunDirectory(directory).lock() as rd:  # what it writes is not read back
         started = time.time()
         session = Session.open(config, model)
         if shard is not None and shard[1] > session.model.n_total_heads:
@@ -131,7 +132,7 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         document = replace(_screen_document(session, outcome.intact, outcome.rows, shard),
                            null_ablation=outcome.null_ablation, racing=outcome.racing,
                            layers=sorted(set(layers)) if layers is not None else None)
-        document.save(directory)
+        rd.save(document)
         _write_screen_csv(directory / "screen.csv", outcome.rows)
         write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2),
                                                "heads": outcome.evaluated, "replay": session.replay()})
