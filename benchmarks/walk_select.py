@@ -2,6 +2,7 @@
 the walk goes back into a module it had left. The numbers measure how scattered the same-run checks are.
 
     python benchmarks/walk_select.py                 # this checkout (about a minute: screens the planted tiny Llama)
+    python benchmarks/walk_select.py --stages        # only the reads, of every stage in turn (a few minutes)
     PYTHONPATH=OTHER python benchmarks/walk_select.py --json   # another checkout, to compare
 
 The walk is traced, not read: ``sys.setprofile`` records every call into a ``celtk`` function one of whose
@@ -125,7 +126,11 @@ def summary(steps: list[tuple[str, str]], starters: set[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the whole walk as JSON")
+    parser.add_argument("--stages", action="store_true", help="count the reads of every stage instead")
     args = parser.parse_args()
+    if args.stages:
+        stage_reads(as_json=args.json)
+        return
 
     import celtk
     from celtk.run import run_screen, run_select
@@ -149,6 +154,53 @@ def main() -> None:
     print("  reads of each file during run_select: " + ", ".join(f"{name} {n}" for name, n in result["reads"].items()))
     for step in result["walk"]:
         print("  " + step + ("   [check]" if step in result["check_steps"] else ""))
+
+
+def stage_reads(*, as_json: bool) -> None:
+    """Run every stage on the planted tiny Llama in turn and print how often each stage read each file of the run."""
+    from celtk.analysis import run_attributes
+    from celtk.run import (
+        run_ablation_kinds,
+        run_altscreen,
+        run_calibration,
+        run_eval,
+        run_screen,
+        run_select,
+        run_stability,
+        run_test,
+        run_transfer,
+        variant_grid,
+    )
+    from tests._support import load_smol_tokenizer, planted_config, planted_model
+
+    counts: dict[str, dict[str, int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        model, task = planted_model(load_smol_tokenizer(), Path(tmp))
+        out = (Path(tmp) / "run").resolve()
+        os.environ["CELTK_LEDGER"] = str(Path(tmp) / "ledger.jsonl")  # this run's own (celtk.run.ledger)
+        stages: list[tuple[str, Callable[[], Any]]] = [
+            ("screen", lambda: run_screen(planted_config(task), out, model=model)),
+            ("select", lambda: run_select(out, p=4, k=2, model=model)),
+            ("altscreen", lambda: run_altscreen(out, method="gradient", p=4, masks=20, model=model)),
+            ("test", lambda: run_test(out, model=model, n_boot=50)),
+            ("transfer", lambda: run_transfer(out, variant_grid(task, zero_shot=True), model=model, n_boot=50)),
+            ("calibrate", lambda: run_calibration(out, null="random-heads", repeats=2, model=model)),
+            ("stability", lambda: run_stability(out, resamples=2, p=4, k=2, model=model, n_boot=50)),
+            ("ablations", lambda: run_ablation_kinds(out, model=model, n_boot=50)),
+            ("attributes", lambda: run_attributes(out, model=model, length=12, batch=2)),
+            ("eval", lambda: run_eval(Path(tmp) / "eval", model=model, run=out, heads="L1H2", split="heldout",
+                                      batch_size=8)),
+        ]
+        for name, call in stages:
+            with counting_reads(out) as reads:
+                call()
+            counts[name] = dict(sorted(reads.items()))
+    if as_json:
+        print(json.dumps(counts, indent=1))
+        return
+    for name, stage in counts.items():
+        most = max(stage.values(), default=0)
+        print(f"{name:<11} most reads of one file: {most}   " + ", ".join(f"{f} {n}" for f, n in stage.items()))
 
 
 if __name__ == "__main__":
