@@ -110,8 +110,6 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
                                                            "batches move every position)")
             cells = [(k, p) for k, p in cells if k.name != "resample" and p == "all"]
         heads = sel.heads
-        if progress:
-            progress("ablation kinds", 0, len(cells))
         # each cell's ablations: one, or one per draw for resample (the run's seed first, then seed + 1, ...)
         measured: dict[str, Ablation] = {}  # redrawn references: each kind's values, measured once
         plans = [_draws(_redrawn(session, k, p, measured) if redraw and k.needs_reference else session.ablation(k, p),
@@ -120,9 +118,12 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Seque
         seq = rd.begin_look("ablation-kinds", [heads], heldout_hash, len(session.splits.heldout), exploratory=True,
                             kinds=[_label(k, p) for k, p in cells], draws=draws,
                             **noted)
-        intact, flat = score_kinds(session, "heldout", heads, [a for plan in plans for a in plan])
-        if progress:
-            progress("ablation kinds", len(cells), len(cells))
+        flat_plans = [a for plan in plans for a in plan]
+        if progress:  # one step per held-out pass: the intact one, then each kind (each resample draw) in turn
+            progress("ablation passes", 0, 1 + len(flat_plans))
+        intact, flat = score_kinds(session, "heldout", heads, flat_plans,
+                                   on_pass=(lambda done, passes: progress("ablation passes", done, passes))
+                                   if progress else None)
         results, at = [], 0
         for plan in plans:
             results.append(flat[at:at + len(plan)])

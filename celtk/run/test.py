@@ -130,14 +130,26 @@ def score_streaming(session: Session, which: str, heads: HeadSet) -> tuple[EvalR
     return intact, ablated[0]
 
 
-def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequence[Ablation]
-                ) -> tuple[EvalResult, list[EvalResult]]:
+def score_kinds(session: Session, which: str, heads: HeadSet, ablations: Sequence[Ablation],
+                on_pass: Callable[[int, int], None] | None = None) -> tuple[EvalResult, list[EvalResult]]:
     """One intact pass over a split, then one under ``heads`` per ablation kind in ``ablations`` (streamed as
     :func:`score_streaming`; each pass runs the shared few-shot prefix once:
-    :func:`celtk.evaluation.shared_prefix.score_pass`)."""
+    :func:`celtk.evaluation.shared_prefix.score_pass`). ``on_pass(done, passes)`` after each pass."""
+    done, passes = 0, 1 + len(ablations)
+
+    def finished(result: EvalResult) -> EvalResult:
+        nonlocal done
+        done += 1
+        if on_pass:
+            on_pass(done, passes)
+        return result
+
     if session.task.kind == "generate":  # graded by generation: the session's screener decodes
         runs = [session.screener_on(session.prepared(which), ablation).run([heads]) for ablation in ablations]
+        if on_pass:
+            on_pass(passes, passes)
         return runs[0][0], [results[heads] for _, results in runs]
     prepared, model = session.prepared(which), session.model
     size = session.batch_sizes(prepared)[0]
-    return score_pass(model, prepared, size), [score_pass(model, prepared, size, heads, a) for a in ablations]
+    intact = finished(score_pass(model, prepared, size))
+    return intact, [finished(score_pass(model, prepared, size, heads, a)) for a in ablations]

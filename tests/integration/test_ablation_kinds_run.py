@@ -47,9 +47,13 @@ def test_ablations_of_a_tested_run_log_first_reproduce_the_test_and_draw_the_cur
     assert not (tmp_path / AblationKindsDocument.FILE).exists()
     monkeypatch.undo()
 
-    doc = run_ablation_kinds(tmp_path, model=model, n_boot=200, positions=["all"], draws=1)
+    steps: list[tuple[str, int, int]] = []
+    doc = run_ablation_kinds(tmp_path, model=model, n_boot=200, positions=["all"], draws=1,
+                             progress=lambda *step: steps.append(step))
     assert [r.kind for r in doc.kinds] == ["zero", "mean", "resample", "scale:1.0", "scale:0.75", "scale:0.5",
                                            "scale:0.25", "scale:0.0", "scale:-0.5"]
+    # one progress step per held-out pass as it finishes: the intact pass, then each of the nine kinds
+    assert steps == [("ablation passes", done, 10) for done in range(11)]
     assert all(r.positions == "all" and r.draws == 1 and r.draw_correct is None for r in doc.kinds)
     rows = {r.kind: r for r in doc.kinds}
     assert doc.intact_correct == Correctness.of(e.intact_correct for e in test.examples)
