@@ -60,12 +60,9 @@ def caption(data: dict) -> str:
 
 
 def write_page(data: dict, page: Path = PAGE) -> None:
-    text = page.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{page} has no null-levels markers ({START!r} ... {END!r}); add them where the table goes.")
-    before, rest = text.split(START, 1)
-    _, after = rest.split(END, 1)
-    page.write_text(f"{before}{START}\n{table(data)}\n\n{caption(data)}\n{END}{after}")
+    from page_markers import write_between
+
+    write_between(page, START, END, f"{table(data)}\n\n{caption(data)}", "null-levels table")
 
 
 def main() -> None:

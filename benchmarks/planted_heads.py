@@ -117,19 +117,20 @@ def sentence(data: dict) -> str:
             f"resample ablation ({undone}), which keep that size.")
 
 
+def wrapped(data: dict) -> str:
+    """The page's sentence, wrapped as the page's prose is."""
+    return textwrap.fill(sentence(data), WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
 def block(data: dict) -> str:
-    """The page's sentence between its markers, wrapped as the page's prose is."""
-    text = textwrap.fill(sentence(data), WIDTH, break_long_words=False, break_on_hyphens=False)
-    return f"{START}\n{text}\n{END}"
+    """The page's sentence between its markers."""
+    return f"{START}\n{wrapped(data)}\n{END}"
 
 
 def write_page(data: dict, page: Path = PAGE) -> None:
-    text = page.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"{page} has no planted-heads markers ({START!r} ... {END!r}); add them where the figures go.")
-    before, rest = text.split(START, 1)
-    _, after = rest.split(END, 1)
-    page.write_text(f"{before}{block(data)}{after}")
+    from page_markers import write_between
+
+    write_between(page, START, END, wrapped(data), "planted-heads figures")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -253,3 +254,11 @@ def as_users_call(function: Any) -> Any:
 
     plain = public(inspect.unwrap(function))
     return functools.partial(plain, function.__self__) if inspect.ismethod(function) else plain
+
+
+def z_alone(model: Any, layer: int, tokens: Sequence[int]) -> torch.Tensor:
+    """hook_z of ``layer`` on ``tokens`` run alone through the intact model: ``[pos, head_index, d_head]``."""
+    name = f"blocks.{layer}.attn.hook_z"
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(torch.tensor([tokens]), names_filter=lambda n: n == name)
+    return cache[name][0]

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from _support import MORE_ARCHS, TINY_ARCHS, anti_answer_model, make_tiny, not_none
+from _support import MORE_ARCHS, TINY_ARCHS, anti_answer_model, make_tiny, not_none, z_alone
 
 from celtk.ablation import ablate, export_ablated, hook_z_hooks
 from celtk.ablation_kinds import Ablation, AblationKind
@@ -81,14 +81,6 @@ def _z_after(model, layer, heads, ablation, batch):
     return seen["z"]
 
 
-def _z_alone(model, layer, tokens):
-    """hook_z of ``layer`` on ``tokens`` run alone, intact: ``[pos, head_index, d_head]``."""
-    name = f"blocks.{layer}.attn.hook_z"
-    with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(torch.tensor([tokens]), names_filter=lambda n: n == name)
-    return cache[name][0]
-
-
 def test_resample_draws_are_seeded_by_content_never_the_example_itself(tiny_llama):
     task, splits, _ = _arithmetic(tiny_llama)
     ablation = ablation_for(tiny_llama, "resample", task, splits.discovery, splits.shots, seed=1)
@@ -113,7 +105,7 @@ def test_mean_is_each_heads_z_averaged_over_every_reference_position(tiny_llama)
     assert ablation.reference_positions == sum(len(r) for r in refs)
     assert ablation.means is not None
     for layer in (0, 2):
-        stacked = torch.cat([_z_alone(tiny_llama, layer, r) for r in refs]).double()
+        stacked = torch.cat([z_alone(tiny_llama, layer, r) for r in refs]).double()
         torch.testing.assert_close(ablation.means[layer].double(), stacked.mean(0), rtol=1e-5, atol=1e-6)
     batch = make_batches(prepared.requests, 5, tiny_llama.tokenizer.pad_token_id)[0]
     z = _z_after(tiny_llama, 2, HeadSet.parse("L2H1,L2H3"), ablation, batch)

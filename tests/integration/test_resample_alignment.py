@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from _support import make_tiny, not_none, planted_config
+from _support import make_tiny, not_none, planted_config, z_alone
 
 from celtk.ablation import ablate, hook_z_hooks
 from celtk.ablation_kinds import LAST_TOKEN_RULE, LEFT_RULE, common_prefix
@@ -56,14 +56,6 @@ def _z_after(model, layer, heads, ablation, batch, **rows):
     return seen["z"]
 
 
-def _z_alone(model, layer, tokens):
-    """hook_z of ``layer`` on ``tokens`` run alone, intact: ``[pos, head_index, d_head]``."""
-    name = f"blocks.{layer}.attn.hook_z"
-    with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(torch.tensor([tokens]), names_filter=lambda n: n == name)
-    return cache[name][0]
-
-
 def _reference_prompt(model, task, example, shots, chat=False):
     """A reference's prompt and teacher-forced sequence (prompt + answer, its last token unread), built by hand."""
     request = prepare(model, task, [example], shots, chat).requests[0]
@@ -100,7 +92,7 @@ def test_each_row_reads_its_reference_unmoved_in_the_shared_prefix_and_aligned_o
                 seen["past_end"] += aligned > n_ref - 1
                 at.append(min(max(aligned, shared), n_ref - 1))
         assert at[n_own - 1] == n_prompt - 1  # the last prompt token reads the reference's last prompt token
-        values = _z_alone(tiny_llama, 1, sequence)
+        values = z_alone(tiny_llama, 1, sequence)
         torch.testing.assert_close(z[b, :n_target, 2], values[at, 2], rtol=1e-5, atol=1e-5)
         left = values[[min(p, n_ref - 1) for p in range(n_target)], 2]
         seen["not_left"] += not torch.allclose(z[b, :n_target, 2], left, atol=1e-4)
