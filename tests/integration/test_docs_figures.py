@@ -69,3 +69,19 @@ def test_the_sentence_writes_figures_as_the_page_does(monkeypatch):
     module = _script("planted_heads", monkeypatch)
     assert [module.points(g) for g in (0.81, 0.325, 0.0, -0.003)] == ["+81", "+32.5", "+0", "−0.3"]
     assert [module.percent(r) for r in (0.19, 0.0, 0.325)] == ["19", "0", "32.5"]
+
+
+def test_the_pages_demo_ablations_table_is_the_committed_jsons(monkeypatch):
+    """The demo's kinds × positions table is rendered from docs/demo-ablation-kinds.json (what `celtk ablations`
+    wrote for the demo), and the conclusions the page draws still hold in that JSON."""
+    module = _script("demo_ablations", monkeypatch)
+    committed = json.loads(module.DATA.read_text())
+    assert _passage(module) == module.passage(committed), \
+        "docs/selection-holds.md's demo ablation-kinds table differs from docs/demo-ablation-kinds.json"
+    rows = {(r["kind"], r["positions"]): r for r in committed["rows"]}
+    assert rows[("zero", "all")]["gain"] == committed["test_gain"]  # the look reproduced the test
+    assert rows[("zero", "example")]["gain"] >= rows[("zero", "all")]["gain"] > 4 * rows[("zero", "prefix")]["gain"]
+    assert rows[("mean", "example")]["gain"] > 10 * abs(rows[("mean", "prefix")]["gain"])
+    resample = rows[("resample", "example")]
+    assert resample["draws"] >= 5 and resample["gain_ci"][0] < 0 < resample["gain_ci"][1]
+    assert rows[("resample", "prefix")]["gain"] == 0 and rows[("resample", "prefix")]["fixes"] == 0
