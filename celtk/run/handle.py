@@ -287,10 +287,14 @@ class Run:
 
     @public
     def ablations(self, *, kinds: Sequence[str] = ("zero", "mean", "resample"),
-                  alphas: Sequence[float] = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5), n_boot: int = 10_000,
+                  alphas: Sequence[float] = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5),
+                  positions: Sequence[str] = ("all", "prefix", "example"), draws: int = 5,
+                  reference_shots: str = "fixed", n_boot: int = 10_000,
                   progress: Progress | None = None) -> AblationKindsDocument:
-        """``celtk ablations``: the tested selection under other ablation kinds and a scale sweep."""
-        return stages.run_ablation_kinds(self.out, kinds=kinds, alphas=alphas, model=self.model, n_boot=n_boot,
+        """``celtk ablations``: the tested selection under other ablation kinds, at each of ``positions``, resample
+        drawn ``draws`` times (its references' shots ``fixed`` or ``redraw``), and a scale sweep."""
+        return stages.run_ablation_kinds(self.out, kinds=kinds, alphas=alphas, positions=positions, draws=draws,
+                                         reference_shots=reference_shots, model=self.model, n_boot=n_boot,
                                          progress=progress)
 
     @public

@@ -85,3 +85,22 @@ def test_none_means_the_runs_recorded_value_else_the_default(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(RunConfig(p=4, k=2, tie_break="paper").recorded()))
     assert search_settings(tmp_path) == (4, 2, "paper")
     assert search_settings(tmp_path, 5, None, "numeric") == (5, 2, "numeric")
+
+
+# verbs whose Run method takes the run's own settings instead of the verb's (model, task, device: the Run holds them)
+RUN_SETTINGS_VERBS = ("eval", "screen", "select", "test", "report", "compare", "merge")
+
+
+def test_a_verb_on_a_run_takes_no_option_its_run_method_lacks():
+    """`celtk ablations --draws 3` and `Run(out).ablations(draws=3)` are the same call: every option of a verb that
+    analyses a finished run is a parameter of the Run method of that name."""
+    checked = []
+    for name, command in sorted(main.commands.items()):
+        method = getattr(celtk.Run, name, None)
+        if method is None or name in RUN_SETTINGS_VERBS:
+            continue
+        options = {p.name for p in command.params if isinstance(p, click.Option)}
+        missing = options - set(inspect.signature(method).parameters)
+        assert not missing, f"celtk {name} takes {sorted(missing)}, which Run.{name} lacks"
+        checked.append(name)
+    assert {"ablations", "stability", "transfer", "calibrate", "altscreen"} <= set(checked)
