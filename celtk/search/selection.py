@@ -70,9 +70,9 @@ def check_pool_options(*, k: int, p: int, n_heads: int | None = None, **_: objec
     if k > p:
         raise ConfigError(f"k = {k} exceeds p = {p}; Algorithm 1 draws subsets from the pool of the top p heads, "
                           "so use k ≤ p (greedy and beam search all heads and take no p).")
-    if n_subsets(p, k) > MAX_SUBSETS:  # checked before any subset is materialised
-        raise ConfigError(f"p = {p}, k = {k} means {n_subsets(p, k):,} subsets to evaluate, more than the limit of "
-                          f"{MAX_SUBSETS:,}; lower p or k (the paper uses p = 10, k = 3: 165 subsets).")
+    if n_subsets(p, k, stop_above=MAX_SUBSETS) > MAX_SUBSETS:  # checked before any subset is materialised
+        raise ConfigError(f"p = {p}, k = {k} means more than {MAX_SUBSETS:,} subsets to evaluate, the limit; "
+                          "lower p or k (the paper uses p = 10, k = 3: 165 subsets).")
 
 
 def candidate_pool(single: Iterable[HeadScore], p: int, tie_break: str = "numeric") -> list[HeadScore]:
@@ -88,8 +88,15 @@ def subsets(pool: list[Head], k: int) -> list[HeadSet]:
     return [HeadSet(c) for size in range(2, k + 1) for c in combinations(pool, size)]
 
 
-def n_subsets(p: int, k: int) -> int:
-    return sum(comb(p, s) for s in range(2, k + 1))
+def n_subsets(p: int, k: int, stop_above: int | None = None) -> int:
+    """The subsets of size 2..k of a pool of p heads; with ``stop_above``, counting stops once the count passes it
+    (a count above it, not the whole: p and k typed by hand can be so large that the exact sum never finishes)."""
+    total = 0
+    for size in range(2, k + 1):
+        total += comb(p, size)
+        if stop_above is not None and total > stop_above:
+            break
+    return total
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """Ranking key, subset enumeration and the statistics against known values."""
 
+from math import comb
+
 import numpy as np
 import pytest
 
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.search.scores import HeadScore, rank
-from celtk.search.selection import candidate_pool, n_subsets, select, subsets
+from celtk.search.selection import MAX_SUBSETS, candidate_pool, check_pool_options, n_subsets, select, subsets
 from celtk.stats import compare_paired, mcnemar_exact, paired_bootstrap_ci, relative_error_reduction
 
 
@@ -107,3 +109,12 @@ def test_compare_paired_fields():
     assert c.gain_ci[0] <= c.gain <= c.gain_ci[1]
     with pytest.raises(ValueError, match="equal-length"):
         compare_paired(intact, ablated[:3])
+
+
+def test_the_subset_count_stops_once_it_passes_the_limit():
+    """p and k typed by hand (`celtk select --p 1000000 --k 1000000`) are refused at once: the count stops at the
+    first size that passes the limit instead of summing a million binomials of a million."""
+    assert n_subsets(10, 3) == 165 and n_subsets(10, 3, stop_above=MAX_SUBSETS) == 165
+    assert n_subsets(10**6, 10**6, stop_above=MAX_SUBSETS) == comb(10**6, 2)  # stopped after size 2
+    with pytest.raises(ConfigError, match="p = 1000000, k = 1000000 means more than 1,000,000 subsets"):
+        check_pool_options(k=10**6, p=10**6)
