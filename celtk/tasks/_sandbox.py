@@ -378,7 +378,6 @@ def _preexec(limits: SandboxLimits, drop: int | None, joins: list[int], nproc: b
         for fd in joins:  # into the program's cgroup before anything runs
             os.write(fd, str(os.getpid()).encode())
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if nproc:  # no pids cgroup: bound the user's processes (shared with the user's other processes)
@@ -388,6 +387,10 @@ def _preexec(limits: SandboxLimits, drop: int | None, joins: list[int], nproc: b
             os.setgroups([])
             os.setgid(drop)
             os.setuid(drop)
+        # last: until exec this child is a fork of the caller's (large) interpreter, so once its address space is
+        # capped any Python allocation that needs a fresh arena can fail, and such a MemoryError reaches the caller
+        # only as "Exception occurred in preexec_fn"; lowering a limit needs no privilege
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
 
     return apply
 
