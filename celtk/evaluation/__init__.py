@@ -5,51 +5,40 @@
 * :mod:`celtk.evaluation.scoring`: teacher-forced scoring and the mean/resample reference values.
 * :mod:`celtk.evaluation.shared_prefix`: streamed passes that run the shared few-shot prefix once per pass.
 * :mod:`celtk.evaluation.generation`: greedy generation and its grading.
+* :mod:`celtk.evaluation.activations`: the activation bytes each stage holds, from a model's shape and a task's
+  sizes alone (no torch: ``celtk plan`` prices a run with it).
+* :mod:`celtk.evaluation.memory`: the memory check every stage makes before its first pass.
+* :mod:`celtk.evaluation.front`: :func:`evaluate`.
 
 :func:`evaluate` is the front door: it scores a task's examples with heads ablated, by teacher forcing or by
-generation as the task is graded.
+generation as the task is graded. The names below load on first use, so importing the package (and its
+torch-free :mod:`celtk.evaluation.activations`) loads no torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from celtk.ablation import ablate, as_ablation
-from celtk.ablation_kinds import Ablation, AblationKind, refuse_positions_generation
-from celtk.boundary import public
-from celtk.evaluation.generation import evaluate_generation, refuse_resample_generation
-from celtk.evaluation.prompts import prepare
-from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
-from celtk.evaluation.scoring import ablation_for
-from celtk.evaluation.shared_prefix import score_pass
-from celtk.heads import HeadSet, as_head_set
-from celtk.models import Model
-from celtk.planning.plan import check_memory
-from celtk.tasks import Example, Task
-
-
-@public
-def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Sequence[Example] = (),
-             heads: HeadSet | str = "", config: EvalConfig = EvalConfig(),
-             progress: Callable[[int, int], None] | None = None,
-             ablation: Ablation | AblationKind | str | None = None) -> EvalResult:
-    """Score ``examples`` with ``heads`` ablated (none by default) as ``ablation`` says (default zero;
-    mean and resample values come from :func:`ablation_for`). Never prints.
-
-    Returns:
-        per-example ``correct`` and the score behind it (summed target log-probability, the
-        per-choice log-likelihoods, or the generated text), in the order of ``examples``.
-    """
-    heads = as_head_set(heads)
-    kind = as_ablation(ablation)
-    if task.kind == "generate":
-        refuse_resample_generation(kind)
-        refuse_positions_generation(kind)
-        with ablate(model, heads, kind):
-            return evaluate_generation(model, task, examples, shots, config, progress)
-    prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
-    check_memory(model, prepared, config.batch_size, cached=False, what="Scoring")
-    return score_pass(model, prepared, config.batch_size, heads, kind, progress)
-
+_EXPORTS = {
+    "EvalConfig": "results", "EvalResult": "results", "ExampleResult": "results",
+    "ablation_for": "scoring", "evaluate": "front", "prepare": "prompts",
+}
 
 __all__ = ["EvalConfig", "EvalResult", "ExampleResult", "ablation_for", "evaluate", "prepare"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:  # re-exported (`X as X`), each from the module that defines it
+    from celtk.evaluation.front import evaluate as evaluate
+    from celtk.evaluation.prompts import prepare as prepare
+    from celtk.evaluation.results import EvalConfig as EvalConfig
+    from celtk.evaluation.results import EvalResult as EvalResult
+    from celtk.evaluation.results import ExampleResult as ExampleResult
+    from celtk.evaluation.scoring import ablation_for as ablation_for

@@ -8,28 +8,9 @@ norms, rotary embeddings and softmax are left out (a few percent at these sizes)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
-if TYPE_CHECKING:  # annotations only: planning imports no torch
-    from celtk.models import Model
-
-
-@dataclass(frozen=True)
-class Shape:
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_head: int
-    d_model: int
-    d_ff: int
-    d_vocab: int
-    gated_mlp: bool = True  # Llama-family (gate, up, down); GPT-2 and GPT-NeoX have no gate
-
-    @classmethod
-    def of(cls, model: Model) -> Shape:
-        return cls(model.n_layers, model.n_heads, model.n_kv_heads, model.d_head, model.d_model,
-                   model.arch.d_mlp, model.d_vocab, model.arch.gated_mlp)
+from celtk.evaluation.activations import Shape as Shape  # re-exported: the counts' callers name it from here
 
 
 class ScreenFlops(TypedDict):

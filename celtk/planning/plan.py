@@ -1,7 +1,8 @@
 """Planning a run before any work: FLOPs, peak memory and time of each stage, from a model's
 config alone (no weights), the task's sizes and a device's throughput.
 
-FLOPs come from :mod:`celtk.planning.flops`; activation bytes from :mod:`celtk.planning.activations`, term by term:
+FLOPs come from :mod:`celtk.planning.flops`; activation bytes from :mod:`celtk.evaluation.activations`, term by
+term (the model the memory check before every stage's first pass prices too, :mod:`celtk.evaluation.memory`):
 
 * **screen / select** (:class:`celtk.screening.cached.CachedScreener`): every batch's current layer input and
   boolean mask stay resident, plus the larger of the intact pass (every layer's input of a batch
@@ -25,73 +26,39 @@ from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from celtk.boundary import check_fields
 from celtk.errors import ConfigError
+from celtk.evaluation.activations import Shape, plain_pass_bytes
+from celtk.evaluation.activations import TaskSize as TaskSize
+from celtk.evaluation.activations import cached_stage_bytes as cached_stage_bytes
 from celtk.heads import Head, HeadSet
-from celtk.planning.activations import ablated_pass_bytes, intact_pass_bytes, plain_pass_bytes, resident_bytes
-from celtk.planning.flops import Shape, layer_flops, screen_flops
+from celtk.planning.flops import layer_flops, screen_flops
 from celtk.screening.prefix_tree import layer_evaluations
 
 if TYPE_CHECKING:  # annotations only: planning loads neither torch nor transformers
     from transformers import PretrainedConfig
 
-    from celtk.evaluation.prompts import Prepared
-    from celtk.models import Model
+    from celtk.evaluation.memory import check_memory as check_memory
+    from celtk.evaluation.memory import task_size_of as task_size_of
 
 ModelConfig: TypeAlias = "str | Path | dict[str, Any] | PretrainedConfig"
 """A model's config: a ``config.json`` path, its dict (JSON values), or a ``transformers`` config."""
 
+MEMORY_CHECK = ("check_memory", "task_size_of")
+"""Names of :mod:`celtk.evaluation.memory` importable from here too (the run's session and the benchmarks import them
+from the plan), loaded on first use: that module loads torch, which the plan does not."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in MEMORY_CHECK:
+        from celtk.evaluation import memory
+
+        return getattr(memory, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
              "intermediate_size", "vocab_size")
-
-
-@dataclass(frozen=True)
-class TaskSize:
-    """What a task costs per example, in tokens (after the chat template, if any).
-
-    Attributes:
-        name: the task's name, for display.
-        kind: ``target``, ``choice`` or ``generate``.
-        n_discovery, n_heldout: examples in each set.
-        prompt_tokens: longest prompt (shots included); padding makes a pass this wide.
-        mean_prompt_tokens: mean prompt length (batches are sorted by length, so the resident
-            cache and the FLOPs follow the mean); defaults to ``prompt_tokens``.
-        continuation_tokens: tokens scored per request (choice: the longest choice).
-        choices: requests per example (1 for a fixed target).
-        shared_prefix: tokens every request shares (the shots), run once per ablation.
-        generate_tokens: tokens generated per example (generate tasks).
-        shots_included: shots the token estimates already hold (MBPP's are of its 3-shot prompts).
-    """
-
-    name: str
-    kind: str
-    n_discovery: int
-    n_heldout: int
-    prompt_tokens: int
-    continuation_tokens: int
-    choices: int = 1
-    shared_prefix: int = 0
-    generate_tokens: int = 0
-    mean_prompt_tokens: int | None = None
-    shots_included: int = 0
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        for name, low in (("n_discovery", 1), ("n_heldout", 0), ("prompt_tokens", 1), ("continuation_tokens", 0),
-                          ("choices", 1), ("shared_prefix", 0), ("generate_tokens", 0)):
-            if getattr(self, name) < low:
-                raise ConfigError(f"Task size {name} must be at least {low}, got {getattr(self, name)}.")
-        if self.mean_prompt_tokens is not None and not 1 <= self.mean_prompt_tokens <= self.prompt_tokens:
-            raise ConfigError(f"The mean prompt ({self.mean_prompt_tokens} tokens) must lie between 1 and the longest "
-                              f"prompt ({self.prompt_tokens} tokens): --mean-prompt-tokens ≤ --prompt-tokens.")
-        if self.shared_prefix >= self.prompt_tokens:
-            raise ConfigError(f"The shared prefix ({self.shared_prefix} tokens of shots and template) must be shorter "
-                              f"than the longest prompt ({self.prompt_tokens} tokens) that holds it.")
-
-    @property
-    def mean_prompt(self) -> int:
-        return self.mean_prompt_tokens or self.prompt_tokens
 
 
 PAPER_TASKS = {
@@ -211,28 +178,6 @@ def n_parameters(shape: Shape, tied: bool) -> int:
     return shape.n_layers * layer + embed * (1 if tied else 2) + shape.d_model
 
 
-def cached_stage_bytes(shape: Shape, task: TaskSize, n_examples: int, batch_size: int, rows_per_pass: int,
-                       dtype_bytes: int, layers_run: int | None = None, depth: int = 1) -> float:
-    """Peak activation bytes of the cached screener on ``n_examples`` examples: every batch's
-    layer input resident, plus the larger of the intact pass and the widest ablated pass
-    (``layers_run`` layers, all of them by default: an ablation in layer 0). A prefix tree
-    ``depth`` nodes deep (stage 2: the subsets' size) holds one more pass-wide layer input per
-    level above the one running (:mod:`celtk.screening.prefix_tree`)."""
-    n_requests = n_examples * task.choices
-    width = task.prompt_tokens - task.shared_prefix + task.continuation_tokens - 1
-    mean_width = task.mean_prompt - task.shared_prefix + task.continuation_tokens - 1
-    batch = min(batch_size, n_requests)
-    copies = max(1, min(rows_per_pass // batch, shape.n_heads))  # ablations per pass: at most one layer's heads
-    scored = batch * task.continuation_tokens
-    resident = resident_bytes(shape, n_requests, mean_width, task.shared_prefix, dtype_bytes)
-    ablated = ablated_pass_bytes(shape, batch * copies, width, task.shared_prefix, scored, dtype_bytes,
-                                 shape.n_layers if layers_run is None else layers_run)
-    ablated += (depth - 1) * batch * copies * width * shape.d_model * dtype_bytes  # the tree's upper levels
-    intact = intact_pass_bytes(shape, batch, width, task.shared_prefix, scored, dtype_bytes,
-                               math.ceil(n_requests / batch))
-    return resident + max(ablated, intact)
-
-
 def _generation_flops(shape: Shape, prompt: int, new: int) -> float:
     """Greedy generation with a KV cache: the prompt once, then one token at a time."""
     steps = sum(layer_flops(shape, 1, prompt + i) for i in range(new))
@@ -339,75 +284,3 @@ def check_context(config: ModelConfig, task: TaskSize) -> None:
                           f"{window} tokens (max_position_embeddings / n_positions in its config.json); no stage could "
                           "score it. Use fewer shots (--fewshot, --fewshot-tokens), a shorter --prompt-tokens, or a "
                           "model with a longer context.")
-
-
-def task_size_of(prepared: Prepared, n_heldout: int = 0, share_prefix: bool = True) -> TaskSize:
-    """The :class:`TaskSize` of a prepared request list, as the cached screener will see it."""
-    from celtk.evaluation.prompts import MIN_SHARED_PREFIX, shared_prefix_length
-
-    requests = prepared.requests
-    n_examples = len(prepared.examples)
-    prefix = shared_prefix_length(requests) if share_prefix else 0
-    prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
-    return TaskSize("prepared", prepared.kind, n_examples, n_heldout,
-                    prompt_tokens=max(len(r.context) for r in requests),
-                    continuation_tokens=max(len(r.continuation) for r in requests),
-                    choices=max(1, round(len(requests) / max(n_examples, 1))), shared_prefix=prefix,
-                    mean_prompt_tokens=round(sum(len(r.context) for r in requests) / len(requests)))
-
-
-
-def stage_bytes(model: Model, prepared: Prepared, batch_size: int, rows_per_pass: int | None = None, *,
-                cached: bool = True, share_prefix: bool = True) -> float:
-    """Peak activation bytes of scoring ``prepared`` on ``model`` (weights excluded: they are loaded):
-    by the cached screener (``cached``; :func:`cached_stage_bytes`) or by plain passes, one batch at a
-    time (the held-out stage and :func:`celtk.evaluation.evaluate`)."""
-    if not prepared.requests:
-        return 0.0
-    shape, db = Shape.of(model), model.dtype.itemsize
-    size = task_size_of(prepared, share_prefix=share_prefix)
-    if cached:
-        return cached_stage_bytes(shape, size, len(prepared.examples), batch_size, rows_per_pass or batch_size, db)
-    width = size.prompt_tokens + size.continuation_tokens - 1
-    return plain_pass_bytes(shape, min(batch_size, len(prepared.requests)), width,
-                            batch_size * size.continuation_tokens, db)
-
-
-def check_memory(model: Model, prepared: Prepared, batch_size: int, rows_per_pass: int | None = None, *,
-                 cached: bool = True, share_prefix: bool = True, free_bytes: int | None = None,
-                 what: str = "this stage") -> None:
-    """Refuse, before any work, a stage whose activations (:func:`stage_bytes`, the model of ``celtk
-    plan``) exceed the memory free on the model's device; the message names the batch size that fits.
-    ``rows_per_pass``: the cached screener's rows per forward (it runs ``max(rows_per_pass, batch)``)."""
-    from celtk.screening.cached import available_memory
-
-    free = available_memory(model.device) if free_bytes is None else free_bytes
-
-    def need(batch: int) -> float:
-        rows = max(rows_per_pass or batch, batch)
-        return stage_bytes(model, prepared, batch, rows, cached=cached, share_prefix=share_prefix)
-
-    needed = need(batch_size)
-    if needed <= free:
-        return
-    low, high = 0, batch_size - 1  # the largest batch size that fits
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if need(mid) <= free else (low, mid - 1)
-    rows = f" ({max(rows_per_pass or batch_size, batch_size)} rows per pass)" if cached else ""
-    where = f"the {_bytes(free)} available on {model.device}"
-    if low >= 1:
-        advice = (f"batch size {low} would fit (estimated {_bytes(need(low))}): set batch_size = {low} "
-                  f"(--batch-size {low}) or 'auto'")
-    else:
-        advice = ("no batch size fits: the examples' own cached activations take that much; use fewer or shorter "
-                  "examples, fewer shots, or a device with more memory")
-    raise ConfigError(f"{what} on {len(prepared.examples):,} examples needs about {_bytes(needed)} of activations "
-                      f"at batch size {batch_size}{rows}, more than {where}; {advice}. (The estimate of `celtk plan`.)")
-
-
-def _bytes(n: int | float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"

@@ -45,6 +45,7 @@ from celtk.ablation import ablate, ablate_rows, as_ablation
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec, common_prefix
 from celtk.boundary import public
 from celtk.errors import ConfigError, KVCacheIgnoredError
+from celtk.evaluation.memory import available_memory
 from celtk.evaluation.prompts import MIN_SHARED_PREFIX, Prepared, Request, shared_prefix_length
 from celtk.evaluation.results import EvalResult
 from celtk.evaluation.scoring import Batch, ablated, aggregate, make_batches, score_hidden, score_requests
@@ -213,20 +214,6 @@ def with_masks(model: Model, masks: dict[int, Bool[Tensor, "rows head_index"] | 
     for layer, mask in masks.items():
         stack.enter_context(ablate_rows(model, layer, mask))
     return stack
-
-
-def available_memory(device: torch.device) -> int:
-    """Bytes free for activations: CUDA's free memory, or the kernel's MemAvailable on CPU."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 4 << 30  # unknown: assume 4 GiB
 
 
 def auto_batch(model: Model, prepared: Prepared, *, free_bytes: int | None = None, fraction: float = 0.5,

@@ -77,10 +77,10 @@ def test_a_10000_token_prompt_is_refused_before_any_forward_pass_and_adds_no_mem
 def test_the_memory_check_names_a_batch_size_that_the_estimate_fits(tiny_llama, tmp_path, monkeypatch):
     """On a machine whose free memory holds plain passes of batch size 8 but the cached screener only at
     batch size 7, batch size 8 is refused before any pass, naming 7; batch size 7 then runs the screen."""
-    import celtk.screening.cached
+    import celtk.evaluation.memory
     from celtk.errors import ConfigError
+    from celtk.evaluation.memory import stage_bytes
     from celtk.evaluation.prompts import prepare
-    from celtk.planning.plan import stage_bytes
     from celtk.run import RunConfig, run_screen
     from celtk.tasks import get_task, make_splits
 
@@ -93,7 +93,7 @@ def test_the_memory_check_names_a_batch_size_that_the_estimate_fits(tiny_llama, 
     plain = stage_bytes(tiny_llama, prepared, 8, cached=False)
     free = int((plain + cached[8]) / 2)
     assert cached[7] <= free < cached[8] and plain <= free
-    monkeypatch.setattr(celtk.screening.cached, "available_memory", lambda device: free)
+    monkeypatch.setattr(celtk.evaluation.memory, "available_memory", lambda device: free)
     config = RunConfig(model="tiny", task=f"jsonl:{data}", discovery=10, heldout=10, fewshot=0, batch_size=8)
     with pytest.raises(ConfigError,
                        match=r"The cached screener on 10 examples needs about .* at batch size 8 \(64 rows "

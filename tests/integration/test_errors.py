@@ -628,16 +628,16 @@ def c_max_new_tokens_beyond_context(ctx):
 
 
 def c_stage_beyond_memory(ctx):
-    import celtk.screening.cached
+    import celtk.evaluation.memory
+    from celtk.evaluation.memory import stage_bytes
     from celtk.evaluation.prompts import prepare
-    from celtk.planning.plan import stage_bytes
     from celtk.run import RunConfig, run_screen
     from celtk.tasks import get_task, make_splits
     task = _jsonl(ctx.tmp, _gen_lines(40))
     splits = make_splits(get_task(task), 12, 12, seed=0, fewshot=0)
     free = int(stage_bytes(ctx.tiny, prepare(ctx.tiny, get_task(task), splits.discovery), 2, cached=False))
     # a machine where batch 2 just fits
-    ctx.monkeypatch.setattr(celtk.screening.cached, "available_memory", lambda device: free)
+    ctx.monkeypatch.setattr(celtk.evaluation.memory, "available_memory", lambda device: free)
     run_screen(RunConfig(model="tiny", task=task, discovery=12, heldout=12, fewshot=0, batch_size=8), ctx.tmp / "out",
                model=ctx.tiny)
 

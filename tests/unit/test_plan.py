@@ -9,22 +9,22 @@ from pathlib import Path
 import pytest
 
 from celtk.errors import ConfigError
-from celtk.planning.activations import (
+from celtk.evaluation.activations import (
     LOGIT_BYTES,
     SCORE_BYTES,
+    Shape,
+    TaskSize,
     ablated_pass_bytes,
     attention_bytes,
+    cached_stage_bytes,
     intact_pass_bytes,
     mlp_bytes,
     resident_bytes,
     scoring_bytes,
 )
-from celtk.planning.flops import Shape
 from celtk.planning.plan import (
     PAPER_TASKS,
     Device,
-    TaskSize,
-    cached_stage_bytes,
     n_parameters,
     plan_run,
     shape_from_config,
