@@ -26,16 +26,13 @@ from einops import rearrange
 from jaxtyping import Bool, Float, Int, Shaped
 from torch import Tensor
 
+from celtk.ablation_hooks import hook_z_hooks as hook_z_hooks  # re-exported: importable from here as before
+from celtk.ablation_hooks import hook_z_name as hook_z_name
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec
 from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model
-
-
-def hook_z_name(layer: int) -> str:
-    """The TransformerLens hook on layer ``layer``'s per-head attention output ``z``."""
-    return f"blocks.{layer}.attn.hook_z"
 
 
 def _zero_heads_hook(heads: list[int]) -> Any:
@@ -90,20 +87,6 @@ def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int,
         return spec.apply(z)
 
     return hook
-
-
-@contextmanager
-def hook_z_hooks(model: Model, hooks: dict[int, Any]) -> Iterator[Model]:
-    """Add ``hooks[l]`` to ``blocks.{l}.attn.hook_z`` for each layer ``l`` while the body runs, then remove
-    exactly those (a hook gets ``z: [batch, pos, head_index, d_head]`` and returns its replacement)."""
-    handles = []
-    try:
-        for layer, fn in sorted(hooks.items()):
-            handles.append(model.bridge.hook_dict[hook_z_name(layer)].add_hook(fn))
-        yield model
-    finally:
-        for handle in handles:
-            handle.hook.remove()
 
 
 def as_ablation(ablation: Ablation | AblationKind | str | None) -> Ablation:

@@ -66,6 +66,7 @@ from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from celtk.ablation_hooks import hook_z_hooks
 from celtk.errors import ConfigError, suggest
 
 KINDS = ("zero", "mean", "resample", "scale")
@@ -413,8 +414,6 @@ def reference_values(model: Any, sequences: Sequence[Sequence[int]], keep: bool,
     :data:`REFERENCE_BATCH`): the per-head mean over every real position, and with ``keep`` every
     position's values (:class:`ReferenceZ`, each sequence's prompt ``prompts`` tokens long: its whole length when
     not given); and the number of positions."""
-    from celtk.ablation import hook_z_hooks
-
     if not sequences or any(len(s) == 0 for s in sequences):
         raise ConfigError("Mean and resample ablation need at least one reference example, each with at least "
                           "one token.")
