@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from celtk.errors import HeadError
+from celtk.errors import ConfigError, HeadError
 
 _HEAD_RE = re.compile(r"^\s*(?:L(\d+)H(\d+)|(\d+)\.(\d+))\s*$", re.IGNORECASE)
 
@@ -154,3 +154,52 @@ def as_head_set(heads: HeadSet | str) -> HeadSet:
 def all_heads(n_layers: int, n_heads: int) -> list[Head]:
     """Every head of an ``n_layers × n_heads`` model in (layer, head) order."""
     return [Head(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+
+
+# -- the paper's ranking key, spelled once: everything that orders heads calls head_order ----------------------
+TIE_BREAKS = ("numeric", "paper")
+"""How the ranking key's last part orders head ids that tie on everything else (:func:`head_ids`): ``numeric``
+(celtk's default) compares each id as its (layer, head) numbers, ``L2H0`` before ``L10H0``; ``paper`` compares the ids
+as the strings the paper writes (``L{layer}H{head}``) in lexicographic order, ``L10H0`` before ``L2H0``, as its
+Algorithm 1 says."""
+
+HeadIds = tuple[tuple[int, int], ...] | tuple[str, ...]
+"""A set's head ids as the ranking key compares them: ``(layer, head)`` pairs (``numeric``) or strings (``paper``)."""
+RankKey = tuple[int, int, int | float, int, HeadIds]
+""":func:`head_order`'s key: −gain, damage, −accuracy (or −gain), size, head ids (ascending = better)."""
+
+
+def check_tie_break(tie_break: str) -> str:
+    """``tie_break`` when it is one of :data:`TIE_BREAKS`; else a :class:`ConfigError` that
+    names the choices."""
+    if tie_break not in TIE_BREAKS:
+        raise ConfigError(f"Unknown tie-break {tie_break!r}; use 'numeric' (head ids by (layer, head) numbers, L2H0 "
+                          "before L10H0; the default) or 'paper' (head ids as strings in lexicographic order, L10H0 "
+                          "before L2H0, as the paper writes).")
+    return tie_break
+
+
+def head_ids(heads: HeadSet, tie_break: str = "numeric") -> HeadIds:
+    """The last part of the ranking key: the set's head ids, compared position by position. ``numeric``: the heads
+    in set order as ``(layer, head)`` pairs (:meth:`celtk.heads.HeadSet.sort_key`); ``paper``: the ids as strings,
+    sorted as strings (``("L10H0", "L2H0")``). Sets compared here always have as many heads (fewer heads is an
+    earlier part of the key)."""
+    if tie_break == "numeric":
+        return heads.sort_key()
+    check_tie_break(tie_break)
+    return tuple(sorted(str(h) for h in heads))
+
+
+def head_order(heads: HeadSet, gain: int, damage: int, n_correct: int | float | None = None,
+               tie_break: str = "numeric") -> RankKey:
+    """The paper's ranking key, spelled once (ascending = better): higher gain, lower damage, higher accuracy,
+    fewer heads, then the head ids in lexicographic order (:func:`head_ids`): by default each id compared as its
+    (layer, head) numbers (:meth:`celtk.heads.HeadSet.sort_key`: ``L2H0`` before ``L10H0``); with
+    ``tie_break="paper"`` as strings (``L10H0`` before ``L2H0``), the paper's own order
+    (:data:`TIE_BREAKS`).
+
+    Everything that orders heads calls this: :func:`celtk.search.scores.ranking_key` on a scored set, the racing
+    screen on partial counts, the screen document's rows and the circuit comparisons. ``n_correct`` (or the
+    accuracy: only its order matters) may be left out where every row is scored on the same examples, since there it
+    moves with ``gain``. Called with every measure negated it orders worst first, ties still by ascending head ids."""
+    return (-gain, damage, -(gain if n_correct is None else n_correct), len(heads), head_ids(heads, tie_break))

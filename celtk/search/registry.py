@@ -4,6 +4,7 @@ so the settings and the CLI read these names before numpy loads."""
 
 from __future__ import annotations
 
+from celtk.heads import TIE_BREAKS as _TIE_BREAKS
 from celtk.registry import Registry
 
 STRATEGIES = Registry("search strategy", {
@@ -12,8 +13,4 @@ STRATEGIES = Registry("search strategy", {
     "beam": "celtk.search.strategies:BEAM",
 })
 
-TIE_BREAKS = ("numeric", "paper")
-"""How the ranking key's last part orders head ids that tie on everything else
-(:func:`celtk.search.scores.head_ids`): ``numeric`` (celtk's default) compares each id as its (layer, head) numbers,
-``L2H0`` before ``L10H0``; ``paper`` compares the ids as the strings the paper writes (``L{layer}H{head}``) in
-lexicographic order, ``L10H0`` before ``L2H0``, as its Algorithm 1 says."""
+TIE_BREAKS = _TIE_BREAKS  # the ranking key's tie-breaks (:data:`celtk.heads.TIE_BREAKS`), chosen by name here
