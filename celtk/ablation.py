@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -230,6 +230,7 @@ def _with_output_bias(model: Model, state: dict[str, Shaped[Tensor, " ..."]], la
     bias it adds zero (the same function), so that the fold has a bias to go into. Returns whether it added them."""
     from transformers import AutoModelForCausalLM
 
+    from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
     config = model.hf_model.config
     wanted = {_bias_name(model.arch.output_weights[layer]) for layer in layers}
     if wanted <= set(state):
@@ -243,7 +244,7 @@ def _with_output_bias(model: Model, state: dict[str, Shaped[Tensor, " ..."]], la
     config = copy.deepcopy(config)
     config.attention_bias = True
     with torch.device("meta"):
-        shapes = {k: v.shape for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+        shapes = {k: v.shape for k, v in from_config(config).state_dict().items()}
     added = set(shapes) - set(state)
     if not wanted <= set(shapes) or any(not k.endswith(".bias") for k in added) or set(state) - set(shapes):
         raise refusal
@@ -267,6 +268,7 @@ def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path,
     """
     from transformers import AutoModelForCausalLM
 
+    from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
     heads = as_head_set(heads)
     model.validate_heads(heads)
     kind = as_ablation(ablation)
@@ -277,7 +279,7 @@ def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path,
     if kind.kind.name == "mean":
         config, state, added = _with_output_bias(model, state, sorted(heads.by_layer()))
     state = ablated_state(model, state, heads, kind)
-    fresh = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    fresh = from_config(config, dtype=model.dtype)
     fresh.load_state_dict(state, strict=True)
     fresh.config.architectures = [model.architecture]
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jaxtyping import Float, Int
@@ -30,6 +30,9 @@ from jaxtyping import Float, Int
 from celtk.errors import ConfigError, DataFormatError, HeadError, suggest
 from celtk.heads import Head
 from celtk.search.scores import HeadScore, head_order
+
+if TYPE_CHECKING:  # annotations only: the attribute probe takes a loaded model
+    from celtk.models import Model
 
 _PACKAGED = {"ioi-gpt2-small": "ioi_gpt2_small.json"}
 ATTRIBUTE_ALIASES = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
@@ -188,7 +191,7 @@ def critical_and_enhancing(scores: Sequence[HeadScore], n: int = 10) -> dict[str
     """From single heads' screen scores: the ``n`` heads whose removal hurts most (task-critical, Bair et al. 2026)
     and the ``n`` whose removal helps most (enhancing), each in the one ranking key's order, their layer
     histograms, and their overlap. Returns the fields as :class:`celtk.analysis.CompareDocument`'s file writes them."""
-    def order(s: HeadScore, sign: int = 1) -> tuple:  # sign -1: every measure negated, so worst first
+    def order(s: HeadScore, sign: int = 1) -> tuple[Any, ...]:  # the ranking key; sign -1: worst first
         return head_order(s.heads, sign * s.gain, sign * s.damage, sign * s.n_correct)
 
     def head(s: HeadScore) -> Head:
@@ -232,7 +235,7 @@ def check_probe(length: object, batch: object) -> None:
                               f"once; celtk attributes --length, default 40), got {value!r}.")
 
 
-def head_attribute_scores(model, length: int = 40, batch: int = 8, seed: int = 0
+def head_attribute_scores(model: Model, length: int = 40, batch: int = 8, seed: int = 0
                           ) -> dict[str, Float[np.ndarray, "layer head"]]:
     """Previous-token, duplicate-token and induction scores of every head, ``[layer, head]``, on
     random token sequences repeated once (the usual probe, as TransformerLens's head detector):

@@ -28,8 +28,10 @@ def quiet_libraries() -> None:
 
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    # switches that transformers leaves unannotated
+    switches: tuple[Callable[[], None], ...] = (hf_logging.disable_progress_bar, hf_logging.set_verbosity_error)
+    for switch in switches:
+        switch()
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 

@@ -19,7 +19,7 @@ def _names(text: str | None) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()] if text else []
 
 
-def _seeds(ctx, param, value: str | None) -> list[int]:
+def _seeds(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int]:
     try:
         return [int(s) for s in _names(value)]
     except ValueError:
@@ -74,7 +74,9 @@ def _print_transfer(doc: TransferDocument) -> None:
                    "held-out size); the run's own task keeps its frozen held-out set.")
 @click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
-def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_models, plain_text, heldout, n_boot) -> None:
+def transfer_cmd(out: str, shots_seeds: list[int], zero_shot: bool, subtasks: str | None, tasks: str | None,
+                 chat: bool, other_models: tuple[str, ...], plain_text: str | None, heldout: int | None,
+                 n_boot: int) -> None:
     """The frozen selection against the intact model under a grid of variants, on held-out examples; writes
     OUT/transfer.json."""
     from celtk.errors import ConfigError
@@ -107,7 +109,7 @@ def transfer_cmd(out, shots_seeds, zero_shot, subtasks, tasks, chat, other_model
               help="random-heads only: the older control, the best of N random sets of the selection's size per "
                    "draw, in place of the search on a random pool (at most 100,000).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
+def calibrate_cmd(out: str, null: str, repeats: int, n_candidates: int | None, seed: int) -> None:
     """The best discovery gain a search finds under no effect, beside the run's; writes OUT/calibration-NULL.json."""
     import numpy as np
 
@@ -126,7 +128,7 @@ def calibrate_cmd(out, null, repeats, n_candidates, seed) -> None:
                        else f"{doc.p_value_note}"))
 
 
-def _floats(ctx, param, value: str | None) -> list[float]:
+def _floats(ctx: click.Context, param: click.Parameter, value: str | None) -> list[float]:
     import math
 
     try:
@@ -181,7 +183,8 @@ def _print_kinds(doc: AblationKindsDocument) -> None:
                    "resample at all positions replaces the shot positions too.")
 @click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
-def ablations_cmd(out, kinds, alphas, positions, draws, reference_shots, n_boot) -> None:
+def ablations_cmd(out: str, kinds: str, alphas: list[float], positions: str, draws: int, reference_shots: str,
+                  n_boot: int) -> None:
     """Does the tested selection's gain survive mean, resample and scaled ablation, at every position, the
     few-shot prefix's and the example's own? Held-out looks; writes OUT/ablation-kinds.json."""
     from celtk.run.ablations import run_ablation_kinds

@@ -7,7 +7,9 @@ import os
 import shutil
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -81,6 +83,7 @@ def dequantized_dir(gguf_path: Path) -> Path:
 def _dequantize_into(gguf_path: Path, out_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
     directory, name = str(gguf_path.parent), gguf_path.name
     try:
         loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
@@ -94,7 +97,7 @@ def _dequantize_into(gguf_path: Path, out_dir: Path) -> None:
         settings["architectures"] = [_GGUF_ARCH_TO_HF.get(settings["model_type"], type(loaded).__name__)]
     config = type(loaded.config).from_dict(settings)
     # A fresh model built from the clean config, given the dequantized weights, saves fine.
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh = from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict(), strict=True)
     fresh.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)

@@ -26,7 +26,11 @@ def read_config(target: str, source: str) -> Any:
     """
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, PretrainedConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    # every model type transformers knows; a table it does not mark exported (unused-ignore: for plain mypy)
+    from transformers.models.auto.configuration_auto import (  # type: ignore[attr-defined, unused-ignore]
+        CONFIG_MAPPING_NAMES,
+    )
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     where = f"the config.json of {source!r} ({target})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,9 @@ def transformer_lens_name(name: str) -> str | None:
 def check_hub_id(repo_id: str) -> None:
     """Refuse what cannot be a hub model id (``a/b/c``, spaces, ``owner/``) before any lookup."""
     from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
+
+    # exported by a computed __all__ that mypy cannot read (unused-ignore: plain mypy does not check re-exports)
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined, unused-ignore]
 
     try:
         validate_repo_id(repo_id)
@@ -199,13 +201,16 @@ def quiet_transformers() -> Iterator[None]:
         warnings.simplefilter("ignore", TqdmWarning)
         from transformers.utils import logging as hf_logging  # transformers, as every load does
 
+        # the two switches, which transformers leaves unannotated
+        bars_off: Callable[[], None] = hf_logging.disable_progress_bar
+        bars_on: Callable[[], None] = hf_logging.enable_progress_bar
         enabled = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
+        bars_off()
         try:
             yield
         finally:
             if enabled:
-                hf_logging.enable_progress_bar()
+                bars_on()
 
 
 def wrap_hf_model(

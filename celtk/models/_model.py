@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -139,8 +140,9 @@ class Model:
         """The weights under their plain HF names (the bridge's wrapper names stripped)."""
         from transformers import AutoModelForCausalLM
 
+        from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
         with torch.device("meta"):
-            expected = set(AutoModelForCausalLM.from_config(self.hf_model.config).state_dict())
+            expected = set(from_config(self.hf_model.config).state_dict())
         out: dict[str, Shaped[torch.Tensor, ...]] = {}
         for key, value in self.hf_model.state_dict().items():
             clean = key.replace("._original_component", "").replace("_original_component.", "")
