@@ -51,7 +51,7 @@ def main() -> None:
 
     from celtk import load_model
     from celtk.run import run_altscreen, run_select, run_stability, run_test
-    from celtk.runstore import read_json, write_json
+    from celtk.store.files import read_json, write_json
 
     run, out = Path(args.run), Path(args.out)
     config = read_json(run / "config.json")

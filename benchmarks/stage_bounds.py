@@ -65,9 +65,9 @@ def _overrides(items: list[str]) -> dict[str, float]:
 def stage_bounds(run: Path, rate: float | None = None, seconds: dict[str, float] | None = None) -> dict[str, Any]:
     """The report: per stage its wall time (and where it came from), FLOPs, the bound's time at ``rate`` GFLOP/s
     (measured when ``None``) and the share of the bound reached."""
-    from celtk.run.documents import ScreenDocument, SelectionDocument
     from celtk.run.session import session_for
     from celtk.screening.prefix_tree import layer_evaluations
+    from celtk.store.documents import ScreenDocument, SelectionDocument
 
     selection = SelectionDocument.load(run) if (run / SelectionDocument.FILE).is_file() else None
     screen = ScreenDocument.load(run)

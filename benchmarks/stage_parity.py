@@ -31,11 +31,11 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 
-    from celtk.analysis import run_attributes
     from celtk.report import write_report
     from celtk.run import (
         run_ablation_kinds,
         run_altscreen,
+        run_attributes,
         run_calibration,
         run_eval,
         run_screen,
@@ -49,7 +49,7 @@ def main() -> None:
     (out.parent / "parity-task").mkdir(exist_ok=True)
     model, task = planted_model(load_smol_tokenizer(), out.parent / "parity-task")
 
-    # three runs of one held-out set under one model: each keeps its own ledger (celtk.run.ledger), or the
+    # three runs of one held-out set under one model: each keeps its own ledger (celtk.store.ledger), or the
     # second first test of that held-out set would be refused as a copy of the first
     def own_ledger(directory: Path) -> Path:
         os.environ["CELTK_LEDGER"] = str(out / f"{directory.name}.ledger.jsonl")

@@ -67,10 +67,10 @@ if TYPE_CHECKING:  # re-exported (`X as X`), each from the module that defines i
     from celtk.models import Model as Model
     from celtk.models import load_model as load_model
     from celtk.run.config import RunConfig as RunConfig
-    from celtk.run.documents import ScreenDocument as ScreenDocument
-    from celtk.run.documents import SelectionDocument as SelectionDocument
-    from celtk.run.documents import TestDocument as TestDocument
     from celtk.run.handle import Run as Run
     from celtk.stats import compare_paired as compare_paired
+    from celtk.store.documents import ScreenDocument as ScreenDocument
+    from celtk.store.documents import SelectionDocument as SelectionDocument
+    from celtk.store.documents import TestDocument as TestDocument
     from celtk.tasks import get_task as get_task
     from celtk.tasks import make_splits as make_splits

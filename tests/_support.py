@@ -40,8 +40,10 @@ def logprobs(result: EvalResult) -> list[float | list[float]]:
 def edit_document(directory: Path, name: str, change: Any) -> dict:
     """Rewrite ``directory/name`` with ``change(document dict) -> dict`` and record its new digest, as if
     celtk had written it: how a test reaches the checks that stand behind the digest check."""
-    from celtk.run.documents import DIGESTS  # celtk is imported by tests, not when conftest loads (the jaxtyping hook)
-    from celtk.runstore import file_digest
+    from celtk.store.documents import (
+        DIGESTS,  # celtk is imported by tests, not when conftest loads (the jaxtyping hook)
+    )
+    from celtk.store.files import file_digest
 
     path = Path(directory) / name
     data = change(json.loads(path.read_text()))
@@ -56,7 +58,7 @@ def edit_document(directory: Path, name: str, change: Any) -> dict:
 def forget_documents(directory: Path, *names: str) -> None:
     """Delete ``names`` from ``directory`` and their entries from its digests (the held-out log's files are removed
     whole): the run as it stood before the stages that wrote them."""
-    from celtk.run.documents import DIGESTS
+    from celtk.store.documents import DIGESTS
 
     book = Path(directory) / DIGESTS
     digests = json.loads(book.read_text())

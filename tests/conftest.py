@@ -30,7 +30,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-# celtk's ledger (celtk.run.ledger) records every frozen held-out set and look outside the runs: the module- and
+# celtk's ledger (celtk.store.ledger) records every frozen held-out set and look outside the runs: the module- and
 # session-scoped fixtures write to one for the session, each test to its own, so that tests that copy a fixture's
 # run and test each copy are not copies of one another's held-out set, and no test writes into a user's cache.
 _SESSION_LEDGER = Path(tempfile.mkdtemp(prefix="celtk-ledger-")) / "ledger.jsonl"

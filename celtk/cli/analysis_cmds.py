@@ -10,7 +10,7 @@ import click
 from celtk.cli._common import console, quiet_libraries
 
 if TYPE_CHECKING:  # annotations only: the log is read by the command that shows it
-    from celtk.run.heldout import Look
+    from celtk.store.heldout import Look
 
 
 @click.command("attributes")
@@ -22,7 +22,7 @@ def attributes_cmd(out: str, length: int, seed: int) -> None:
     """Previous-token, duplicate-token and induction scores of every head (OUT/head_attributes.json)."""
     from rich.table import Table
 
-    from celtk.analysis import run_attributes
+    from celtk.run.analyses import run_attributes
 
     quiet_libraries()
     doc = run_attributes(Path(out), length=length, seed=seed)
@@ -48,7 +48,7 @@ def compare_cmd(out: str, circuit: str, top: int, any_model: bool) -> None:
     """Overlap of the run's heads with a circuit, beside chance (OUT/compare-CIRCUIT.json)."""
     from rich.table import Table
 
-    from celtk.analysis import run_compare
+    from celtk.run.analyses import run_compare
 
     doc = run_compare(Path(out), circuit, top=top, any_model=any_model)
     table = Table(title=f"{doc.circuit} ({doc.n_circuit_heads} of {doc.population} heads) vs this run")
@@ -102,7 +102,7 @@ def looks_cmd(out: str) -> None:
     """Every look at OUT's held-out set, from its hash-chained log (checked against celtk's ledger): what, when, on
     how many examples, whether it scored the frozen selection, and its role (the result, exploratory, seen before
     test)."""
-    from celtk.run.directory import RunDirectory
+    from celtk.store.directory import RunDirectory
 
     rd = RunDirectory(Path(out))
     with rd.lock():

@@ -10,7 +10,7 @@ import click
 from celtk.cli._common import console, progress_bar
 
 if TYPE_CHECKING:  # annotations only: the document loads with the stage
-    from celtk.run.documents import HeldBack
+    from celtk.store.documents import HeldBack
 
 
 @click.command("eval")

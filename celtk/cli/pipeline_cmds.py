@@ -14,9 +14,9 @@ from celtk.search.registry import STRATEGIES, TIE_BREAKS
 
 if TYPE_CHECKING:  # annotations only: the documents load with the stage that writes them
     from celtk.run.config import RunConfig
-    from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
-    from celtk.run.heldout import Look
     from celtk.run.replicate import ReplicateDocument
+    from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocument
+    from celtk.store.heldout import Look
 
     _BatchBase = click.ParamType[int | str, int | str]
 else:
@@ -174,12 +174,12 @@ def _print_test(doc: TestDocument, out: Path | None = None) -> None:
                         f"in another run directory ({', '.join(this.seen_elsewhere)}); this test is forced and "
                         "exploratory, not a first look.[/]")
     if out is not None and len(looks) > 1:
-        from celtk.run.directory import RunDirectory
+        from celtk.store.directory import RunDirectory
 
         _print_looks(RunDirectory(out).looks(), doc.look)
     latest = looks[-1] if looks else None
     if out is not None and latest is not None and latest.seq != doc.look and latest.what == "test" and latest.result:
-        from celtk.run.documents import TestDocument
+        from celtk.store.documents import TestDocument
 
         repeat = TestDocument.load(out, latest.result)
         console().print("[bold red]A second look (--force): the result above stays the first test's; this look's "

@@ -23,7 +23,7 @@ def theory_cmd(out: str | None, seeds: int, quick: bool) -> None:
     """Train the paper's 3-head diagonal attention model on many seeds; check Theorems 4.2 and 4.3."""
     from dataclasses import replace
 
-    from celtk.runstore import write_json
+    from celtk.store.files import write_json
     from celtk.theory import TheoryConfig, TheoryDocument, run_theory
 
     config = TheoryConfig.quick() if quick else replace(TheoryConfig(), n_seeds=seeds)

@@ -12,7 +12,7 @@ import click
 from celtk.cli._common import console, progress_bar
 
 if TYPE_CHECKING:  # annotations only: the documents load with the stage that writes them
-    from celtk.run.documents import AblationKindsDocument, TransferDocument
+    from celtk.store.documents import AblationKindsDocument, TransferDocument
 
 
 def _names(text: str | None) -> list[str]:
@@ -80,8 +80,8 @@ def transfer_cmd(out: str, shots_seeds: list[int], zero_shot: bool, subtasks: st
     """The frozen selection against the intact model under a grid of variants, on held-out examples; writes
     OUT/transfer.json."""
     from celtk.errors import ConfigError
-    from celtk.run.documents import SelectionDocument
     from celtk.run.transfer import check_heldout_size, run_transfer, variant_grid
+    from celtk.store.documents import SelectionDocument
 
     task = SelectionDocument.load(Path(out)).task.name
     given = click.get_current_context().get_parameter_source("shots_seeds") != click.core.ParameterSource.DEFAULT

@@ -24,8 +24,8 @@ from celtk.heads import Head
 from celtk.report._files import check_writable, save_png
 from celtk.report.ablations import kinds_section
 from celtk.report.transfer import transfer_section
-from celtk.run.directory import RunDirectory, check_tested_heldout
-from celtk.run.documents import (
+from celtk.store.directory import RunDirectory, check_tested_heldout
+from celtk.store.documents import (
     DiagnosticsDocument,
     Document,
     ScreenDocument,
@@ -33,9 +33,9 @@ from celtk.run.documents import (
     StabilityDocument,
     TestDocument,
 )
-from celtk.run.heldout import Look
-from celtk.run.integrity import check_screen_fingerprint, check_selection_matches_screen, check_test_matches_selection
-from celtk.runstore import atomic_write_text, locked
+from celtk.store.files import atomic_write_text, locked
+from celtk.store.heldout import Look
+from celtk.store.integrity import check_screen_fingerprint, check_selection_matches_screen, check_test_matches_selection
 
 D = TypeVar("D", bound=Document)
 

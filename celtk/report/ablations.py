@@ -9,7 +9,7 @@ from pathlib import Path
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
 from celtk.report._files import FigureHtml, Table, save_png
-from celtk.run.documents import AblationKindsDocument
+from celtk.store.documents import AblationKindsDocument
 
 
 def _curve(path: Path, doc: AblationKindsDocument) -> None:

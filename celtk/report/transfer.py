@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from celtk.report._files import FigureHtml, Table, save_png
-from celtk.run.documents import CalibrationDocument, TransferDocument
+from celtk.store.documents import CalibrationDocument, TransferDocument
 
 
 def _forest(path: Path, doc: TransferDocument) -> None:

@@ -52,11 +52,11 @@ from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluation.scoring import ablation_for, prompt_prefix
 from celtk.models import Model
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import AblationKindsDocument, Correctness, KindRow, TestDocument
 from celtk.run.session import Session, session_for
 from celtk.run.test import score_kinds
 from celtk.stats import bootstrap_chunks, compare_paired
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import AblationKindsDocument, Correctness, KindRow, TestDocument
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult

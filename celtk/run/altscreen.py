@@ -18,13 +18,13 @@ from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import AltscreenDocument
-from celtk.run.memo import SetMemo, memo_for
-from celtk.run.session import ScreenedRun, open_run
+from celtk.run.session import ScreenedRun, memo_for, open_run
 from celtk.screening.rankers import LASSO_FOLDS, RankerInput, compare_rankings
 from celtk.screening.registry import RANKERS
 from celtk.search.selection import check_pool_options
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import AltscreenDocument
+from celtk.store.memo import SetMemo
 
 Progress = Callable[[str, int, int], None]
 

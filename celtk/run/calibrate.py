@@ -30,10 +30,7 @@ from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import CalibrationDocument, ScreenDocument, SelectionDocument
-from celtk.run.memo import memo_for
-from celtk.run.session import open_run
+from celtk.run.session import memo_for, open_run
 from celtk.run.transfer import heldout_pass
 from celtk.search.nulls import (
     beyond_union,
@@ -45,6 +42,8 @@ from celtk.search.nulls import (
 )
 from celtk.search.scores import HeadScore, head_ids, rank
 from celtk.search.selection import n_subsets
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import CalibrationDocument, ScreenDocument, SelectionDocument
 
 Progress = Callable[[str, int, int], None]
 NULLS = ("search", "permutation", "random-heads")

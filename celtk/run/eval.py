@@ -21,11 +21,11 @@ from celtk.evaluation.scoring import ablation_for
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE, RunConfig
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
-from celtk.run.ledger import Ledger
 from celtk.run.session import session_for
-from celtk.runstore import locked, write_json
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
+from celtk.store.files import locked, write_json
+from celtk.store.ledger import Ledger
 from celtk.tasks import Example, Splits, Task, get_task, make_splits
 
 if TYPE_CHECKING:

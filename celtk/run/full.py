@@ -11,12 +11,12 @@ from celtk.boundary import check_fields, public
 from celtk.errors import RunStoreError
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig, preflight
-from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.run.screen import run_screen, stored_screen
 from celtk.run.select import run_select, stored_selection
 from celtk.run.test import run_test, stored_test
-from celtk.runstore import read_json, write_json
 from celtk.search.strategies import get_strategy
+from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocument
+from celtk.store.files import read_json, write_json
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 ``Run(out)`` reopens a run from the settings it recorded. The model is loaded once, on first
 need (or given as ``model=``), and every stage reuses it. Each method is one CLI verb, with the
 verb's options as keyword arguments, and returns the document the stage writes
-(:mod:`celtk.run.documents`): nothing prints.
+(:mod:`celtk.store.documents`): nothing prints.
 
     >>> import celtk
     >>> config = celtk.RunConfig(model="tiny-llama", task="arithmetic:2da", discovery=8, heldout=8,
@@ -51,20 +51,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import celtk.run as stages
 from celtk.boundary import annotation_names, public
 from celtk.errors import ConfigError, RunStoreError, TaskError
 from celtk.heads import HeadSet
 from celtk.report import write_report
-from celtk.run.config import RunConfig, recorded_config
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument
+from celtk.run.config import RunConfig, parse_shard, recorded_config
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.tasks import continuation_delimiter
 
 if TYPE_CHECKING:
     from celtk.analysis import CompareDocument, HeadAttributesDocument
     from celtk.models import Model
-    from celtk.run.documents import (
+    from celtk.run.session import Session
+    from celtk.store.documents import (
         AblationKindsDocument,
         AltscreenDocument,
         CalibrationDocument,
@@ -75,13 +75,12 @@ if TYPE_CHECKING:
         TestDocument,
         TransferDocument,
     )
-    from celtk.run.session import Session
     from celtk.tasks import Example, Splits, Task
 
 __getattr__ = annotation_names({  # what the boundary's type check resolves on first need
     "CompareDocument": "celtk.analysis", "HeadAttributesDocument": "celtk.analysis", "Model": "celtk.models",
     **dict.fromkeys(("AblationKindsDocument", "AltscreenDocument", "CalibrationDocument", "EvalDocument",
-                     "StabilityDocument", "TransferDocument"), "celtk.run.documents"),
+                     "StabilityDocument", "TransferDocument"), "celtk.store.documents"),
     "Session": "celtk.run.session", "Example": "celtk.tasks", "Splits": "celtk.tasks", "Task": "celtk.tasks"})
 
 Progress = Callable[[str, int, int], None]
@@ -224,16 +223,20 @@ class Run:
                progress: Progress | None = None) -> ScreenDocument:
         """``celtk screen``: every head ablated alone on the discovery set (``layers``: only those layers'
         heads, for a quick look; ``shard``: ``"i/N"``, the slice written to ``OUT/shard-i-of-N``)."""
-        stored = stages.stored_screen(self.config, self.out, shard=stages.parse_shard(shard), layers=layers,
-                                      model=self._model)
+        from celtk.run.screen import run_screen, stored_screen
+
+        stored = stored_screen(self.config, self.out, shard=parse_shard(shard), layers=layers,
+                               model=self._model)
         if stored is not None:
             return stored
-        return stages.run_screen(self.config, self.out, shard=stages.parse_shard(shard), model=self.model,
-                                 progress=progress, layers=layers)
+        return run_screen(self.config, self.out, shard=parse_shard(shard), model=self.model,
+                          progress=progress, layers=layers)
 
     def merge(self) -> ScreenDocument:
         """``celtk merge``: join the shards' screens into ``screen.json``."""
-        return stages.merge_shards(self.out)
+        from celtk.run.screen import merge_shards
+
+        return merge_shards(self.out)
 
     @public
     def select(self, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1", width: int = 3,
@@ -241,25 +244,29 @@ class Run:
                tie_break: str | None = None) -> SelectionDocument:
         """``celtk select``: search for the best head set and freeze it with its held-out set (``p``, ``k`` and
         ``tie_break``, how heads tied in every measure are ranked, default to the run's settings)."""
+        from celtk.run.select import run_select, stored_selection
+
         p, k = self.config.p if p is None else p, self.config.k if k is None else k
         tie_break = self.config.tie_break if tie_break is None else tie_break
-        stored = None if force else stages.stored_selection(self.out, p=p, k=k, strategy=strategy, width=width,
-                                                            heldout=heldout, tie_break=tie_break)
+        stored = None if force else stored_selection(self.out, p=p, k=k, strategy=strategy, width=width,
+                                                     heldout=heldout, tie_break=tie_break)
         if stored is not None:
             return stored
-        return stages.run_select(self.out, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
-                                 model=self.model, force=force, progress=progress, tie_break=tie_break)
+        return run_select(self.out, p=p, k=k, strategy=strategy, width=width, heldout=heldout,
+                          model=self.model, force=force, progress=progress, tie_break=tie_break)
 
     @public
     def test(self, *, heldout: int | None = None, n_boot: int = 10_000, force: bool = False,
              progress: Progress | None = None) -> TestDocument:
         """``celtk test``: the frozen selection against the intact model on the held-out set (once: a second call
         returns the first test, scoring nothing, unless ``force``)."""
-        stored = None if force else stages.stored_test(self.out, heldout)
+        from celtk.run.test import run_test, stored_test
+
+        stored = None if force else stored_test(self.out, heldout)
         if stored is not None:
             return stored
-        return stages.run_test(self.out, heldout=heldout, model=self.model, n_boot=n_boot, force=force,
-                               progress=progress)
+        return run_test(self.out, heldout=heldout, model=self.model, n_boot=n_boot, force=force,
+                        progress=progress)
 
     @public
     def transfer(self, *, shots_seeds: Sequence[int] | None = None, zero_shot: bool = True,
@@ -269,12 +276,12 @@ class Run:
                  progress: Progress | None = None) -> TransferDocument:
         """``celtk transfer``: the tested selection under other shots, zero-shot, neighbouring subtasks, other
         tasks, the chat template and other models (``other_models``: names, each loaded once)."""
-        from celtk.run.transfer import variant_grid
+        from celtk.run.transfer import run_transfer, variant_grid
 
         grid = variant_grid(SelectionDocument.load(self.out).task.name, shot_seeds=shots_seeds, zero_shot=zero_shot,
                             subtasks=subtasks, tasks=tasks, chat=chat, models=other_models)
-        return stages.run_transfer(self.out, grid, model=self.model, heldout=heldout, plain_text=plain_text,
-                                   n_boot=n_boot, progress=progress)
+        return run_transfer(self.out, grid, model=self.model, heldout=heldout, plain_text=plain_text,
+                            n_boot=n_boot, progress=progress)
 
     @public
     def calibrate(self, *, null: str = "search", repeats: int = 200, n_candidates: int | None = None,
@@ -282,8 +289,10 @@ class Run:
         """``celtk calibrate``: the best discovery gain a search finds under ``null`` (``search``, the p-value to
         quote; ``permutation`` or ``random-heads``, scales without one; ``n_candidates``: the older control's
         random sets per draw, random-heads only — the CLI's ``--candidates``)."""
-        return stages.run_calibration(self.out, null=null, repeats=repeats, seed=seed, n_candidates=n_candidates,
-                                      model=self.model, progress=progress)
+        from celtk.run.calibrate import run_calibration
+
+        return run_calibration(self.out, null=null, repeats=repeats, seed=seed, n_candidates=n_candidates,
+                               model=self.model, progress=progress)
 
     @public
     def ablations(self, *, kinds: Sequence[str] = ("zero", "mean", "resample"),
@@ -293,26 +302,32 @@ class Run:
                   progress: Progress | None = None) -> AblationKindsDocument:
         """``celtk ablations``: the tested selection under other ablation kinds, at each of ``positions``, resample
         drawn ``draws`` times (its references' shots ``fixed`` or ``redraw``), and a scale sweep."""
-        return stages.run_ablation_kinds(self.out, kinds=kinds, alphas=alphas, positions=positions, draws=draws,
-                                         reference_shots=reference_shots, model=self.model, n_boot=n_boot,
-                                         progress=progress)
+        from celtk.run.ablations import run_ablation_kinds
+
+        return run_ablation_kinds(self.out, kinds=kinds, alphas=alphas, positions=positions, draws=draws,
+                                  reference_shots=reference_shots, model=self.model, n_boot=n_boot,
+                                  progress=progress)
 
     @public
     def altscreen(self, *, method: str = "gradient", p: int = 10, masks: int = 200, rate: float = 0.05,
                   seed: int = 0, progress: Progress | None = None) -> AltscreenDocument:
         """``celtk altscreen``: a cheaper ranking of the heads, compared with the screen's pool."""
-        return stages.run_altscreen(self.out, method=method, p=p, masks=masks, rate=rate, seed=seed, model=self.model,
-                                    progress=progress)
+        from celtk.run.altscreen import run_altscreen
+
+        return run_altscreen(self.out, method=method, p=p, masks=masks, rate=rate, seed=seed, model=self.model,
+                             progress=progress)
 
     @public
     def stability(self, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5,
                   strategy: str = "algorithm1", p: int | None = None, k: int | None = None, width: int = 3,
                   seed: int = 0, progress: Progress | None = None) -> StabilityDocument:
         """``celtk stability``: selections on resamples of the discovery set (``p``, ``k``: the run's by default)."""
-        return stages.run_stability(self.out, resamples=resamples, method=method, fraction=fraction, seed=seed,
-                                    strategy=strategy, p=self.config.p if p is None else p,
-                                    k=self.config.k if k is None else k, width=width, model=self.model,
-                                    progress=progress)
+        from celtk.run.stability import run_stability
+
+        return run_stability(self.out, resamples=resamples, method=method, fraction=fraction, seed=seed,
+                             strategy=strategy, p=self.config.p if p is None else p,
+                             k=self.config.k if k is None else k, width=width, model=self.model,
+                             progress=progress)
 
     @public
     def eval(self, heads: HeadSet | str, *, limit: int | None = None, out: str | Path | None = None,
@@ -320,22 +335,28 @@ class Run:
         """``celtk eval --split heldout --run OUT``: ``heads`` ablated on the run's held-out set, under the run's
         ablation kind; an exploratory look, logged in the run (the test stays its result). Writes
         ``eval.json`` to ``out`` when given."""
-        return stages.run_eval(None if out is None else Path(out), model=self.model, heads=heads, split="heldout",
-                               limit=limit, batch_size=self._batch_size(), run=self.out,
-                               ablation=self.config.ablation, progress=progress)
+        from celtk.run.eval import run_eval
+
+        return run_eval(None if out is None else Path(out), model=self.model, heads=heads, split="heldout",
+                        limit=limit, batch_size=self._batch_size(), run=self.out,
+                        ablation=self.config.ablation, progress=progress)
 
     @public
     def attributes(self, *, length: int = 40, seed: int = 0) -> HeadAttributesDocument:
         """``celtk attributes``: previous-token, duplicate-token and induction scores of every head
         (:class:`celtk.analysis.HeadAttributesDocument`)."""
-        return stages.run_attributes(self.out, model=self.model, length=length, seed=seed)
+        from celtk.run.analyses import run_attributes
+
+        return run_attributes(self.out, model=self.model, length=length, seed=seed)
 
     @public
     def compare(self, circuit: str, *, top: int = 10, any_model: bool = False) -> CompareDocument:
         """``celtk compare --circuit``: the run's heads beside a known circuit (a file or packaged name;
         :class:`celtk.analysis.CompareDocument`). Needs no model. ``any_model``: compare with a circuit
         found on another model (of the same shape)."""
-        return stages.run_compare(self.out, circuit, top=top, any_model=any_model)
+        from celtk.run.analyses import run_compare
+
+        return run_compare(self.out, circuit, top=top, any_model=any_model)
 
     @public
     def report(self, *, to: str | Path | None = None) -> Path:

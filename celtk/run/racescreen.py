@@ -19,12 +19,12 @@ from jaxtyping import Bool, Int
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
-from celtk.run.documents import Correctness, RacingRecord
-from celtk.run.memo import claim_parts
 from celtk.run.screen import ScreenOutcome, null_control, screen_row
 from celtk.run.session import Session
-from celtk.runstore import fingerprint_key, read_json, write_json
 from celtk.screening.racing import Mode, RaceResult, default_schedule, race, subset_prepared
+from celtk.store.documents import Correctness, RacingRecord
+from celtk.store.files import fingerprint_key, read_json, write_json
+from celtk.store.memo import claim_parts
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult

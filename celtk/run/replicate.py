@@ -26,10 +26,10 @@ from celtk.errors import ConfigError, NothingToFreezeError
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig, preflight
-from celtk.run.documents import HEADS, Document, Record, ScreenDocument, coded, optional, rows
 from celtk.run.full import run_all, stored_run
-from celtk.runstore import locked
 from celtk.stats import holm
+from celtk.store.documents import HEADS, Document, Record, ScreenDocument, coded, optional, rows
+from celtk.store.files import locked
 
 Progress = Callable[[str, int, int], None]
 

@@ -22,14 +22,14 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet, all_heads
 from celtk.models import Model
 from celtk.run.config import RunConfig, check_recorded_settings
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
-from celtk.run.integrity import check_screen_complete
-from celtk.run.memo import WORK_SCALE, per_mille
 from celtk.run.registry import SCREENS
 from celtk.run.session import Session
-from celtk.runstore import check_fingerprint, locked, read_json, write_csv, write_json
 from celtk.search.scores import HeadScore
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
+from celtk.store.files import check_fingerprint, locked, read_json, write_csv, write_json
+from celtk.store.integrity import check_screen_complete
+from celtk.store.memo import WORK_SCALE, per_mille
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult

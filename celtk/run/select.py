@@ -14,8 +14,12 @@ from celtk.boundary import public
 from celtk.errors import NothingToFreezeError
 from celtk.models import Model
 from celtk.run.config import RunConfig, recorded_config
-from celtk.run.directory import RunDirectory, record
-from celtk.run.documents import (
+from celtk.run.session import ScreenedRun, memo_for, neutral_overrides, open_run
+from celtk.search.scores import check_tie_break
+from celtk.search.selection import n_subsets
+from celtk.search.strategies import SearchResult, get_strategy, tie_break_option
+from celtk.store.directory import RunDirectory, record
+from celtk.store.documents import (
     DiagnosticsDocument,
     HeldoutContract,
     Interaction,
@@ -23,12 +27,7 @@ from celtk.run.documents import (
     SelectionDocument,
     TestDocument,
 )
-from celtk.run.ledger import Ledger
-from celtk.run.memo import memo_for
-from celtk.run.session import ScreenedRun, neutral_overrides, open_run
-from celtk.search.scores import check_tie_break
-from celtk.search.selection import n_subsets
-from celtk.search.strategies import SearchResult, get_strategy, tie_break_option
+from celtk.store.ledger import Ledger
 
 Progress = Callable[[str, int, int], None]
 

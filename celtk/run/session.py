@@ -20,13 +20,15 @@ from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.planning.plan import check_memory
 from celtk.run.config import RunConfig
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import ScreenDocument, SelectionDocument
-from celtk.run.rules import Stage
 from celtk.screening.cached import auto_batch
 from celtk.screening.fused import fused_layers
 from celtk.screening.registry import SCREENERS
 from celtk.search.scores import HeadScore
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import Correctness, ScreenDocument, SelectionDocument
+from celtk.store.files import fingerprint_key
+from celtk.store.memo import Progress, SetMemo
+from celtk.store.rules import Stage
 from celtk.tasks import Splits, Task, get_task, make_splits
 from celtk.tasks.jsonl import jsonl_spec
 
@@ -195,7 +197,7 @@ def neutral_overrides(device: str | None = None, batch_size: int | str | None = 
 def session_for(document: ScreenDocument | SelectionDocument, model: Model | None = None, **overrides: Any) -> Session:
     """A session on the configuration stored in ``document`` (a screen or selection document), with
     ``overrides``. It only resolves: whether the session is the run's (its weights, task, discovery set,
-    held-out set) is the run directory's to check (:meth:`celtk.run.directory.RunDirectory.admit`)."""
+    held-out set) is the run directory's to check (:meth:`celtk.store.directory.RunDirectory.admit`)."""
     stored = {k: v for k, v in document.config.items() if k != "celtk_version"}
     return Session.open(RunConfig.from_dict(stored | overrides, type(document).FILE), model)
 
@@ -247,3 +249,14 @@ def open_run(out: Path | RunDirectory, model: Model | None = None, *, stage: Sta
     session = session_for(doc, model, **overrides)
     rd.admit(stage, session, doc)
     return ScreenedRun(rd.path, doc, intact, scores, session)
+
+
+def memo_for(run: ScreenedRun, progress: Progress | None = None, stage: str = "select", work: bool = False) -> SetMemo:
+    """The memo of a :class:`ScreenedRun` (``OUT/select_parts/sets``), shared by
+    select, altscreen (LASSO) and stability so none scores a set another already scored. ``work``: also report
+    ``"<stage> work"``, the replay work done in thousandths (:data:`celtk.store.memo.WORK_SCALE`), for a stage that
+    scores all its sets in one call (Algorithm 1), whose sets cost unequal time (a set starting in layer 0 replays
+    every layer)."""
+    key = fingerprint_key({"fingerprint": run.session.fingerprint(), "intact": Correctness.of(run.intact).bits})
+    return SetMemo(run.out / "select_parts" / "sets", run.intact, lambda: run.session.screener("discovery"), progress,
+                   stage, key=key, work=work)

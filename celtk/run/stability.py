@@ -11,15 +11,14 @@ import numpy as np
 from celtk.boundary import public
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import SelectionDocument, StabilityDocument, StableSelection, TestDocument
-from celtk.run.memo import memo_for
 from celtk.run.select import search_settings
-from celtk.run.session import open_run
+from celtk.run.session import memo_for, open_run
 from celtk.run.transfer import heldout_pass
 from celtk.search.stability import stability
 from celtk.search.strategies import get_strategy
 from celtk.stats import compare_paired, defined
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import SelectionDocument, StabilityDocument, StableSelection, TestDocument
 
 Progress = Callable[[str, int, int], None]
 

@@ -14,16 +14,16 @@ from celtk.evaluation.results import EvalResult
 from celtk.evaluation.shared_prefix import score_pass
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import (
+from celtk.run.session import Session, neutral_overrides, session_for
+from celtk.stats import compare_paired, defined
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import (
     LookRecord,
     SelectionDocument,
     TestDocument,
     TestExample,
 )
-from celtk.run.ledger import Ledger
-from celtk.run.session import Session, neutral_overrides, session_for
-from celtk.stats import compare_paired, defined
+from celtk.store.ledger import Ledger
 
 Progress = Callable[[str, int, int], None]
 

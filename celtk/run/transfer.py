@@ -20,11 +20,11 @@ from celtk.errors import CeltkError, ConfigError
 from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import Correctness, DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
-from celtk.run.memo import WORK_SCALE  # a held-out pass's progress, in thousandths of its work as the screen's
 from celtk.run.session import Session, session_for
 from celtk.stats import compare_paired, holm
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import Correctness, DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
+from celtk.store.memo import WORK_SCALE  # a held-out pass's progress, in thousandths of its work as the screen's
 from celtk.tasks import Splits, get_task, make_splits
 
 Progress = Callable[[str, int, int], None]

@@ -1,5 +1,5 @@
 """The paper's Section 4 theory, checked numerically (numpy/scipy; no models). Results are records
-(:class:`celtk.run.documents.Record`); :func:`run_theory` returns the whole ``theory.json`` as a
+(:class:`celtk.store.documents.Record`); :func:`run_theory` returns the whole ``theory.json`` as a
 :class:`TheoryDocument`. ``literal_risks`` (the literal attention form, torch) loads on first use, so
 importing this package does not import torch."""
 

@@ -7,7 +7,7 @@ only at which head is largest (Pr(E) = 4/9, winners uniform and independent); th
 coefficients whose heads are exchangeable, trained or not, so they cannot tell training apart
 from the nulls below. ``null_controls`` shows both on the same seeds.
 
-Each check returns a record (:class:`celtk.run.documents.Record`): the fields are the keys it
+Each check returns a record (:class:`celtk.store.documents.Record`): the fields are the keys it
 has in ``theory.json``, in that order.
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 from jaxtyping import Bool, Float, Int
 from scipy import stats
 
-from celtk.run.documents import Record, optional
 from celtk.stats import holm
+from celtk.store.documents import Record, optional
 from celtk.theory._model import Setting
 from celtk.theory._train import delete_head, event_e, winners
 

@@ -1,5 +1,5 @@
 """The numerical experiments on Theorems 4.2 and 4.3: one setting trained on many seeds, the α sweep,
-the largest stable step. Each returns a record (:class:`celtk.run.documents.Record`) whose fields are
+the largest stable step. Each returns a record (:class:`celtk.store.documents.Record`) whose fields are
 its keys in ``theory.json``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
-from celtk.run.documents import Record, optional
+from celtk.store.documents import Record, optional
 from celtk.theory._checks import PrE, record, symmetry
 from celtk.theory._model import Setting, coefficients
 from celtk.theory._train import Deletion, TrainResult, delete_head, event_e, init, train, winners

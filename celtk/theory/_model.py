@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from jaxtyping import Float
 
-from celtk.run.documents import Record
+from celtk.store.documents import Record
 
 
 @dataclass(frozen=True)

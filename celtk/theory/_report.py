@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from celtk.run.documents import SCHEMA_VERSION, Document, Record, optional
+from celtk.store.documents import SCHEMA_VERSION, Document, Record, optional
 from celtk.theory import _plots
 from celtk.theory._checks import (
     NullControls,
@@ -97,7 +97,7 @@ class TheoryDocument(Document):
     """``theory.json``: every setting's experiments, and the first setting's headline figures."""
 
     FILE: ClassVar[str] = "theory.json"
-    DIGESTED: ClassVar[bool] = False  # written without a digest (celtk.run.documents.check_digest)
+    DIGESTED: ClassVar[bool] = False  # written without a digest (celtk.store.documents.check_digest)
     # layout 1 of a file written before documents carried schema_version: not written, so the file is
     # byte for byte what it was (Document.from_json reads a file without one as layout 1); a new layout writes it
     schema_version: int = field(default=SCHEMA_VERSION, metadata={"stored": False})

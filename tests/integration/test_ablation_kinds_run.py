@@ -17,9 +17,9 @@ from celtk.evaluation.scoring import ablation_for
 from celtk.heads import Head, HeadSet
 from celtk.run import AblationKindsDocument, run_ablation_kinds, run_screen, run_select, run_test
 from celtk.run.ablations import sign_flip_p
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import Correctness
 from celtk.stats import mcnemar_exact
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import Correctness
 from celtk.tasks import get_task, make_splits
 
 

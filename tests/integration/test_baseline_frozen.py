@@ -13,9 +13,9 @@ from celtk.errors import RunStoreError
 from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.run import run_screen, run_select, run_stability, run_test
-from celtk.run.documents import SelectionDocument
-from celtk.run.heldout import HeldoutLog
 from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.store.documents import SelectionDocument
+from celtk.store.heldout import HeldoutLog
 from celtk.tasks import get_task, make_splits
 
 
@@ -125,8 +125,8 @@ def test_test_refuses_changed_shots_or_discovery(planted, tested_run, tmp_path):
 def test_streamed_test_equals_the_cached_path(planted, tested_run):
     """test.json's per-example outcomes from the two streamed plain passes equal the cached
     screener's on the same held-out set."""
-    from celtk.run.documents import SelectionDocument
     from celtk.run.session import session_for
+    from celtk.store.documents import SelectionDocument
 
     model, _ = planted
     test = json.loads((tested_run / "test.json").read_text())
@@ -189,9 +189,9 @@ def test_generation_prompts_get_one_bos_when_the_template_writes_it(tiny_llama):
 def test_the_session_resolves_batch_size_once_for_every_stage(planted, tested_run):
     """Session.batch_sizes is the one place a batch size is resolved: the configured size, or under "auto" what
     auto_batch fits; the cached screener and the streamed test passes take it from there."""
-    from celtk.run.documents import SelectionDocument
     from celtk.run.session import session_for
     from celtk.screening.cached import auto_batch
+    from celtk.store.documents import SelectionDocument
 
     model, _ = planted
     selection = SelectionDocument.load(tested_run)

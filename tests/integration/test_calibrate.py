@@ -16,10 +16,10 @@ from celtk.cli import main
 from celtk.errors import ConfigError
 from celtk.run import RunConfig, run_screen, run_select, run_test
 from celtk.run.calibrate import NO_P_VALUE, run_calibration
-from celtk.run.documents import CalibrationDocument
-from celtk.run.heldout import HeldoutLog
 from celtk.search.null_levels import false_positive_rates, level_bound
 from celtk.search.nulls import permutation_null
+from celtk.store.documents import CalibrationDocument
+from celtk.store.heldout import HeldoutLog
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from celtk.ablation import export_ablated
 from celtk.cli import main
 from celtk.heads import HeadSet
-from celtk.run.documents import EvalDocument
+from celtk.store.documents import EvalDocument
 
 FIX = Path(__file__).parent.parent / "fixtures"
 

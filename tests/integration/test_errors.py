@@ -384,24 +384,24 @@ def c_merge_missing_shard(ctx):
 
 
 def c_directory_in_use(ctx):
-    from celtk.runstore import locked
+    from celtk.store.files import locked
     with locked(ctx.tmp), locked(ctx.tmp):
         pass
 
 
 def c_output_not_writable(ctx):
-    from celtk.runstore import write_json
+    from celtk.store.files import write_json
     (ctx.tmp / "a-file").write_text("x")
     write_json(ctx.tmp / "a-file" / "out" / "screen.json", {})
 
 
 def c_disk_full(ctx):
-    from celtk.runstore import write_json
+    from celtk.store.files import write_json
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    ctx.monkeypatch.setattr("celtk.runstore.os.fsync", full)
+    ctx.monkeypatch.setattr("celtk.store.files.os.fsync", full)
     write_json(ctx.tmp / "screen.json", {"heads": []})
 
 
@@ -486,7 +486,7 @@ def c_merge_only_odd_names(ctx):
 
 
 def c_output_read_only(ctx):
-    from celtk.runstore import write_json
+    from celtk.store.files import write_json
     (ctx.tmp / "ro").mkdir()
     _on_read_only(ctx.tmp / "ro", lambda: write_json(ctx.tmp / "ro" / "screen.json", {}))
 
@@ -554,7 +554,7 @@ def c_lasso_no_masks(ctx):
 
 
 def c_nan_into_json(ctx):
-    from celtk.runstore import write_json
+    from celtk.store.files import write_json
     write_json(ctx.tmp / "test.json", {"gain": 0.1, "relative_error_reduction": float("nan")})
 
 
@@ -596,7 +596,7 @@ def c_heldout_without_run(ctx):
 
 def c_heldout_log_edited(ctx):
     from celtk.heads import HeadSet
-    from celtk.run.heldout import HeldoutLog
+    from celtk.store.heldout import HeldoutLog
     out = _copy(ctx.run_dir, ctx.tmp)
     log = HeldoutLog(out)
     log.begin("stability", [HeadSet.parse("L0H0")], "0" * 16, 3, frozen=False, exploratory=True)

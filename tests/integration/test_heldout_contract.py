@@ -12,10 +12,10 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.report import write_report
 from celtk.run import run_screen, run_select, run_stability, run_test
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import TestDocument
 from celtk.run.eval import run_eval
-from celtk.run.heldout import HeldoutLog
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import TestDocument
+from celtk.store.heldout import HeldoutLog
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +191,8 @@ def test_a_look_that_scored_the_selection_before_its_test_is_marked_seen_before_
     from click.testing import CliRunner
 
     from celtk.cli import main
-    from celtk.run.directory import RunDirectory
-    from celtk.run.documents import SelectionDocument
+    from celtk.store.directory import RunDirectory
+    from celtk.store.documents import SelectionDocument
 
     model, _ = planted
     heads = SelectionDocument.load(run_copy).heads
@@ -224,7 +224,7 @@ def test_a_stability_look_before_select_is_seen_before_the_test_of_the_selection
                                                                                             tmp_path):
     """Before select nothing is frozen, so the stability look's line says "frozen": null (not false); once select
     freezes its reference row, the views show the look as having scored it, and the test marks it."""
-    from celtk.run.directory import RunDirectory
+    from celtk.store.directory import RunDirectory
 
     model, _ = planted
     out = tmp_path / "run"

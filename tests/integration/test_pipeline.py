@@ -202,7 +202,7 @@ def test_second_process_on_same_directory_is_refused(planted, uninterrupted, tmp
 
     model, _ = planted
     config = uninterrupted[0]
-    holder = _child("from celtk.runstore import locked\nimport time\n"
+    holder = _child("from celtk.store.files import locked\nimport time\n"
                     f"with locked(__import__('pathlib').Path({str(tmp_path)!r})):\n"
                     f"    print('ready', flush=True)\n    time.sleep(120)\n")
     try:

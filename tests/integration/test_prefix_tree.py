@@ -13,10 +13,10 @@ from _support import MORE_ARCHS, TINY_ARCHS, make_tiny
 from celtk.evaluation.prompts import prepare
 from celtk.evaluation.results import EvalResult
 from celtk.heads import HeadSet
-from celtk.run.memo import SetMemo
 from celtk.screening.cached import CachedScreener
 from celtk.screening.fused import fused_layers
 from celtk.screening.prefix_tree import flat_layer_evaluations, layer_evaluations, prefix_tree
+from celtk.store.memo import SetMemo
 from celtk.tasks import get_task, make_splits
 
 # heads in three of four layers, two in layer 1: subsets share lower heads, some hold two heads of one layer

@@ -13,13 +13,14 @@ import torch
 from _support import not_none, self_consistent_task
 
 from celtk import probe
-from celtk.analysis import CompareDocument, HeadAttributesDocument, run_attributes, run_compare
+from celtk.analysis import CompareDocument, HeadAttributesDocument
 from celtk.errors import HeadError
 from celtk.evaluation import evaluate
 from celtk.heads import Head, HeadSet
 from celtk.report import write_report
 from celtk.run import RunConfig, run_screen, run_select, run_test
-from celtk.runstore import dumps
+from celtk.run.analyses import run_attributes, run_compare
+from celtk.store.files import dumps
 from celtk.tasks import get_task, make_splits
 
 

@@ -187,7 +187,7 @@ def test_every_stage_reports_within_its_work(planted, smol_tokenizer, tmp_path):
     null = records("calibrate", str(out), "--null", "search", "--repeats", "60")
     assert [d for d, _ in counts(null, "search null")] == list(range(1, 61))  # at least 50 chunks: one repeat each
     from celtk.run.calibrate import run_calibration
-    from celtk.run.documents import CalibrationDocument
+    from celtk.store.documents import CalibrationDocument
 
     shown = CalibrationDocument.load(out, "calibration-search.json")
     assert run_calibration(out, null="search", repeats=60) == shown  # the same draws without progress

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 from _support import edit_document, not_none, planted_config
 
-from celtk.analysis import run_compare
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.report import screen_grids, write_report
 from celtk.run import run_screen, run_select, run_test
+from celtk.run.analyses import run_compare
 from celtk.run.calibrate import screen_discordant
-from celtk.run.documents import Correctness
 from celtk.run.screen import screen_row
 from celtk.run.session import load_screen
 from celtk.screening.racing import exhaustive_pool
+from celtk.store.documents import Correctness
 
 # the planted head alone leads; the eleven harmless heads tie behind it, so with p = 1 they are
 # raced off once the examples left cannot close the gap (with p ≥ 2 a tie keeps them all racing)

@@ -17,8 +17,8 @@ from celtk.cli import main
 from celtk.errors import NothingToFreezeError, RunStoreError
 from celtk.heads import HeadSet
 from celtk.run import Run, run_screen, run_select, run_test
-from celtk.run.documents import ScreenDocument, SelectionDocument
-from celtk.run.heldout import HeldoutLog
+from celtk.store.documents import ScreenDocument, SelectionDocument
+from celtk.store.heldout import HeldoutLog
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:

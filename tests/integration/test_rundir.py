@@ -16,7 +16,7 @@ from _support import copy_document, edit_document, planted_config
 
 from celtk.errors import RunStoreError
 from celtk.run import RunConfig, merge_shards, run_screen, run_select, run_test
-from celtk.runstore import locked
+from celtk.store.files import locked
 
 SCREEN_FILES = ("screen.json", "screen.csv", "fingerprint.json", "config.json", "intact.json", "timing.json")
 

@@ -61,15 +61,15 @@ _CELTK = """\
 import os, sys, time
 if (os.environ.get("HOLD_SHARD") == os.environ.get("SLURM_ARRAY_TASK_ID")
         and os.environ.get("SLURM_RESTART_COUNT", "0") == "0"):
-    import celtk.runstore
-    _write = celtk.runstore.write_json
+    import celtk.store.files
+    _write = celtk.store.files.write_json
 
     def write_json(path, obj):
         _write(path, obj)
         if path.name == "L0.json" and path.parent.name == "screen_parts":
             time.sleep(3600)  # held here until the test's `scontrol requeue` ends this attempt
 
-    celtk.runstore.write_json = write_json
+    celtk.store.files.write_json = write_json
 from celtk.cli import run
 sys.exit(run())
 """

@@ -15,10 +15,10 @@ from _support import planted_config
 from celtk.errors import RunStoreError
 from celtk.report import write_report
 from celtk.run import run_screen, run_select, run_test
-from celtk.run.directory import RunDirectory
-from celtk.run.documents import SelectionDocument
-from celtk.run.heldout import HeldoutLog
-from celtk.runstore import append_line, read_bounded
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import SelectionDocument
+from celtk.store.files import append_line, read_bounded
+from celtk.store.heldout import HeldoutLog
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,6 @@ def _every_reader(run: Path, model, task, tmp_path: Path) -> dict[str, Callable[
     run as the one seed of ``tmp_path/replicate``, a copy made by the caller)."""
     from click.testing import CliRunner
 
-    from celtk.analysis import run_attributes
     from celtk.cli import main
     from celtk.run import (
         run_ablation_kinds,
@@ -59,6 +58,7 @@ def _every_reader(run: Path, model, task, tmp_path: Path) -> dict[str, Callable[
         run_transfer,
         variant_grid,
     )
+    from celtk.run.analyses import run_attributes
 
     def looks_cli() -> None:
         """``celtk looks``: a refusal is its message and exit status 1 (raised again here as the error it names)."""
@@ -211,7 +211,7 @@ def test_reads_stop_at_their_bound(tmp_path):
         read_bounded(tmp_path)
 
 
-# ---- the ledger outside the run directories (celtk.run.ledger) ----------------------------------------------------
+# ---- the ledger outside the run directories (celtk.store.ledger) ----------------------------------------------------
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from _support import make_tiny, not_none, planted_config
 from celtk.ablation import ablate
 from celtk.errors import ConfigError, RunStoreError
 from celtk.run import run_screen, run_select, run_test
-from celtk.run.documents import SelectionDocument, TransferDocument
-from celtk.run.heldout import HeldoutLog
 from celtk.run.transfer import Variant, run_transfer, variant_grid
 from celtk.stats import holm, mcnemar_exact
+from celtk.store.documents import SelectionDocument, TransferDocument
+from celtk.store.heldout import HeldoutLog
 
 CHOICES = (" yes", " no")  # one token each
 WORDS = ["north", "south", "water", "fire", "metal", "glass", "tiger", "lemon", "chair", "train", "queen", "ocean"]

@@ -10,7 +10,7 @@ from celtk.analysis import AttributeProbe, CompareDocument, HeadAttributesDocume
 from celtk.circuits import compare_with_circuit, critical_and_enhancing, load_circuit
 from celtk.errors import RunStoreError
 from celtk.heads import Head
-from celtk.runstore import dumps
+from celtk.store.files import dumps
 
 RANKING = ["L9H9", "L0H0", "L10H7", "L1H1"] + [f"L{l}H{h}" for l in range(12) for h in range(12)
                                                 if f"L{l}H{h}" not in ("L9H9", "L0H0", "L10H7", "L1H1")]

@@ -143,8 +143,8 @@ def test_every_head_ordering_is_the_one_ranking_key():
                                                  ])
 def test_an_attribute_probe_of_no_tokens_is_refused_before_the_model_loads(tmp_path, length, batch, name):
     """``Run.attributes(length=0)`` ended in torch's RuntimeError on an empty tensor."""
-    from celtk.analysis import run_attributes
     from celtk.errors import ConfigError
+    from celtk.run.analyses import run_attributes
 
     with pytest.raises(ConfigError, match=rf"probe's {name} must be a positive integer .*--length, default 40"):
         run_attributes(tmp_path / "no-run", length=length, batch=batch)

@@ -13,9 +13,9 @@ import click
 import pytest
 
 import celtk
-import celtk.analysis
 import celtk.run.ablations
 import celtk.run.altscreen
+import celtk.run.analyses
 import celtk.run.calibrate
 import celtk.run.eval
 import celtk.run.full
@@ -33,7 +33,7 @@ SHARED = ("p", "k", "fewshot", "batch_size", "device", "dtype", "discovery", "he
 DEFAULT = RunConfig()
 STAGES = (celtk.run.select, celtk.run.test, celtk.run.stability, celtk.run.altscreen, celtk.run.calibrate,
           celtk.run.transfer, celtk.run.eval, celtk.run.ablations, celtk.run.screen, celtk.run.full,
-          celtk.run.replicate, celtk.analysis)
+          celtk.run.replicate, celtk.run.analyses)
 # On a run that exists, these take the run's value unless given: a literal default there would ignore the run
 RUN_BOUND = ("p", "k", "tie_break", "heldout", "device", "batch_size")
 ON_A_RUN = {"select", "test", "stability", "transfer", "run_select", "stored_selection", "run_test", "stored_test",

@@ -1,7 +1,7 @@
 """What the README and the docs/ pages name must exist: mkdocs --strict fails on a broken link
 between pages; these tests cover what it does not see.
 
-- every repository path a page names (`celtk/run/heldout.py`, `benchmarks/peers.py`, in prose, code or a link)
+- every repository path a page names (`celtk/store/heldout.py`, `benchmarks/peers.py`, in prose, code or a link)
   exists;
 - every `celtk.xxx` dotted name a page writes in code resolves to a module or an attribute of one;
 - every relative link of the README reaches a file, and a heading there when it names one.
@@ -114,7 +114,7 @@ def test_the_readme_links_every_docs_page():
 def test_the_checks_see_what_they_check(tmp_path):
     """The finders on a made-up page: a wrong path, a placeholder, a rate; wrong names; headings' anchors."""
     page = ROOT / "docs" / "index.md"
-    assert "celtk/run/heldout.py" in {n for p in pages() for n in _named_paths(p)}
+    assert "celtk/store/heldout.py" in {n for p in pages() for n in _named_paths(p)}
     assert _resolves("celtk.errors.CeltkError") and _resolves("celtk.run")
     assert not _resolves("celtk.errors.NoSuchError") and not _resolves("celtk.no_such_module")
     assert _slug("Set-up: two commands") == "set-up-two-commands"

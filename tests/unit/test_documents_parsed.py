@@ -14,7 +14,7 @@ import pytest
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head, HeadSet
-from celtk.run.documents import (
+from celtk.store.documents import (
     CalibrationDocument,
     Correctness,
     DiagnosticsDocument,
@@ -176,8 +176,8 @@ def test_a_head_set_answers_membership_of_a_head_or_its_name():
 
 # modules that read heads or per-example bits from outside the library: files celtk writes (the documents, the
 # held-out log, the racing and search part caches), circuit files, and a user's argument
-BOUNDARIES = {"celtk/heads.py", "celtk/run/documents.py", "celtk/run/heldout.py", "celtk/run/racescreen.py",
-              "celtk/run/memo.py", "celtk/circuits/__init__.py", "celtk/probe.py"}
+BOUNDARIES = {"celtk/heads.py", "celtk/store/documents/codecs.py", "celtk/store/heldout.py", "celtk/run/racescreen.py",
+              "celtk/store/memo.py", "celtk/circuits/__init__.py", "celtk/probe.py"}
 
 
 def test_nothing_outside_the_boundaries_parses_heads_or_bits():
@@ -201,7 +201,7 @@ def test_nothing_outside_the_boundaries_parses_heads_or_bits():
 
 
 def test_the_eval_document_reads_the_file_it_writes():
-    from celtk.run.documents import EvalDocument, EvalExample, HeldBack
+    from celtk.store.documents import EvalDocument, EvalExample, HeldBack
 
     doc = EvalDocument(model="m", task="t", heads=HeadSet.parse("L1H2"), n=2, accuracy=0.5,
                        examples=[EvalExample(id="a", correct=True, logprob=-0.5),

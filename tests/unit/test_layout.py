@@ -1,12 +1,16 @@
 """The library's shape: pure logic imports without torch, registries with "did you mean",
 each strategy checks its own options, result documents round-trip, and a notebook sees the API."""
 
+import importlib
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import celtk.analysis
+import celtk.run
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.search.scores import HeadScore
@@ -27,7 +31,7 @@ sys.meta_path.insert(0, _NoTorch())
 _NO_TORCH = _BLOCK_TORCH + """
 import celtk.search.scores, celtk.search.selection, celtk.search.strategies, celtk.search.stability, celtk.search.nulls
 import celtk.registry, celtk.search.registry, celtk.screening.registry, celtk.run.registry, celtk.run.config
-import celtk.run.documents
+import celtk.store.documents
 import numpy as np
 from celtk.heads import HeadSet
 from celtk.search.scores import HeadScore
@@ -119,7 +123,7 @@ def test_greedy_searches_past_p_where_algorithm1_refuses():
 
 
 def _screen_doc():
-    from celtk.run.documents import Correctness, ModelRecord, ScreenDocument, ScreenRow, TaskRecord
+    from celtk.store.documents import Correctness, ModelRecord, ScreenDocument, ScreenRow, TaskRecord
     from celtk.tasks import SplitManifest
 
     row = ScreenRow(head=Head(0, 1), accuracy=0.5, gain=0.25, gain_count=1, damage=0, fixes=1,
@@ -132,7 +136,7 @@ def _screen_doc():
 
 
 def test_documents_round_trip_and_carry_their_schema(tmp_path):
-    from celtk.run.documents import SCHEMA_VERSION, DiagnosticsDocument, Interaction, ScreenDocument
+    from celtk.store.documents import SCHEMA_VERSION, DiagnosticsDocument, Interaction, ScreenDocument
 
     doc = _screen_doc()
     data = doc.to_json()
@@ -151,7 +155,7 @@ def test_documents_round_trip_and_carry_their_schema(tmp_path):
 
 
 def test_documents_refuse_unknown_fields_and_other_versions():
-    from celtk.run.documents import ScreenDocument
+    from celtk.store.documents import ScreenDocument
 
     data = _screen_doc().to_json()
     with pytest.raises(RunStoreError, match="unknown field\\(s\\) extra"):
@@ -169,7 +173,7 @@ def test_gain_means_a_fraction_and_gain_count_a_count_in_every_document():
     ``gain_count`` an int (examples)."""
     import dataclasses
 
-    from celtk.run import documents
+    from celtk.store import documents
 
     seen: dict[str, set[str]] = {}
     for value in vars(documents).values():
@@ -313,3 +317,22 @@ def test_the_tier_check_finds_a_model_in_a_unit_file(tmp_path):
     offences = _tier_offences(unit / "test_x.py")
     assert len(offences) == 3 and "imports conftest" in offences[0] and "make_tiny" in offences[1], offences
     assert "tiny_llama" in offences[2]
+
+
+
+@pytest.mark.parametrize("name", sorted(celtk.run.MOVED))
+def test_a_module_that_moved_to_the_store_says_where(name):
+    """``from celtk.run import documents`` (a module now in the run store) names its new home, which imports."""
+    home = celtk.run.MOVED[name]
+    with pytest.raises(ImportError, match=re.escape(f"moved to {home}")):
+        exec(f"from celtk.run import {name}", {})
+    assert importlib.import_module(home).__name__ == home
+
+
+@pytest.mark.parametrize("name", sorted(celtk.analysis.MOVED))
+def test_an_analysis_stage_that_moved_says_where(name):
+    """``from celtk.analysis import run_compare`` (a stage now beside the others) names its new home, where it is."""
+    home = celtk.analysis.MOVED[name]
+    with pytest.raises(ImportError, match=re.escape(f"moved to {home}.{name}")):
+        exec(f"from celtk.analysis import {name}", {})
+    assert callable(getattr(importlib.import_module(home), name))

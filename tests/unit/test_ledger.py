@@ -6,7 +6,7 @@ import json
 import pytest
 
 from celtk.errors import RunStoreError
-from celtk.run.ledger import Ledger
+from celtk.store.ledger import Ledger
 
 
 def test_entries_chain_and_an_edit_is_refused(tmp_path):

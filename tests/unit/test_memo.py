@@ -11,7 +11,7 @@ import pytest
 
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
-from celtk.run.memo import SetMemo
+from celtk.store.memo import SetMemo
 
 INTACT = np.array([True, False, True, False])
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from celtk.errors import RunStoreError
-from celtk.runstore import atomic_write_text, check_fingerprint, locked, read_json, write_json
+from celtk.store.files import atomic_write_text, check_fingerprint, locked, read_json, write_json
 
 
 def test_atomic_write_and_read(tmp_path):

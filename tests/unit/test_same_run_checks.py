@@ -11,8 +11,8 @@ from typing import get_args
 import pytest
 
 from celtk.errors import ConfigError
-from celtk.run.directory import MODEL_CHECKS, STAGES, ModelChecks, RunDirectory
-from celtk.run.rules import RULES, Stage
+from celtk.store.directory import MODEL_CHECKS, STAGES, ModelChecks, RunDirectory
+from celtk.store.rules import RULES, Stage
 
 CELTK = Path(__file__).resolve().parents[2] / "celtk"
 
@@ -26,7 +26,7 @@ DRIVERS = {
     "ablations": ("run/ablations.py", "run_ablation_kinds"),
     "eval": ("run/eval.py", "_eval_run"),
     "altscreen": ("run/altscreen.py", "run_altscreen"),
-    "attributes": ("analysis.py", "run_attributes"),
+    "attributes": ("run/analyses.py", "run_attributes"),
 }
 
 # the checks that belong to the run directory; only it (and, for its own documents, the report) calls them
@@ -35,7 +35,7 @@ SAME_RUN_CHECKS = {
     "check_selection_matches_screen", "check_test_matches_selection", "check_heldout", "check_contract",
     "check_frozen", "check_no_overlap", "verify", "verify_intact", "refuse_second_test", "refuse_select_after_looks",
     "require_tested", "compare_fingerprint", "check_raced_tie_break"}
-MAY_CALL = {"run/directory.py", "run/integrity.py", "runstore.py", "report/__init__.py",
+MAY_CALL = {"store/directory.py", "store/integrity.py", "store/files.py", "report/__init__.py",
             "run/screen.py"}  # the screen writes fingerprint.json, and its shards' merge compares them
 
 

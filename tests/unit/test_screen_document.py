@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from celtk.heads import Head, HeadSet
-from celtk.run.documents import Correctness, ModelRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.search.scores import HeadScore, rank
+from celtk.store.documents import Correctness, ModelRecord, ScreenDocument, ScreenRow, TaskRecord
 from celtk.tasks import SplitManifest
 
 

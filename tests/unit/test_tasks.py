@@ -234,7 +234,7 @@ def test_overlap_by_content_is_removed_from_discovery_and_checked():
 
 
 def test_test_stage_refuses_heldout_that_repeats_discovery():
-    from celtk.run.directory import check_no_overlap as _check_no_overlap
+    from celtk.store.directory import check_no_overlap as _check_no_overlap
 
     held = [Example("h1", "Q: same", " 1"), Example("h2", "Q: other", " 2")]
     with pytest.raises(SplitError, match=r"shares 1 example\(s\) .*d7 \(discovery\) = h1 \(held-out\)"):

@@ -12,7 +12,7 @@ import torch
 from _support import not_none
 from jaxtyping import TypeCheckError
 
-from celtk.runstore import dumps
+from celtk.store.files import dumps
 from celtk.theory import (
     CheckVerdicts,
     Setting,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 from jaxtyping import Bool
@@ -15,18 +15,13 @@ from jaxtyping import Bool
 from celtk.boundary import annotation_names, public
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
-from celtk.run.documents import Correctness
-from celtk.runstore import atomic_write_text, fingerprint_key, read_json, write_json
+from celtk.store.documents import Correctness
+from celtk.store.files import atomic_write_text, read_json, write_json
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
-    from celtk.run.session import ScreenedRun  # imports this module
-    from celtk.screening.cached import CachedScreener  # imports torch: not at run time
-    from celtk.screening.generation import GenerationScreener
 
-__getattr__ = annotation_names({  # what the boundary's type check resolves on first need
-    "EvalResult": "celtk.evaluation.results", "ScreenedRun": "celtk.run.session",
-    "CachedScreener": "celtk.screening.cached", "GenerationScreener": "celtk.screening.generation"})
+__getattr__ = annotation_names({"EvalResult": "celtk.evaluation.results"})  # resolved by the boundary on first need
 
 Progress = Callable[[str, int, int], None]
 WORK_SCALE = 1000  # a stage's progress within its layers, in thousandths of its replay work (the screen's too)
@@ -35,6 +30,17 @@ WORK_SCALE = 1000  # a stage's progress within its layers, in thousandths of its
 def per_mille(done: int, total: int) -> int:
     """``done`` of ``total`` units of work in :data:`WORK_SCALE` thousandths (all of it when there is none)."""
     return round(WORK_SCALE * done / total) if total else WORK_SCALE
+
+
+
+@runtime_checkable  # the jaxtyping import hook beartypes every function here, stubs included
+class SetScreener(Protocol):
+    """What a memo scores its missing sets with: :class:`celtk.screening.cached.CachedScreener` or
+    :class:`celtk.screening.generation.GenerationScreener` (the store imports neither: both load torch)."""
+
+    def run(self, sets: Iterable[HeadSet], on_layer: Callable[[int, dict[HeadSet, EvalResult]], None] | None = None,
+            on_intact: Callable[[EvalResult], None] | None = None,
+            on_work: Callable[[int, int], None] | None = None) -> tuple[EvalResult, dict[HeadSet, EvalResult]]: ...
 
 
 class SetMemo:
@@ -53,14 +59,14 @@ class SetMemo:
 
     @public
     def __init__(self, directory: Path, intact: Bool[np.ndarray, " example"],
-                 screener: Callable[[], CachedScreener | GenerationScreener],
+                 screener: Callable[[], SetScreener],
                  progress: Progress | None = None, stage: str = "select", key: str | None = None,
                  work: bool = False) -> None:
         directory = Path(directory)
         if key is not None:
             claim_parts(directory, key)
         self.directory, self._screener = directory, screener
-        self._instance: CachedScreener | GenerationScreener | None = None
+        self._instance: SetScreener | None = None
         self.progress, self.stage, self.work = progress, stage, work
         self.known: dict[HeadSet, Bool[np.ndarray, " example"]] = load_subset_parts(directory, intact)
 
@@ -137,13 +143,3 @@ def load_subset_parts(parts: Path, intact: Bool[np.ndarray, " example"]
                                     f"delete {parts}.")
             known[heads] = correct
     return known
-
-
-def memo_for(run: ScreenedRun, progress: Progress | None = None, stage: str = "select", work: bool = False) -> SetMemo:
-    """The memo of a :class:`celtk.run.session.ScreenedRun` (``OUT/select_parts/sets``), shared by
-    select, altscreen (LASSO) and stability so none scores a set another already scored. ``work``: also report
-    ``"<stage> work"``, the replay work done in thousandths (:data:`WORK_SCALE`), for a stage that scores all its
-    sets in one call (Algorithm 1), whose sets cost unequal time (a set starting in layer 0 replays every layer)."""
-    key = fingerprint_key({"fingerprint": run.session.fingerprint(), "intact": Correctness.of(run.intact).bits})
-    return SetMemo(run.out / "select_parts" / "sets", run.intact, lambda: run.session.screener("discovery"), progress,
-                   stage, key=key, work=work)

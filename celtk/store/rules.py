@@ -1,6 +1,6 @@
 """What each stage needs of its run directory, as one table keyed by the stage's name (:data:`RULES`).
 
-A stage asks its :class:`~celtk.run.directory.RunDirectory` twice: ``require(stage)`` before any model loads, which
+A stage asks its :class:`~celtk.store.directory.RunDirectory` twice: ``require(stage)`` before any model loads, which
 checks the stage's :attr:`StageRule.needs` in order, and ``admit(stage, session, document)`` once its session is
 drawn, which makes its :attr:`StageRule.model` checks. A new stage is one line here (and its driver).
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from celtk.errors import RunStoreError
-from celtk.run.documents import SelectionDocument, TestDocument
-from celtk.run.heldout import Look
+from celtk.store.documents import SelectionDocument, TestDocument
+from celtk.store.heldout import Look
 
 # every stage that reads a run directory
 Stage = Literal["select", "test", "stability", "transfer", "calibrate", "ablations", "eval", "altscreen", "attributes"]

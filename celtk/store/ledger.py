@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from celtk.errors import RunStoreError
 from celtk.models import cache_root
-from celtk.runstore import append_line, read_bounded
+from celtk.store.files import append_line, read_bounded
 
 LEDGER_ENV = "CELTK_LEDGER"
 START = "0" * 64

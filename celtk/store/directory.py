@@ -2,7 +2,7 @@
 
 :class:`RunDirectory` owns a run's file names, its lock, its documents (each read back only if
 its bytes are the ones celtk wrote: ``digests.json``) and its held-out log
-(:mod:`celtk.run.heldout`). The contract:
+(:mod:`celtk.store.heldout`). The contract:
 
 * The held-out set (size, seed, hash of its examples) is fixed when the selection is frozen and
   recorded in ``selection.json`` (``heldout``); every test of that selection scores exactly it.
@@ -24,11 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from celtk.errors import ConfigError, RunStoreError, SplitError, suggest
 from celtk.heads import HeadSet
-from celtk.run.documents import (
+from celtk.store.documents import (
     DIGESTS,
     Correctness,
     Document,
@@ -40,18 +40,7 @@ from celtk.run.documents import (
     TestDocument,
     parse_digests,
 )
-from celtk.run.heldout import HeldoutLog, Look
-from celtk.run.integrity import (
-    check_raced_tie_break,
-    check_racing_use,
-    check_screen_complete,
-    check_screen_fingerprint,
-    check_selection_matches_screen,
-    check_test_matches_selection,
-    require_fingerprint,
-)
-from celtk.run.rules import MODEL_CHECKS, RULES, STAGES, Admission, ModelChecks, Need, Stage, StageRule
-from celtk.runstore import (
+from celtk.store.files import (
     atomic_write_bytes,
     bytes_digest,
     compare_fingerprint,
@@ -60,10 +49,46 @@ from celtk.runstore import (
     read_bounded,
     write_json,
 )
+from celtk.store.heldout import HeldoutLog, Look
+from celtk.store.integrity import (
+    check_raced_tie_break,
+    check_racing_use,
+    check_screen_complete,
+    check_screen_fingerprint,
+    check_selection_matches_screen,
+    check_test_matches_selection,
+    require_fingerprint,
+)
+from celtk.store.memo import SetScreener
+from celtk.store.rules import MODEL_CHECKS, RULES, STAGES, Admission, ModelChecks, Need, Stage, StageRule
 from celtk.tasks import Example, SplitManifest, shared_examples
 
-if TYPE_CHECKING:  # the session loads models (torch); a run directory is read without them (the report)
-    from celtk.run.session import Session
+if TYPE_CHECKING:  # a run directory is read without torch (the report); these name types only
+    from celtk.models import Model
+    from celtk.tasks import Splits, Task
+
+
+@runtime_checkable  # the jaxtyping import hook beartypes every function here, stubs included
+class _ModelNamed(Protocol):
+    @property
+    def model(self) -> str: ...  # the model as the run's settings name it (an alias, a hub id or a path)
+
+
+@runtime_checkable
+class DrawnSession(Protocol):
+    """What :meth:`RunDirectory.admit` reads of a stage's session (:class:`celtk.run.session.Session`, which the
+    store does not import: the stages sit above it)."""
+
+    @property
+    def config(self) -> _ModelNamed: ...
+    @property
+    def model(self) -> Model: ...
+    @property
+    def task(self) -> Task: ...
+    @property
+    def splits(self) -> Splits: ...
+    def fingerprint(self) -> dict[str, Any]: ...
+    def screener(self, which: str) -> SetScreener: ...
 
 D = TypeVar("D", bound=Document)
 
@@ -91,7 +116,7 @@ class RunDirectory:
     ``digests.json`` and the held-out log read once: what was read is kept for the rest of the block, and what the
     stage writes through the directory (:meth:`save`, :meth:`finish_look`, the log's lines) replaces it. That is
     sound only under the lock: every writer of a run directory takes it first (a second is refused,
-    :func:`celtk.runstore.locked`), so no other process can write a file while it is held, and what was read
+    :func:`celtk.store.files.locked`), so no other process can write a file while it is held, and what was read
     stays what is on disk. When the block ends the kept reads are dropped; outside a lock (a report, ``celtk looks``,
     a rerun's ``stored_selection``) every call reads the files again.
 
@@ -107,7 +132,7 @@ class RunDirectory:
 
     @cached_property
     def log(self) -> HeldoutLog:
-        """The directory's held-out log (:mod:`celtk.run.heldout`)."""
+        """The directory's held-out log (:mod:`celtk.store.heldout`)."""
         return HeldoutLog(self.path)
 
     def __repr__(self) -> str:
@@ -115,7 +140,7 @@ class RunDirectory:
 
     @contextmanager
     def lock(self) -> Iterator[RunDirectory]:
-        """Hold the directory's lock (:func:`celtk.runstore.locked`) for one stage call, keeping what it reads."""
+        """Hold the directory's lock (:func:`celtk.store.files.locked`) for one stage call, keeping what it reads."""
         with locked(self.path), self.log.held():
             self._held = _Held()
             try:
@@ -134,7 +159,7 @@ class RunDirectory:
         return (self.path / name).exists()
 
     def _read(self, name: str) -> tuple[bytes, str]:
-        """The bytes of the file ``name`` and their SHA-256 (bounded: :func:`celtk.runstore.read_bounded`)."""
+        """The bytes of the file ``name`` and their SHA-256 (bounded: :func:`celtk.store.files.read_bounded`)."""
         held = self._held
         if held is not None and name in held.data:
             return held.data[name], held.hashes[name]
@@ -145,13 +170,13 @@ class RunDirectory:
         return data, digest
 
     def digest(self, name: str) -> str:
-        """SHA-256 of the file ``name`` (``""`` when it does not exist: :func:`celtk.runstore.file_digest`)."""
+        """SHA-256 of the file ``name`` (``""`` when it does not exist: :func:`celtk.store.files.file_digest`)."""
         if self._held is not None and name in self._held.hashes:
             return self._held.hashes[name]
         return self._read(name)[1] if (self.path / name).exists() else ""
 
     def digests(self) -> dict[str, str] | None:
-        """``digests.json`` (:func:`celtk.run.documents.read_digests`; ``None`` when there is none)."""
+        """``digests.json`` (:func:`celtk.store.documents.read_digests`; ``None`` when there is none)."""
         held = self._held
         if held is not None and held.digests_read:
             return held.digests
@@ -178,7 +203,7 @@ class RunDirectory:
 
     def save(self, document: Document, name: str | None = None) -> None:
         """Write ``document`` atomically and record its SHA-256 in ``digests.json``
-        (:meth:`celtk.run.documents.Document.save`), keeping what was written as read."""
+        (:meth:`celtk.store.documents.Document.save`), keeping what was written as read."""
         name = name or document.file_name()
         data = document.encode()
         atomic_write_bytes(self.path / name, data)
@@ -215,7 +240,7 @@ class RunDirectory:
         """Every look at the held-out set, oldest first (verifies the log's chain). A look whose head sets include the
         selection frozen now, on its held-out set, is shown ``frozen`` even when it was made before that selection was
         frozen (its line says ``"frozen": null`` then); once that selection is tested it is also ``seen_before_test``
-        (:mod:`celtk.run.heldout`)."""
+        (:mod:`celtk.store.heldout`)."""
         looks = self.log.looks()
         selection = self.load_if(SelectionDocument)
         if selection is None:
@@ -360,7 +385,7 @@ class RunDirectory:
     # -- one call per stage ----------------------------------------------------------------
     @staticmethod
     def rule(stage: str) -> StageRule:
-        """``stage``'s row of :data:`celtk.run.rules.RULES`; an unknown stage is refused, naming the stages."""
+        """``stage``'s row of :data:`celtk.store.rules.RULES`; an unknown stage is refused, naming the stages."""
         if stage not in RULES:
             raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
                               f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
@@ -371,7 +396,7 @@ class RunDirectory:
         """Every check of this directory that ``stage`` needs before a model is loaded, in one call: the log and
         ``test.json`` are intact (:meth:`verify`), a racing screen is not put to a use that needs every head on
         every example (``whole``, naming the use) or a pool larger than it raced for (``p``), then the stage's
-        needs in order (:data:`celtk.run.rules.RULES`):
+        needs in order (:data:`celtk.store.rules.RULES`):
 
         * ``select``: no look yet, unless ``force`` (the looks it follows are returned);
         * ``test``: a frozen selection searched on this directory's screen, and no test yet unless ``force`` (the
@@ -394,7 +419,7 @@ class RunDirectory:
         return admitted
 
     def _need(self, need: Need, verb: str, admitted: Admission, force: bool) -> Admission:
-        """Check one of a stage's needs (:data:`celtk.run.rules.Need`), with what the earlier ones read."""
+        """Check one of a stage's needs (:data:`celtk.store.rules.Need`), with what the earlier ones read."""
         if need == "no-look":
             return replace(admitted, prior_looks=self.refuse_select_after_looks(force))
         if need == "selection":
@@ -425,7 +450,7 @@ class RunDirectory:
                                 "Select and test the new heads in a new run directory.")
         check_tested_heldout(self.path, what, test, selection)
 
-    def admit(self, stage: Stage | None, session: Session, document: ScreenDocument | SelectionDocument) -> None:
+    def admit(self, stage: Stage | None, session: DrawnSession, document: ScreenDocument | SelectionDocument) -> None:
         """Every model-side same-run check of ``stage`` (``None``: those every stage makes), once its session is
         drawn on ``document``'s settings (the screen or the selection), in this order:
 
@@ -475,7 +500,7 @@ class RunDirectory:
                                 f"from those of selection.json ({', '.join(selection.shots) or 'none'}); "
                                 "test with the selection's settings.")
 
-    def _check_baseline(self, session: Session, stored: Correctness, *, null: bool) -> None:
+    def _check_baseline(self, session: DrawnSession, stored: Correctness, *, null: bool) -> None:
         """Recompute the intact discovery outcomes (``null``: and the empty ablation's, through the ablated path)
         and refuse unless they equal the screen's stored ``intact_correct``: one baseline per run."""
         intact, scored = session.screener("discovery").run([HeadSet()] if null else [])

@@ -14,7 +14,7 @@ log's view marks it *seen before test* (``Look.seen_before_test``, the test's ``
 Each line carries ``seq`` (0, 1, …) and ``prev``, the SHA-256 of the previous line's text, so
 an edited line breaks the next line's ``prev``; ``heldout_log.head`` records how many lines the
 log had and the hash of the last one, so a truncated log (or an edited last line) is detected
-too. Every line is also recorded in celtk's ledger outside the directory (:mod:`celtk.run.ledger`), so a
+too. Every line is also recorded in celtk's ledger outside the directory (:mod:`celtk.store.ledger`), so a
 log that lacks or changed a recorded line is refused however consistently the directory was rewritten.
 Tamper-evident, not tamper-proof: deleting the ledger and the run together is not caught. A line without
 the chain, or without a field celtk writes in every line of its kind, is refused.
@@ -33,8 +33,8 @@ from typing import Any
 
 from celtk.errors import HeadError, RunStoreError
 from celtk.heads import HeadSet
-from celtk.run.ledger import Ledger
-from celtk.runstore import append_line, file_digest, read_bounded, read_json, write_json
+from celtk.store.files import append_line, file_digest, read_bounded, read_json, write_json
+from celtk.store.ledger import Ledger
 
 LOG = "heldout_log.jsonl"
 HEAD = "heldout_log.head"
@@ -115,7 +115,7 @@ class HeldoutLog:
     @contextmanager
     def held(self) -> Iterator[None]:
         """Keep the lines once read (and those appended) for the block: the directory's lock is held through it
-        (:meth:`celtk.run.directory.RunDirectory.lock`), so no other process appends, and the log is read and
+        (:meth:`celtk.store.directory.RunDirectory.lock`), so no other process appends, and the log is read and
         checked once."""
         self._holding, self._kept = True, None
         try:

@@ -8,15 +8,15 @@ from typing import Any
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import all_heads
-from celtk.run.documents import ScreenDocument, SelectionDocument, TestDocument, _short
-from celtk.runstore import read_json
+from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocument, short
+from celtk.store.files import read_json
 
 
 def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[Any, Any]]) -> None:
     """Refuse when any named value differs between ``first`` and ``second`` (both files in ``out``)."""
     differ = [name for name, (a, b) in pairs.items() if a != b]
     if differ:
-        detail = "; ".join(f"{name}: {_short(pairs[name][0])} in {first}, {_short(pairs[name][1])} in {second}"
+        detail = "; ".join(f"{name}: {short(pairs[name][0])} in {first}, {short(pairs[name][1])} in {second}"
                            for name in differ[:3])
         raise RunStoreError(f"{Path(out) / second} does not belong to the run of {first} ({detail}). Results are never "
                             f"mixed: rerun the stage that writes {second}, or use a new run directory.")
