@@ -60,12 +60,29 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
         fewshot = RunConfig().fewshot
     head_set = as_head_set(heads)
     kind = AblationKind.parse(ablation)
+    data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
+    _check_arguments(kind, split=split, reference=reference, batch_size=batch_size, limit=limit, seed=seed,
+                     chat_date=chat_date, run=run, task=task, data=data, exploratory=exploratory)
+    if run is not None:
+        return _eval_run(out, Path(run), model, head_set, limit, batch_size, allow_code, progress, kind)
+    if task is None:
+        raise ConfigError("task is required (--task), unless a run directory is given (--run) for its held-out set.")
+    settings = {"fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data, "device": device,
+                "dtype": dtype}
+    return _eval_free(out, model, get_task(task, data_path=data), head_set, kind, reference, settings,
+                      EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code, chat_date=chat_date),
+                      progress)
+
+
+def _check_arguments(kind: AblationKind, *, split: str, reference: int | None, batch_size: int, limit: int | None,
+                     seed: int, chat_date: str, run: Path | None, task: str | None, data: str | None,
+                     exploratory: bool) -> None:
+    """Refuse, before anything loads, settings that contradict each other or ask for an unlogged look."""
     if kind.needs_reference and split == "all":
         raise ConfigError(f"{kind} ablation measures its values on discovery examples, which split 'all' evaluates "
                           "too; evaluate --split heldout (or discovery) with it.")
     if reference is not None and reference < 1:
         raise ConfigError(f"reference (--reference) must be at least 1 discovery example, got {reference}.")
-    data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
     if batch_size < 1:
         raise ConfigError(f"batch_size must be at least 1, got {batch_size}.")
     if limit is not None and limit < 1:  # no examples would give an accuracy of NaN
@@ -93,11 +110,14 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
     if run is not None and reference is not None:  # the run's discovery set is the reference: refused, not ignored
         raise ConfigError("run (--run) measures mean and resample values on the run's own discovery set; leave "
                           "reference (--reference) out.")
-    if run is not None:
-        return _eval_run(out, Path(run), model, head_set, limit, batch_size, allow_code, progress, kind)
-    if task is None:
-        raise ConfigError("task is required (--task), unless a run directory is given (--run) for its held-out set.")
-    the_task = get_task(task, data_path=data)
+
+
+def _eval_free(out: Path | None, model: str | Path | Model, the_task: Task, head_set: HeadSet, kind: AblationKind,
+               reference: int | None, settings: dict[str, Any], config: EvalConfig,
+               progress: Callable[[str, int, int], None] | None) -> EvalDocument:
+    """An evaluation outside any run: ``settings`` (fewshot, seed, split, limit, data, device, dtype) draw its
+    examples; refused where they include a frozen held-out set (:func:`_refuse_frozen`)."""
+    split, limit, seed, fewshot = settings["split"], settings["limit"], settings["seed"], settings["fewshot"]
     n_disc = limit if split == "discovery" else (0 if split == "heldout" else None)
     n_held = limit if split == "heldout" else (0 if split == "discovery" else None)
     splits = make_splits(the_task, n_disc, n_held, seed=seed, fewshot=fewshot)
@@ -107,18 +127,17 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
         examples = examples[:limit]
     refs = reference_examples(the_task, reference, seed, fewshot) if kind.needs_reference else []  # before the model
     with locked(Path(out)) if out is not None else nullcontext():
-        loaded = model if isinstance(model, Model) else load_model(model, device=device, dtype=dtype)
+        loaded = model if isinstance(model, Model) else load_model(model, device=settings["device"],
+                                                                   dtype=settings["dtype"])
         loaded.validate_heads(head_set)
         _refuse_frozen(loaded, the_task, examples)
-        config = EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code, chat_date=chat_date)
-        chosen = ablation_for(loaded, kind, the_task, refs, splits.shots, chat, chat_date, seed=seed)
+        chosen = ablation_for(loaded, kind, the_task, refs, splits.shots, config.chat, config.chat_date, seed=seed)
         result = evaluate(loaded, the_task, examples, splits.shots, head_set, config,
                           progress=(lambda done, total: progress("eval", done, total)) if progress else None,
                           ablation=chosen)
-        document = _document(loaded, the_task, head_set, result, splits, asdict(config) | {
-            "fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data, "device": device,
-            "dtype": dtype} | ({"exploratory": True} if split == "heldout" else {})
-            | _kind_record(chosen, f"the first {len(refs)} discovery examples"))
+        document = _document(loaded, the_task, head_set, result, splits, asdict(config) | settings
+                             | ({"exploratory": True} if split == "heldout" else {})
+                             | _kind_record(chosen, f"the first {len(refs)} discovery examples"))
         if out is not None:
             write_json(Path(out) / EvalDocument.FILE, document.to_json())
     return document
