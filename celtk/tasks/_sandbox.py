@@ -338,6 +338,12 @@ def sandbox_paths() -> list[tuple[str, str, str]]:
     return sorted(out, key=lambda entry: (entry[0] == "l", entry[1]))
 
 
+SPAWN_ATTEMPTS = 3
+"""Starts of the sandbox's child before giving up: a child that fails while it sets its limits (before exec, so
+none of the program has run) is started again. On a loaded machine the MBPP probe's child failed so, once in
+several CI runs, for a reason the child now writes to its stderr."""
+
+
 def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: str,
            cgroup: ProgramCgroup | None, out: IO[bytes], err: IO[bytes], guard: bool = True
            ) -> subprocess.Popen[bytes]:
@@ -362,12 +368,40 @@ def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: 
            "LANG": "C.UTF-8"}
     joins = cgroup.join_fds() if cgroup else []
     try:
-        return subprocess.Popen(command, cwd=workdir, env=env, stdin=stdin, stdout=out, stderr=err, close_fds=True,
-                                preexec_fn=_preexec(limits, drop, joins, nproc=cgroup is None))
+        for attempt in range(SPAWN_ATTEMPTS):
+            try:
+                return subprocess.Popen(command, cwd=workdir, env=env, stdin=stdin, stdout=out, stderr=err,
+                                        close_fds=True,
+                                        preexec_fn=_reporting(_preexec(limits, drop, joins, nproc=cgroup is None)))
+            except subprocess.SubprocessError as error:  # the child failed before exec: nothing of the program ran
+                err.seek(0)
+                why = err.read().decode(errors="replace").strip() or str(error)
+                if attempt + 1 == SPAWN_ATTEMPTS:
+                    raise SandboxRefusedError(f"The sandbox could not start its child process ({why}), "
+                                              f"{SPAWN_ATTEMPTS} times; the program was not run.") from error
+                err.seek(0)
+                err.truncate()
+                stdin.seek(0)
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
     finally:
         stdin.close()
         for fd in joins:
             os.close(fd)
+
+
+def _reporting(setup: Callable[[], None]) -> Callable[[], None]:
+    """``setup``, run in the child before exec, writing why it failed to the child's stderr: the parent's
+    ``subprocess`` says only "Exception occurred in preexec_fn"."""
+
+    def run() -> None:
+        try:
+            setup()
+        except BaseException as error:
+            os.write(2, f"setting up the child failed: {error!r}".encode())
+            raise
+
+    return run
 
 
 def _preexec(limits: SandboxLimits, drop: int | None, joins: list[int], nproc: bool) -> Callable[[], None]:

@@ -599,3 +599,38 @@ def test_missing_tools_are_named_with_where_they_were_looked_for(tmp_path, monke
     finally:
         sandbox.tools.cache_clear()
         sandbox._probe.cache_clear()
+
+
+def _failing_setup(monkeypatch, marker: Path, times: int) -> None:
+    """The child's limit-setting (before exec) raises its first ``times`` times: a file counts the failures,
+    since each attempt is a fresh fork."""
+    real = sandbox._preexec
+
+    def preexec(*args: Any, **kwargs: Any) -> Any:
+        apply = real(*args, **kwargs)
+
+        def flaky() -> None:
+            failed = len(marker.read_text()) if marker.exists() else 0
+            if failed < times:
+                marker.write_text("x" * (failed + 1))
+                raise OSError("simulated setup failure")
+            apply()
+
+        return flaky
+
+    monkeypatch.setattr(sandbox, "_preexec", preexec)
+
+
+def test_a_child_that_fails_before_exec_is_started_again(monkeypatch, tmp_path):
+    """A child that fails while it sets its limits ran none of the program: it is started again, and the program's
+    verdict is the one a first start would give."""
+    marker = tmp_path / "failures"
+    _failing_setup(monkeypatch, marker, times=sandbox.SPAWN_ATTEMPTS - 1)
+    assert run("assert 1 + 1 == 2").passed
+    assert marker.read_text() == "x" * (sandbox.SPAWN_ATTEMPTS - 1)
+
+
+def test_a_child_that_never_starts_is_an_error_naming_the_failed_step(monkeypatch, tmp_path):
+    _failing_setup(monkeypatch, tmp_path / "failures", times=sandbox.SPAWN_ATTEMPTS)
+    with pytest.raises(SandboxRefusedError, match="simulated setup failure.*3 times; the program was not run"):
+        run("assert True")
