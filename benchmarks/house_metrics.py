@@ -19,6 +19,8 @@ What is counted, and the rules:
   returns, cannot be seen: defs with an unannotated parameter are counted beside (``self``/``cls`` excepted),
   and dataclass-style class fields that hold an array are counted like functions.
 * **Function-local imports**: ``import`` statements whose nearest enclosing scope is a function.
+* **Import circles**: the strongly connected components of more than one module in the import graph below, every
+  edge counted (function-local and ``TYPE_CHECKING`` ones too: each still ties the modules' designs together).
 * **Import graph**: one node per module (a package is its ``__init__``); an edge A -> B when A imports B
   (``from celtk.x import y`` is an edge to ``celtk.x.y`` where that is a module, else to ``celtk.x``; relative
   imports resolved). In the listing, ``B*`` marks an edge made only by function-local imports and ``B?`` one
@@ -274,8 +276,51 @@ def summary(facts: list[ModuleFacts]) -> dict:
                                     if m.local_imports},
         "import_edges": sum(len(t) for t in edges.values()),
         "import_edges_eager": sum(1 for t in edges.values() for k in t.values() if "eager" in k),
+        "import_circles": circles(edges),
         "import_graph": edges,
     }
+
+
+def circles(edges: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The import graph's strongly connected components of two or more modules (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges.get(root, {})))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(edges.get(target, {}))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return sorted(found)
 
 
 def render(s: dict, top: int = 12) -> str:
@@ -295,6 +340,8 @@ def render(s: dict, top: int = 12) -> str:
         f"{s['defs_with_unannotated_parameters']}",
         f"function-local imports: {s['function_local_imports']}",
         f"  most: {tops(s['local_imports_by_module'])}",
+        f"import circles: {len(s['import_circles'])}"
+        + "".join(f"\n  {' <-> '.join(c)}" for c in s["import_circles"]),
         f"import graph: {s['modules']} modules, {s['import_edges']} edges ({s['import_edges_eager']} at import time; "
         "B* = only function-local, B? = only under TYPE_CHECKING)",
     ]

@@ -13,11 +13,12 @@ a ``ScreenedRun``). Reported:
   and dataclass-generated ``__init__`` left out);
 * **modules**: the modules they are in;
 * **returns**: steps that go back into a module the walk had left for another (select -> directory -> select);
+  and by package (``celtk.run``, ``celtk.store``, ``celtk.search``, …): steps that go back into a package left;
 * **reads**: how many times each file of the run directory was opened for reading (``os.open`` read-only, which
   every bounded read of celtk's goes through: a document's JSON, its digest, ``digests.json``, the held-out log),
   by file name;
 * **checks**: steps whose function is a same-run check (its name starts with ``check``, ``verify``, ``refuse``,
-  ``require`` or ``admit``, or it is in ``celtk.run.integrity``), and the modules that start one other than through
+  ``require`` or ``admit``, or it is in ``celtk.store.integrity``), and the modules that start one other than through
   ``RunDirectory.require`` / ``RunDirectory.admit`` (call it from outside any check; a document checking its own
   file's digest on load is left out).
 """
@@ -55,7 +56,7 @@ def holds(value: Any, out: Path, depth: int = 0) -> bool:
 
 
 def is_check(module: str, function: str) -> bool:
-    return function.rpartition(".")[2].startswith(CHECK_PREFIXES) or module == "celtk.run.integrity"
+    return function.rpartition(".")[2].startswith(CHECK_PREFIXES) or module == "celtk.store.integrity"
 
 
 def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
@@ -82,7 +83,7 @@ def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
             entry = step[1] in ("RunDirectory.require", "RunDirectory.admit")  # the run directory's two doors
             if is_check(*step) and not entry and caller is not None:
                 by = (caller.f_globals.get("__name__", ""), caller.f_code.co_qualname)
-                if not is_check(*by) and by[0] != "celtk.run.documents":  # documents check their own digests
+                if not is_check(*by) and by[0] != "celtk.store.documents":  # documents check their own digests
                     starters.add(by[0])
 
     sys.setprofile(profile)
@@ -111,15 +112,27 @@ def counting_reads(out: Path) -> Iterator[Counter[str]]:
         os.open = real
 
 
-def summary(steps: list[tuple[str, str]], starters: set[str]) -> dict[str, Any]:
-    modules = list(dict.fromkeys(m for m, _ in steps))
+def returns_into(places: list[str]) -> int:
+    """Steps of ``places`` (one place per step) that go back into a place the walk had left for another."""
     returns, left = 0, set()
-    for (before, _), (now, _) in zip(steps, steps[1:], strict=False):
+    for before, now in zip(places, places[1:], strict=False):
         if now != before:
             left.add(before)
             returns += now in left
+    return returns
+
+
+def wing(module: str) -> str:
+    """The package a module belongs to (``celtk.store.directory`` -> ``celtk.store``; ``celtk.heads`` itself)."""
+    return ".".join(module.split(".")[:2])
+
+
+def summary(steps: list[tuple[str, str]], starters: set[str]) -> dict[str, Any]:
+    modules = list(dict.fromkeys(m for m, _ in steps))
     checks = [f"{m}.{f}" for m, f in steps if is_check(m, f)]
-    return {"steps": len(steps), "modules": len(modules), "returns": returns, "checks": len(checks),
+    return {"steps": len(steps), "modules": len(modules), "returns": returns_into([m for m, _ in steps]),
+            "wings": len(dict.fromkeys(wing(m) for m in modules)),
+            "wing_returns": returns_into([wing(m) for m, _ in steps]), "checks": len(checks),
             "check_starters": sorted(starters), "walk": [f"{m}.{f}" for m, f in steps], "check_steps": checks}
 
 
@@ -148,7 +161,8 @@ def main() -> None:
         print(json.dumps(result, indent=1))
         return
     print(f"{result['celtk']}: run_select's run directory reaches {result['steps']} functions in "
-          f"{result['modules']} modules; {result['returns']} steps go back into a module the walk had left; "
+          f"{result['modules']} modules; {result['returns']} steps go back into a module the walk had left "
+          f"({result['wing_returns']} into a package left, of {result['wings']} packages); "
           f"{result['checks']} steps are same-run checks; started outside require/admit from: "
           f"{', '.join(result['check_starters']) or 'none'}")
     print("  reads of each file during run_select: " + ", ".join(f"{name} {n}" for name, n in result["reads"].items()))
@@ -158,10 +172,10 @@ def main() -> None:
 
 def stage_reads(*, as_json: bool) -> None:
     """Run every stage on the planted tiny Llama in turn and print how often each stage read each file of the run."""
-    from celtk.analysis import run_attributes
     from celtk.run import (
         run_ablation_kinds,
         run_altscreen,
+        run_attributes,
         run_calibration,
         run_eval,
         run_screen,
@@ -177,7 +191,7 @@ def stage_reads(*, as_json: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model, task = planted_model(load_smol_tokenizer(), Path(tmp))
         out = (Path(tmp) / "run").resolve()
-        os.environ["CELTK_LEDGER"] = str(Path(tmp) / "ledger.jsonl")  # this run's own (celtk.run.ledger)
+        os.environ["CELTK_LEDGER"] = str(Path(tmp) / "ledger.jsonl")  # this run's own (celtk.store.ledger)
         stages: list[tuple[str, Callable[[], Any]]] = [
             ("screen", lambda: run_screen(planted_config(task), out, model=model)),
             ("select", lambda: run_select(out, p=4, k=2, model=model)),

@@ -1,5 +1,5 @@
 """benchmarks/house_metrics.py on a constructed package whose counts are known: string-key lookups, tensor
-functions with and without jaxtyping, function-local imports and the import graph."""
+functions with and without jaxtyping, function-local imports, the import graph and its circles."""
 import importlib.util
 import subprocess
 import sys
@@ -92,6 +92,8 @@ def test_counts_on_a_known_package(tmp_path):
         "pkg.sub.c": {"pkg.b": ["local"]},
     }
     assert s["import_edges"] == 6 and s["import_edges_eager"] == 3
+    # a -> b -> a, and a -> sub.c -> b (function-local edges count); the package and sub/ sit on no circle
+    assert s["import_circles"] == [["pkg.a", "pkg.b", "pkg.sub.c"]]
 
 
 def test_script_prints_the_graph_with_its_marks(tmp_path):

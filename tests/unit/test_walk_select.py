@@ -14,13 +14,15 @@ _SPEC.loader.exec_module(walk_select)
 
 
 def test_summary_counts_returns_and_checks():
-    steps = [("celtk.run.select", "run_select"), ("celtk.run.directory", "RunDirectory.require"),
+    steps = [("celtk.run.select", "run_select"), ("celtk.store.directory", "RunDirectory.require"),
              ("celtk.run.select", "_selection_document"),  # back into select: a return
-             ("celtk.run.integrity", "_agree"),  # a check by module
-             ("celtk.runstore", "write_json"), ("celtk.run.directory", "RunDirectory.file")]  # back into directory
+             ("celtk.store.integrity", "_agree"),  # a check by module
+             ("celtk.store.files", "write_json"), ("celtk.store.directory", "RunDirectory.file")]  # back into directory
     result = walk_select.summary(steps, {"celtk.run.session"})
     assert (result["steps"], result["modules"], result["returns"], result["checks"]) == (6, 4, 2, 2)
-    assert result["check_steps"] == ["celtk.run.directory.RunDirectory.require", "celtk.run.integrity._agree"]
+    # by package: run, store, run (a return), store (a return), store, store
+    assert (result["wings"], result["wing_returns"]) == (2, 2)
+    assert result["check_steps"] == ["celtk.store.directory.RunDirectory.require", "celtk.store.integrity._agree"]
     assert result["check_starters"] == ["celtk.run.session"]
 
 
