@@ -267,9 +267,9 @@ def _bootstrap_ci(differences: Float[np.ndarray, " example"], n_boot: int, seed:
     return [float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))]
 
 
-def _reference(session: Session, ablations: Sequence[Ablation], draws: int = 1) -> dict:
+def _reference(session: Session, ablations: Sequence[Ablation], draws: int = 1) -> dict[str, Any]:
     """What mean and resample were measured on: the run's discovery set, prompted as the held-out examples."""
-    out: dict = {"set": "discovery", "n": len(session.splits.discovery)}
+    out: dict[str, Any] = {"set": "discovery", "n": len(session.splits.discovery)}
     for ablation in ablations:
         if ablation.kind.name == "mean":
             out["mean"] = "per head, z averaged over every position of every reference sequence (prompt + answer)"

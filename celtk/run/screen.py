@@ -61,7 +61,7 @@ class ScreenOutcome:
     """What a registered screen (:data:`celtk.run.registry.SCREENS`) returns to :func:`run_screen`."""
 
     intact: Any  # celtk.evaluation.results.EvalResult of the intact model
-    null_ablation: dict  # null_control()
+    null_ablation: dict[str, Any]  # null_control()
     rows: list[ScreenRow]  # one per head screened, in head order
     racing: RacingRecord | None = None
     evaluated: int = 0  # heads scored by this call (fewer on a resume)
@@ -148,7 +148,7 @@ def exhaustive_screen(session: Session, directory: Path, heads: list[Head], prog
     total, finished = len(heads), len(heads) - len(todo)
     if progress:
         progress("screen", finished, total)
-    intact_holder: list = []
+    intact_holder: list[EvalResult] = []
 
     def on_layer(layer: int, results: dict[HeadSet, EvalResult]) -> None:
         nonlocal finished
@@ -214,7 +214,7 @@ def _names(heads: list[Head]) -> str:
     return ", ".join(map(str, heads[:5]))
 
 
-def _write_generations(directory: Path, name: str, results: dict) -> None:
+def _write_generations(directory: Path, name: str, results: dict[str, EvalResult]) -> None:
     """Generation-graded tasks: each example's generation per head set, in ``generations/{name}.json``
     (example ids → text), beside the screen parts (whose verdicts are the bits)."""
     texts = {key: {e.id: e.extra["generation"] for e in r.examples} for key, r in results.items()
@@ -237,7 +237,7 @@ def _check_intact(directory: Path, intact: EvalResult) -> None:
         write_json(path, current)
 
 
-def null_control(intact: EvalResult, null: EvalResult) -> dict:
+def null_control(intact: EvalResult, null: EvalResult) -> dict[str, Any]:
     """The null ablation (no head) scored through the ablated path against the intact pass:
     fixes = damage = 0 and log-probabilities equal up to float error when the two paths agree."""
     score = HeadScore.compare(HeadSet(), null.correct, intact.correct)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from jaxtyping import Bool
@@ -78,7 +78,7 @@ class Session:
     def screener(self, which: str) -> CachedScreener | GenerationScreener:
         """A :class:`celtk.screening.cached.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
         :class:`celtk.screening.generation.GenerationScreener` for a generation-graded task."""
-        return self.screener_on(self.prepared(which))
+        return cast("CachedScreener | GenerationScreener", self.screener_on(self.prepared(which)))
 
     def screener_on(self, prepared: Any, ablation: Any = None) -> Any:
         """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk), under

@@ -389,7 +389,7 @@ class RunDirectory:
         if stage not in RULES:
             raise ConfigError(f"Unknown stage {stage!r}; the stages that read a run directory are "
                               f"{', '.join(STAGES)}.{suggest(stage, STAGES)}")
-        return RULES[stage]  # type: ignore[index]  # checked just above
+        return RULES[stage]  # narrowed to a Stage by the check above
 
     def require(self, stage: Stage, *, force: bool = False, whole: str | None = None, p: int | None = None,
                 tie_break: str | None = None) -> Admission:
