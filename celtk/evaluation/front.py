@@ -41,4 +41,3 @@ def evaluate(model: Model, task: Task, examples: Sequence[Example], shots: Seque
     prepared = prepare(model, task, examples, shots, config.chat, config.chat_date)
     check_memory(model, prepared, config.batch_size, cached=False, what="Scoring")
     return score_pass(model, prepared, config.batch_size, heads, kind, progress)
-

@@ -30,6 +30,23 @@ def available_memory(device: torch.device) -> int:
     return 4 << 30  # unknown: assume 4 GiB
 
 
+def auto_batch(model: Model, prepared: Prepared, *, free_bytes: int | None = None, fraction: float = 0.5,
+               cap: int = 512) -> tuple[int, int]:
+    """``(batch_size, rows_per_pass)`` that fit ``fraction`` of the free memory: the cached layer
+    inputs of every example stay resident; one pass holds, per row, the residual stream and its
+    projections, the MLP's hidden activations and the eager attention scores and pattern."""
+    free = available_memory(model.device) if free_bytes is None else free_bytes
+    width = torch.finfo(model.dtype).bits // 8
+    seq = max(len(r.context) + len(r.continuation) for r in prepared.requests) if prepared.requests else 1
+    d_ff = model.arch.d_mlp
+    resident = len(prepared.requests) * seq * model.d_model * width * 2
+    per_row = seq * (model.d_model * 8 + 3 * d_ff + 2 * model.n_heads * seq
+                     + 2 * model.n_heads * model.d_head * 2) * width
+    budget = fraction * free - resident
+    rows = int(max(1, min(cap, budget // max(per_row, 1))))
+    return max(1, min(rows, 32)), rows
+
+
 def task_size_of(prepared: Prepared, n_heldout: int = 0, share_prefix: bool = True) -> TaskSize:
     """The :class:`TaskSize` of a prepared request list, as the cached screener will see it."""
     requests = prepared.requests

@@ -42,7 +42,7 @@ from celtk.evaluation.results import EvalResult, ExampleResult
 from celtk.evaluation.scoring import unembed
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.screening.cached import call_layer, capture_forward, check_cache_filled, with_masks
+from celtk.screening.layer_replay import call_layer, capture_forward, check_cache_filled, with_masks
 from celtk.tasks import Task, require_opt_in
 
 
@@ -53,7 +53,7 @@ class _KV:
                                                Float[Tensor, "row kv_head prefix d_head"]]] | None = None) -> None:
         self.before = before or {}
         self.new: dict[int, tuple[Tensor, Tensor]] = {}
-        self.consulted: set[int] = set()  # checked by celtk.screening.cached.call_layer
+        self.consulted: set[int] = set()  # checked by celtk.screening.layer_replay.call_layer
 
     def update(self, k: Float[Tensor, "row kv_head pos d_head"], v: Float[Tensor, "row kv_head pos d_head"],
                layer_idx: int, *args: Any, **kwargs: Any

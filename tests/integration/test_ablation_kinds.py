@@ -23,8 +23,9 @@ from celtk.evaluation.prompts import prepare
 from celtk.evaluation.results import EvalConfig
 from celtk.evaluation.scoring import ablation_for, make_batches, reference_sequences
 from celtk.heads import HeadSet, all_heads
-from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener
 from celtk.screening.fused import fused_layers
+from celtk.screening.plain import screen_plain
 from celtk.stats import compare_paired
 from celtk.tasks import get_task, make_splits
 

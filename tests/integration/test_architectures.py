@@ -15,7 +15,8 @@ from celtk.errors import ArchitectureError, KVCacheIgnoredError
 from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model, wrap_hf_model
-from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener
+from celtk.screening.plain import screen_plain
 from celtk.tasks import get_task, make_splits
 
 PROMPT = "Question: What is 98 plus 45?\nAnswer: 143"

@@ -13,7 +13,8 @@ from celtk.errors import RunStoreError
 from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.run import run_screen, run_select, run_stability, run_test
-from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener
+from celtk.screening.plain import screen_plain
 from celtk.store.documents import SelectionDocument
 from celtk.store.heldout import HeldoutLog
 from celtk.tasks import get_task, make_splits
@@ -189,8 +190,8 @@ def test_generation_prompts_get_one_bos_when_the_template_writes_it(tiny_llama):
 def test_the_session_resolves_batch_size_once_for_every_stage(planted, tested_run):
     """Session.batch_sizes is the one place a batch size is resolved: the configured size, or under "auto" what
     auto_batch fits; the cached screener and the streamed test passes take it from there."""
+    from celtk.evaluation.memory import auto_batch
     from celtk.run.session import session_for
-    from celtk.screening.cached import auto_batch
     from celtk.store.documents import SelectionDocument
 
     model, _ = planted

@@ -14,8 +14,9 @@ from _support import make_tiny, not_none, tiny_hf_model
 
 from celtk.ablation import ablate, ablate_rows
 from celtk.errors import ConfigError
-from celtk.screening.cached import CachedScreener, call_layer, capture_forward
+from celtk.screening.cached import CachedScreener
 from celtk.screening.fused import fused_layers
+from celtk.screening.layer_replay import call_layer, capture_forward
 
 FUSED = ("llama", "qwen2", "smollm3", "mistral", "qwen3")
 

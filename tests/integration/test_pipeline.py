@@ -12,7 +12,8 @@ from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluation.prompts import prepare
 from celtk.heads import HeadSet, all_heads
 from celtk.run import RunConfig, merge_shards, run_screen, run_select, run_test
-from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener
+from celtk.screening.plain import screen_plain
 from celtk.tasks import get_task, make_splits
 
 
@@ -248,7 +249,7 @@ def test_same_command_twice_gives_byte_identical_results(planted, tmp_path):
 
 
 def test_auto_batch_fits_memory_and_changes_no_result(tiny_llama):
-    from celtk.screening.cached import auto_batch
+    from celtk.evaluation.memory import auto_batch
 
     task = get_task("arithmetic")
     splits = make_splits(task, 12, 0, fewshot=2, seed=4)

@@ -24,8 +24,9 @@ from celtk.evaluation.scoring import ablation_for, make_batches, redrawn_shots, 
 from celtk.evaluation.shared_prefix import prefix_to_share, score_pass
 from celtk.heads import HeadSet
 from celtk.run import run_ablation_kinds, run_screen, run_select, run_test
-from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener
 from celtk.screening.fused import fused_layers
+from celtk.screening.plain import screen_plain
 from celtk.store.directory import RunDirectory
 from celtk.tasks import get_task, make_splits
 

@@ -15,7 +15,8 @@ from celtk.evaluation import evaluate
 from celtk.evaluation.prompts import prepare
 from celtk.evaluation.results import EvalConfig
 from celtk.heads import Head, HeadSet
-from celtk.screening.cached import CachedScreener, screen_plain
+from celtk.screening.cached import CachedScreener
+from celtk.screening.plain import screen_plain
 from celtk.tasks import get_task, make_splits
 
 pytestmark = pytest.mark.slow

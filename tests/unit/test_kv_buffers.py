@@ -14,8 +14,8 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from celtk.cli.allocator import glibc
-from celtk.screening.cached import _PrefixKV
 from celtk.screening.generation import RoomyLayer, left_padded
+from celtk.screening.kv_stand_ins import PrefixKV
 
 
 def test_roomy_layer_equals_dynamic_layer_through_appends_overflow_selects_and_crops() -> None:
@@ -87,7 +87,7 @@ def test_prefix_written_once_equals_per_row_copy_concatenated() -> None:
         prefix = torch.randn(g, 2, 6, 4, generator=gen)
         own = torch.randn(rows * g, 2, 5, 4, generator=gen)
         per_row = prefix.repeat(rows, 1, 1, 1)  # row b·g + j ← set j
-        keys, values = _PrefixKV({7: prefix}, {7: prefix + 1}).update(own, own - 1, 7)
+        keys, values = PrefixKV({7: prefix}, {7: prefix + 1}).update(own, own - 1, 7)
         assert torch.equal(keys, torch.cat([per_row, own], dim=-2))
         assert torch.equal(values, torch.cat([per_row + 1, own - 1], dim=-2))
         assert keys.is_contiguous()

@@ -1,0 +1,105 @@
+"""Replaying a decoder's layers from captured inputs, as both screeners do: one forward that keeps what every
+layer receives (:func:`capture_forward`), then single layers re-run from it with the examples repeated once per
+ablation (:func:`call_layer`, :func:`expand_rows`; row ``b·g + j`` is example ``b`` under ablation ``j``), each
+row's heads ablated by hooks (:func:`with_masks`), and a check that every layer consulted the KV cache it was given
+(:func:`check_cache_filled`; a renamed cache keyword in a newer transformers raises
+:class:`celtk.errors.KVCacheIgnoredError` instead of silently dropping the shared prefix)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from importlib.metadata import version
+from typing import Any
+
+import torch
+from einops import repeat
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from celtk.ablation import ablate_rows
+from celtk.ablation_kinds import RowSpec
+from celtk.errors import KVCacheIgnoredError
+from celtk.models import CACHE_KEYWORDS, Model
+
+
+def decoder_layers(model: Model) -> torch.nn.ModuleList:
+    """The decoder's blocks, found through the bridge's adapter (``model.arch``)."""
+    return model.arch.blocks
+
+
+def _ignored(model: Model, index: int, keyword: str) -> KVCacheIgnoredError:
+    return KVCacheIgnoredError(
+        f"Decoder layer {index} of {model.architecture} ran without consulting the KV cache celtk passed it as "
+        f"{keyword!r}: its cache keyword has probably been renamed (transformers {version('transformers')}), and the "
+        "shared prefix would silently drop out of attention. Screen with share_prefix=False, or install the "
+        "transformers version celtk pins (pyproject.toml).")
+
+
+def check_cache_filled(model: Model, cache: Any, expected: int) -> None:
+    """Raise :class:`KVCacheIgnoredError` unless every layer appended to ``cache`` (``expected`` positions each)."""
+    for index in range(model.n_layers):
+        if cache.get_seq_length(index) != expected:
+            raise _ignored(model, index, model.arch.cache_keyword)
+
+
+def _layer_output(out: Any) -> Float[Tensor, "rows pos d_model"]:
+    return out[0] if isinstance(out, tuple) else out
+
+
+def capture_forward(model: Model, **inputs: Any
+                     ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[dict[str, Any]],
+                                Float[Tensor, "batch pos d_model"]]:
+    """Run the decoder once; return each layer's input and keyword arguments, and the final-normed hidden."""
+    layers = decoder_layers(model)
+    resid: list[Any] = [None] * len(layers)
+    kwargs_seen: list[Any] = [None] * len(layers)
+    handles = []
+    for index, layer in enumerate(layers):
+        def pre_hook(module, args, kwargs, index=index):
+            resid[index], kwargs_seen[index] = model.arch.layer_call(args, kwargs)
+        handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
+    try:
+        out = model.arch.decoder(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
+    finally:
+        for handle in handles:
+            handle.remove()
+    return resid, kwargs_seen, out.last_hidden_state
+
+
+def expand_rows(value: Any, batch: int, copies: int) -> Any:
+    """Repeat every per-row tensor (leading dim == batch, ndim >= 2) ``copies`` times: ``batch … -> (batch g) …``."""
+    if copies == 1:
+        return value
+    if isinstance(value, Tensor):
+        if value.ndim >= 2 and value.shape[0] == batch and batch > 1:
+            return repeat(value, "batch ... -> (batch g) ...", g=copies)
+        return value
+    if isinstance(value, tuple):
+        return tuple(expand_rows(v, batch, copies) for v in value)
+    return value
+
+
+def call_layer(model: Model, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
+               copies: int, cache: Any) -> Float[Tensor, "rows pos d_model"]:
+    """Run block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations) with the captured
+    keyword arguments, under the architecture's cache keyword; check that it consulted ``cache`` (a
+    stand-in with ``update()`` and a ``consulted`` set of layer indices, or ``None``)."""
+    keyword = model.arch.cache_keyword
+    kw = {k: expand_rows(v, rows, copies) for k, v in kwargs.items() if k not in CACHE_KEYWORDS}
+    kw[keyword] = cache
+    kw["use_cache"] = cache is not None
+    if cache is not None:
+        cache.consulted.discard(index)
+    out = _layer_output(decoder_layers(model)[index](hidden, **kw))
+    if cache is not None and index not in cache.consulted:
+        raise _ignored(model, index, keyword)
+    return out
+
+
+def with_masks(model: Model, masks: dict[int, Bool[Tensor, "rows head_index"] | RowSpec]) -> ExitStack:
+    """Hooks zeroing (a :class:`RowSpec`: replacing), per layer, the heads each row's mask marks
+    (entered as one context)."""
+    stack = ExitStack()
+    for layer, mask in masks.items():
+        stack.enter_context(ablate_rows(model, layer, mask))
+    return stack
