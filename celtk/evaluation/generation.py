@@ -56,7 +56,7 @@ class StopRule:
         return cls(tuple(s for s in stop if s), frozenset(eos), max_new_tokens)
 
     def text(self, tokenizer: Any, tokens: Sequence[int]) -> str:
-        text = tokenizer.decode(list(tokens), skip_special_tokens=True)
+        text: str = tokenizer.decode(list(tokens), skip_special_tokens=True)
         cuts = [text.index(s) for s in self.stop if s in text]
         return text[:min(cuts)] if cuts else text
 

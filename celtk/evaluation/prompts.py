@@ -11,7 +11,7 @@ import datetime
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from celtk.errors import ConfigError, TaskError
 from celtk.models import Model
@@ -109,9 +109,10 @@ def format_prompt(model: Model, task: Task, example: Example, shots: Sequence[Ex
         raise ConfigError(f"--chat needs a chat template, but the tokenizer of {model.name} has none; "
                           "drop chat=True (--chat) or use an instruction-tuned model.") from None
     kwargs = {"enable_thinking": False} if "smollm3" in model.architecture.lower() else {}
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                         add_generation_prompt=True,
-                                         chat_template=dated_template(template, chat_date), **kwargs)
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True,
+                                             chat_template=dated_template(template, chat_date), **kwargs)
+    return cast(str, rendered)  # tokenize=False: the rendered text
 
 
 def check_context(model: Model, example_id: str, prompt: int, continuation: int, kind: str = "target") -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -81,7 +81,7 @@ def decoder_hidden(model: Model, input_ids: Int[Tensor, "batch pos"], attention_
     """The final-normed residual stream (bridge blocks run, so hooks fire)."""
     out = model.arch.decoder(input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
                              use_cache=False)
-    return out.last_hidden_state
+    return cast(Tensor, out.last_hidden_state)
 
 
 def unembed(model: Model, hidden: Float[Tensor, "scored d_model"]) -> Float[Tensor, "scored d_vocab"]:

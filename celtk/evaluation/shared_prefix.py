@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -216,4 +216,4 @@ def _batch_hidden(model: Model, batch: Batch, prefix: _PrefixKV, rows: _Rows
                 f"Decoder layer {layer} of {model.architecture} ran without the shared prefix's keys and values "
                 "(it filled the prefix's cache, then not this batch's): its scores would drop the prefix. Score "
                 f"whole prompts with {PLAIN_ENV}=1, or install the transformers version celtk pins (pyproject.toml).")
-    return out.last_hidden_state
+    return cast(Tensor, out.last_hidden_state)

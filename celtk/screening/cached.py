@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -241,7 +241,7 @@ class CachedScreener:
         cache = None if prefix is None else PrefixKV(prefix.keys, prefix.values)
         for index in range(len(kwargs)):
             resid = self._layer(index, resid, kwargs[index], resid.shape[0], 1, cache)
-        return self.model.arch.final_norm(resid)
+        return cast(Tensor, self.model.arch.final_norm(resid))
 
     def _advance(self, prefix: _Prefix | None, state: _BatchState, layer: int) -> None:
         rows = state.resid.shape[0]

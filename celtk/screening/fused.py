@@ -26,7 +26,7 @@ bfloat16); the screens built on it are checked against :func:`celtk.ablation.abl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from jaxtyping import Bool, Float, Shaped
@@ -103,7 +103,7 @@ class FusedLayer:
             z = as_spec(head_mask).apply(z)
         hidden = hidden + m["o_proj"](z.reshape(rows, pos, self.n_heads * self.d_head))
         x = m["post_attention_layernorm"](hidden)
-        return hidden + m["down_proj"](m["act_fn"](m["gate_proj"](x)) * m["up_proj"](x))
+        return cast(Tensor, hidden + m["down_proj"](m["act_fn"](m["gate_proj"](x)) * m["up_proj"](x)))
 
 
 def grouped_attention(q: Float[Tensor, "rows head_index pos d_head"], k: Float[Tensor, "rows kv_head keys d_head"],
@@ -126,7 +126,7 @@ def grouped_attention(q: Float[Tensor, "rows head_index pos d_head"], k: Float[T
         mask = (torch.zeros((), dtype=scores.dtype, device=scores.device)
                 .masked_fill(~mask, torch.finfo(scores.dtype).min))
     mask = mask[..., -pos:, :keys].to(scores.dtype)  # [rows or 1, 1 or head_index, pos, keys]
-    mask = mask[:, :, None] if mask.shape[1] == 1 else mask.unflatten(1, (kv_heads, group))
+    mask = mask[:, :, None] if mask.shape[1] == 1 else torch.unflatten(mask, 1, (kv_heads, group))
     scores = (scores.view(rows, kv_heads, group, pos, keys) + mask).view(rows, kv_heads, group * pos, keys)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     return torch.matmul(weights, v).view(rows, heads, pos, d)

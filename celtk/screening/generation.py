@@ -135,7 +135,8 @@ def left_padded(kv: Float[Tensor, "row head width d"], lengths: Sequence[int], p
 ROOM = 32  # decode columns reserved up front per row and layer
 
 
-class RoomyLayer(DynamicLayer):
+# transformers' DynamicLayer ships no annotations (unused-ignore: plain mypy lets this module call untyped code)
+class RoomyLayer(DynamicLayer):  # type: ignore[no-untyped-call, unused-ignore]
     """A full-attention cache layer whose keys/values sit at the front of buffers with ``room`` spare
     columns: each decoding step writes its column in place, where HF's ``DynamicLayer`` concatenates
     (a copy of the whole cache per layer and step, most of a CPU decode step's time). The keys/values
@@ -147,7 +148,7 @@ class RoomyLayer(DynamicLayer):
     def __init__(self, keys: Float[Tensor, "row kv_head column d_head"],
                  values: Float[Tensor, "row kv_head column d_head"], width: int) -> None:
         """``keys``/``values``: buffers ``[rows, heads, columns, d]`` whose first ``width`` columns are set."""
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call, unused-ignore]  # DynamicLayer's, unannotated
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self._keys, self._values = keys, values
         self._expose(width)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from importlib.metadata import version
-from typing import Any
+from typing import Any, cast
 
 import torch
 from einops import repeat
@@ -43,7 +43,7 @@ def check_cache_filled(model: Model, cache: Any, expected: int) -> None:
 
 
 def _layer_output(out: Any) -> Float[Tensor, "rows pos d_model"]:
-    return out[0] if isinstance(out, tuple) else out
+    return cast(Tensor, out[0] if isinstance(out, tuple) else out)  # a decoder layer's hidden states
 
 
 def capture_forward(model: Model, **inputs: Any
@@ -55,7 +55,8 @@ def capture_forward(model: Model, **inputs: Any
     kwargs_seen: list[Any] = [None] * len(layers)
     handles = []
     for index, layer in enumerate(layers):
-        def pre_hook(module, args, kwargs, index=index):
+        def pre_hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], index: int = index
+                     ) -> None:
             resid[index], kwargs_seen[index] = model.arch.layer_call(args, kwargs)
         handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
     try:

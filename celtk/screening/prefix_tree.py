@@ -63,7 +63,7 @@ def prefix_tree(sets: Iterable[HeadSet], n_layers: int) -> Node:
     """The tree of ``sets`` (duplicates scored once) in a model of ``n_layers`` layers; returns its
     root, whose children are the nodes the intact state branches into, by layer."""
     root = Node(HeadSet(), -1)
-    nodes: dict[tuple, Node] = {(): root}
+    nodes: dict[tuple[tuple[int, tuple[int, ...]], ...], Node] = {(): root}  # (layer, heads) groups -> node
     for heads in dict.fromkeys(sets):
         groups = tuple((layer, tuple(hs)) for layer, hs in heads.by_layer().items()) or ((0, ()),)
         parent = root

@@ -93,5 +93,5 @@ def walk(model: Model, group: Group, hidden: Float[Tensor, "rows_g pos d_model"]
 def rows_of(hidden: Float[Tensor, "rows_g pos d_model"], group: Group, members: list[int]
             ) -> Float[Tensor, "rows_m pos d_model"]:
     """The rows of ``group``'s members ``members``, in ``(batch g)`` layout."""
-    per_node = hidden.unflatten(0, (group.rows, len(group.nodes)))
+    per_node = torch.unflatten(hidden, 0, (group.rows, len(group.nodes)))
     return per_node[:, members].reshape(group.rows * len(members), *hidden.shape[1:])

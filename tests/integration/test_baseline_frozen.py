@@ -148,7 +148,7 @@ def test_a_changed_prompt_or_chat_date_refuses_the_run_directory(planted, tested
     shutil.copytree(tested_run, out)
     with pytest.raises(RunStoreError, match="different configuration .*chat_date"):
         run_screen(planted_config(task, chat_date="2025-01-01"), out, model=model)
-    original = evaluator.build_context
+    from celtk.tasks import build_context as original  # what the prompts module calls
     monkeypatch.setattr(evaluator, "build_context", lambda *a: original(*a) + " ")  # same settings, another prompt
     with pytest.raises(RunStoreError, match="different configuration .*prompt_hash"):
         run_screen(planted_config(task), out, model=model)
