@@ -221,7 +221,10 @@ def row(alias: str, task: str, swept: dict) -> dict:
             "intact_accuracy": intact, "ablated_accuracy": ablated, "mean_gain": replicate["mean_gain"],
             "mean_gain_ci": replicate["mean_gain_ci"], "relative_error_reduction": rer,
             "n_significant": replicate["n_significant"], "head_frequency": replicate["head_frequency"],
-            "wall_seconds": round(sum(s["seconds"] for s in job.get("sessions", [])), 1),
+            # a job still running has recorded no session yet: its finished seeds' own wall times, so far
+            "wall_seconds": round(sum(s["seconds"] for s in job.get("sessions", [])) if job.get("sessions")
+                                  else sum(s["wall_seconds"] or 0 for s in seeds), 1),
+            "running": not job.get("finished") and not job.get("sessions"),
             "gflops": [min(rates), max(rates)] if rates else None, "plan": job.get("plan"),
             "shared": [x["shared"] for x in job.get("sessions", []) if x.get("shared")]}
 
@@ -256,7 +259,8 @@ def markdown(data: dict) -> str:
         rate = f"{r['gflops'][0]:.0f}–{r['gflops'][1]:.0f}" if r["gflops"] else "–"
         lines.append(f"| {r['model']} | {task} | {pct(r['intact_accuracy'])} → {pct(r['ablated_accuracy'])} | "
                      f"{gain} | {pct(r['relative_error_reduction'], True)} | {r['n_significant']}/{r['n_tested']} | "
-                     f"{heads} | {r['wall_seconds'] / 60:.0f} min{' (shared)' if r.get('shared') else ''} | {rate} |")
+                     f"{heads} | {r['wall_seconds'] / 60:.0f} min{' so far (running)' if r.get('running') else ''}"
+                     f"{' (shared)' if r.get('shared') else ''} | {rate} |")
     lines += ["", "## Every seed", "",
               "| model | task | seed | selection | discovery gain | held-out intact → ablated | gain [95 % CI] | "
               "McNemar p | Holm p | wall |", "|---|---|---|---|---|---|---|---|---|---|"]
