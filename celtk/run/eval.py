@@ -67,11 +67,10 @@ def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", ta
         return _eval_run(out, Path(run), model, head_set, limit, batch_size, allow_code, progress, kind)
     if task is None:
         raise ConfigError("task is required (--task), unless a run directory is given (--run) for its held-out set.")
-    settings = {"fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data, "device": device,
-                "dtype": dtype}
-    return _eval_free(out, model, get_task(task, data_path=data), head_set, kind, reference, settings,
+    return _eval_free(out, model, get_task(task, data_path=data), head_set, kind, reference,
                       EvalConfig(batch_size=batch_size, chat=chat, allow_code=allow_code, chat_date=chat_date),
-                      progress)
+                      progress, split=split, limit=limit, seed=seed, fewshot=fewshot, data=data, device=device,
+                      dtype=dtype)
 
 
 def _check_arguments(kind: AblationKind, *, split: str, reference: int | None, batch_size: int, limit: int | None,
@@ -113,11 +112,11 @@ def _check_arguments(kind: AblationKind, *, split: str, reference: int | None, b
 
 
 def _eval_free(out: Path | None, model: str | Path | Model, the_task: Task, head_set: HeadSet, kind: AblationKind,
-               reference: int | None, settings: dict[str, Any], config: EvalConfig,
-               progress: Callable[[str, int, int], None] | None) -> EvalDocument:
-    """An evaluation outside any run: ``settings`` (fewshot, seed, split, limit, data, device, dtype) draw its
-    examples; refused where they include a frozen held-out set (:func:`_refuse_frozen`)."""
-    split, limit, seed, fewshot = settings["split"], settings["limit"], settings["seed"], settings["fewshot"]
+               reference: int | None, config: EvalConfig, progress: Callable[[str, int, int], None] | None, *,
+               split: str, limit: int | None, seed: int, fewshot: int, data: str | None, device: str,
+               dtype: str) -> EvalDocument:
+    """An evaluation outside any run, on the examples ``split``, ``limit``, ``seed`` and ``fewshot`` draw; refused
+    where they include a frozen held-out set (:func:`_refuse_frozen`)."""
     n_disc = limit if split == "discovery" else (0 if split == "heldout" else None)
     n_held = limit if split == "heldout" else (0 if split == "discovery" else None)
     splits = make_splits(the_task, n_disc, n_held, seed=seed, fewshot=fewshot)
@@ -127,15 +126,16 @@ def _eval_free(out: Path | None, model: str | Path | Model, the_task: Task, head
         examples = examples[:limit]
     refs = reference_examples(the_task, reference, seed, fewshot) if kind.needs_reference else []  # before the model
     with locked(Path(out)) if out is not None else nullcontext():
-        loaded = model if isinstance(model, Model) else load_model(model, device=settings["device"],
-                                                                   dtype=settings["dtype"])
+        loaded = model if isinstance(model, Model) else load_model(model, device=device, dtype=dtype)
         loaded.validate_heads(head_set)
         _refuse_frozen(loaded, the_task, examples)
         chosen = ablation_for(loaded, kind, the_task, refs, splits.shots, config.chat, config.chat_date, seed=seed)
         result = evaluate(loaded, the_task, examples, splits.shots, head_set, config,
                           progress=(lambda done, total: progress("eval", done, total)) if progress else None,
                           ablation=chosen)
-        document = _document(loaded, the_task, head_set, result, splits, asdict(config) | settings
+        recorded = {"fewshot": fewshot, "seed": seed, "split": split, "limit": limit, "data": data,
+                    "device": device, "dtype": dtype}
+        document = _document(loaded, the_task, head_set, result, splits, asdict(config) | recorded
                              | ({"exploratory": True} if split == "heldout" else {})
                              | _kind_record(chosen, f"the first {len(refs)} discovery examples"))
         if out is not None:
