@@ -53,7 +53,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, no_type_check
 
 from celtk.errors import SandboxRefusedError
 from celtk.tasks._sandbox_cgroup import ProgramCgroup, make_cgroup
@@ -340,8 +340,9 @@ def sandbox_paths() -> list[tuple[str, str, str]]:
 
 SPAWN_ATTEMPTS = 3
 """Starts of the sandbox's child before giving up: a child that fails while it sets its limits (before exec, so
-none of the program has run) is started again. On a loaded machine the MBPP probe's child failed so, once in
-several CI runs, for a reason the child now writes to its stderr."""
+none of the program has run) is started again, and writes why to its stderr. The one such failure seen (the MBPP
+probe's child, now and then in CI) came from a test-only type-check wrapper that allocated after the address-space
+cap (see ``_reporting``); the retry stays for what a loaded machine may still refuse a fresh fork."""
 
 
 def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: str,
@@ -390,6 +391,11 @@ def _spawn(mode: str, token: str, program: str, limits: SandboxLimits, workdir: 
             os.close(fd)
 
 
+# The two functions below and what they return run in the forked child before exec. ``no_type_check`` keeps
+# the jaxtyping import hook (pytest's ``--jaxtyping-packages=celtk``) from wrapping them in a runtime type
+# check: such a wrapper runs Python, and allocates, after ``RLIMIT_AS`` has capped the child's address space,
+# which on a loaded machine failed the child now and then ("Exception occurred in preexec_fn").
+@no_type_check
 def _reporting(setup: Callable[[], None]) -> Callable[[], None]:
     """``setup``, run in the child before exec, writing why it failed to the child's stderr: the parent's
     ``subprocess`` says only "Exception occurred in preexec_fn"."""
@@ -404,6 +410,7 @@ def _reporting(setup: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
+@no_type_check
 def _preexec(limits: SandboxLimits, drop: int | None, joins: list[int], nproc: bool) -> Callable[[], None]:
     extra = _own_process_count() if nproc and os.geteuid() != 0 else 0
 

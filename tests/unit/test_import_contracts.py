@@ -61,7 +61,7 @@ SIBLING_ARROWS: set[tuple[str, str]] = {
     ("screening", "search"),  # rankers order heads (rank); racing uses the ranking key
     ("circuits", "search"),  # critical/enhancing heads by the ranking key
     ("report", "analysis"),  # the report shows the analysis documents
-    ("planning", "screening"),  # plan prices the prefix tree and reads the device's free memory
+    ("planning", "screening"),  # plan prices the prefix tree
 }
 THEORY_MAY_IMPORT = {"theory", "base", "store"}
 THEORY_IMPORTED_BY = {"top", "cli"}

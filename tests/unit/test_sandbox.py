@@ -294,13 +294,17 @@ def test_venv_copy_under_tmp_hides_tmp_and_the_cache_and_leaves_nothing(tmp_path
     program = (f"open({str(escape)!r}, 'w').write('x')\n"
                f"try:\n    open({str(cache / 'weights.bin')!r}).read()\nexcept OSError:\n    pass\n"
                "else:\n    raise AssertionError('read the model cache')\n")
+    # the sandbox's working directory goes under a temporary directory of this test's own (itself under /tmp),
+    # so that another test's sandbox, running beside this one, is not counted as left behind
+    work = tmp_path / "tmp"
+    work.mkdir()
+    os.chmod(work, 0o755)
     code = ("import json, os, glob\nfrom celtk.tasks._sandbox import run_untrusted, SandboxLimits\n"
-            "before = set(glob.glob('/tmp/celtk-sandbox-*'))\n"
             f"r = run_untrusted({program!r}, SandboxLimits(cpu_seconds=2, wall_seconds=8.0), allow=True)\n"
-            "print(json.dumps([r.passed, r.isolation, sorted(set(glob.glob('/tmp/celtk-sandbox-*')) - before), "
+            f"print(json.dumps([r.passed, r.isolation, sorted(glob.glob({str(work)!r} + '/celtk-sandbox-*')), "
             "r.stderr_tail]))")
     repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "CELTK_CACHE": str(cache),
+    env = {**os.environ, "CELTK_CACHE": str(cache), "TMPDIR": str(work),
            "PYTHONPATH": os.pathsep.join([str(repo), *(p for p in sys.path if "site-packages" in p)])}
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env)
     passed, mode, leftovers, tail = json.loads(out.stdout.strip().splitlines()[-1])
@@ -634,3 +638,16 @@ def test_a_child_that_never_starts_is_an_error_naming_the_failed_step(monkeypatc
     _failing_setup(monkeypatch, tmp_path / "failures", times=sandbox.SPAWN_ATTEMPTS)
     with pytest.raises(SandboxRefusedError, match="simulated setup failure.*3 times; the program was not run"):
         run("assert True")
+
+
+def test_the_code_between_fork_and_exec_runs_no_type_check_wrapper():
+    """Under pytest the jaxtyping import hook wraps every celtk function in a runtime type check. The child's setup
+    runs after fork and before exec, partly after ``RLIMIT_AS`` caps its address space: a wrapper there runs Python
+    that allocates, and failed the child now and then on a loaded machine. The setup functions, and the closures they
+    return, must stay unwrapped."""
+    if not hasattr(sandbox._own_process_count, "__wrapped__"):
+        pytest.skip("the jaxtyping import hook is not active in this session")
+    limits = SandboxLimits(cpu_seconds=1, wall_seconds=1.0)
+    for function in (sandbox._preexec, sandbox._reporting, sandbox._preexec(limits, None, [], False),
+                     sandbox._reporting(lambda: None)):
+        assert not hasattr(function, "__wrapped__"), function
