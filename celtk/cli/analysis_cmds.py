@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from celtk.cli._common import console, quiet_libraries
+from celtk.run.options import ATTRIBUTES, COMPARE
 
 if TYPE_CHECKING:  # annotations only: the log is read by the command that shows it
     from celtk.store.heldout import Look
@@ -15,9 +16,9 @@ if TYPE_CHECKING:  # annotations only: the log is read by the command that shows
 
 @click.command("attributes")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--length", type=click.IntRange(min=1, max=4096), default=40, show_default=True,
+@click.option("--length", type=click.IntRange(min=1, max=4096), default=ATTRIBUTES.length, show_default=True,
               help="Random tokens per copy (sequence = 2 copies; at most 4,096).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=ATTRIBUTES.seed, show_default=True)
 def attributes_cmd(out: str, length: int, seed: int) -> None:
     """Previous-token, duplicate-token and induction scores of every head (OUT/head_attributes.json)."""
     from rich.table import Table
@@ -41,7 +42,7 @@ def attributes_cmd(out: str, length: int, seed: int) -> None:
 @click.command("compare")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
 @click.option("--circuit", required=True, help="Circuit JSON file, or a packaged circuit (see `celtk circuits`).")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--top", type=click.IntRange(min=1), default=COMPARE.top, show_default=True,
               help="Screen top-N compared, and critical/enhancing list length.")
 @click.option("--any-model", is_flag=True, help="Compare with a circuit found on another model of the same shape.")
 def compare_cmd(out: str, circuit: str, top: int, any_model: bool) -> None:

@@ -8,36 +8,38 @@ from typing import TYPE_CHECKING
 import click
 
 from celtk.cli._common import console, progress_bar
+from celtk.run.config import RunConfig
+from celtk.run.options import EVAL
 
 if TYPE_CHECKING:  # annotations only: the document loads with the stage
     from celtk.store.documents import HeldBack
 
 
 @click.command("eval")
-@click.option("--model", default="smollm2-135m", show_default=True, help="Alias, hub id, HF directory or .gguf file.")
+@click.option("--model", default=EVAL.model, show_default=True, help="Alias, hub id, HF directory or .gguf file.")
 @click.option("--task", default=None, help="e.g. arithmetic:2da, boolq, hellaswag, mbpp, jsonl:PATH (not with --run).")
 @click.option("--data", default=None, help="Local copy of a hub task's data (file or directory in the hub schema).")
 @click.option("--ablate", "heads", default="", help="Heads to ablate, e.g. L5H3,L10H0.")
-@click.option("--split", type=click.Choice(["discovery", "heldout", "all"]), default="discovery", show_default=True)
+@click.option("--split", type=click.Choice(["discovery", "heldout", "all"]), default=EVAL.split, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Number of examples (default: all of the split).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=EVAL.seed, show_default=True)
 @click.option("--fewshot", type=click.IntRange(min=0), default=None,
-              help="Shots per prompt (default 3, as celtk run uses; lm-eval's num_fewshot defaults to 0: pass "
-                   "--fewshot 0 to compare with it).")
-@click.option("--chat/--no-chat", default=False, show_default=True,
+              help=f"Shots per prompt (default {RunConfig.fewshot}, as celtk run uses; lm-eval's num_fewshot "
+                   "defaults to 0: pass --fewshot 0 to compare with it).")
+@click.option("--chat/--no-chat", default=EVAL.chat, show_default=True,
               help="Wrap prompts in the tokenizer's chat template.")
-@click.option("--chat-date", default="2024-07-26", show_default=True, help="ISO date chat templates see as 'today'.")
+@click.option("--chat-date", default=EVAL.chat_date, show_default=True, help="ISO date chat templates see as 'today'.")
 @click.option("--run", "run", default=None, type=click.Path(file_okay=False, exists=True),
               help="With --split heldout: a run directory; its task, data, seed, shots and held-out set are used and "
                    "the look is logged in its heldout_log.jsonl.")
 @click.option("--exploratory", is_flag=True, help="With --split heldout and no --run: score the task's held-out pool "
               "outside any run (recorded in eval.json).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--device", default="cpu", show_default=True)
-@click.option("--dtype", default="float32", show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=EVAL.batch_size, show_default=True)
+@click.option("--device", default=EVAL.device, show_default=True)
+@click.option("--dtype", default=EVAL.dtype, show_default=True)
 @click.option("--allow-code-execution", is_flag=True, help="Run model-written code (MBPP) in the sandbox.")
-@click.option("--ablation", default="zero", show_default=True,
+@click.option("--ablation", default=EVAL.ablation, show_default=True,
               help="What replaces an ablated head's z: zero (the paper's), mean, resample or scale:α (e.g. scale:0.5).")
 @click.option("--reference", type=click.IntRange(min=1), default=None,
               help="With --ablation mean/resample: discovery examples the values are measured on (default: what the "

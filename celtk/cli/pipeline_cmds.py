@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 import click
 
 from celtk.cli._common import FiniteFloatRange, console, progress_bar, resolve_config
+from celtk.run.config import RunConfig
+from celtk.run.options import REPLICATE, SELECT
 from celtk.run.registry import SCREENS
 from celtk.search.registry import STRATEGIES, TIE_BREAKS
 
@@ -290,13 +292,14 @@ def _stored_note(what: str, path: Path) -> None:
 @click.command("select")
 @_out_options
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help="Candidate pool size (algorithm1; default: the run's p, 10 unless it was set).")
+              help=f"Candidate pool size (algorithm1; default: the run's p, {RunConfig.p} unless it was set).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help="Largest subset size (default: the run's k, 3 unless it was set).")
-@click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True,
+              help=f"Largest subset size (default: the run's k, {RunConfig.k} unless it was set).")
+@click.option("--strategy", type=click.Choice(STRATEGIES.names()), default=SELECT.strategy, show_default=True,
               help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads "
                    "(no pool, --p unused).")
-@click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
+@click.option("--width", type=click.IntRange(min=1), default=SELECT.width, show_default=True,
+              help="Beam width (beam only).")
 @click.option("--heldout", type=click.IntRange(min=1), default=None,
               help="Held-out examples frozen with the selection, which every test scores (default: as configured).")
 @click.option("--force", is_flag=True, default=False,
@@ -352,8 +355,10 @@ def test_cmd(out: str | None, out_option: str | None, heldout: int | None, force
 @click.command("run")
 @_run_options
 @_screen_options
-@click.option("--p", "p", type=click.IntRange(min=1), default=None, help="Candidate pool size (default 10).")
-@click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest subset size (default 3).")
+@click.option("--p", "p", type=click.IntRange(min=1), default=None,
+              help=f"Candidate pool size (default {RunConfig.p}).")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help=f"Largest subset size (default {RunConfig.k}).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def run_cmd(config_file: str | None, out: str, **flags: object) -> None:
     """Screen, select and test in one go (each stage resumes if interrupted)."""
@@ -380,10 +385,13 @@ def run_cmd(config_file: str | None, out: str, **flags: object) -> None:
 @click.command("replicate")
 @_run_options
 @_screen_options
-@click.option("--p", "p", type=click.IntRange(min=1), default=None, help="Candidate pool size (default 10).")
-@click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest subset size (default 3).")
+@click.option("--p", "p", type=click.IntRange(min=1), default=None,
+              help=f"Candidate pool size (default {RunConfig.p}).")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help=f"Largest subset size (default {RunConfig.k}).")
 @click.option("--seeds", required=True, help="Split seeds: '1,2,3' or '1-5'; each seed is OUT/seed-S.")
-@click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+@click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=REPLICATE.alpha,
+              show_default=True,
               help="Level of the Holm-adjusted tests over seeds and of the interval of the mean gain.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Parent directory of the seeds' runs.")
 def replicate_cmd(config_file: str | None, out: str, seeds: str, alpha: float, **flags: object) -> None:

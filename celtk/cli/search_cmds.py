@@ -7,22 +7,25 @@ from pathlib import Path
 import click
 
 from celtk.cli._common import FiniteFloatRange, console, progress_bar, quiet_libraries
+from celtk.run.config import RunConfig
+from celtk.run.options import ALTSCREEN, STABILITY
 from celtk.screening.registry import RANKERS
 from celtk.search.registry import STRATEGIES
 
 
 @click.command("altscreen")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--method", type=click.Choice(RANKERS.names()), required=True,
+@click.option("--method", type=click.Choice(RANKERS.names()), default=ALTSCREEN.method, show_default=True,
               help="gradient: per-head gate gradient (one backward pass). lasso: random multi-head knockouts + L1 "
                    "regression.")
-@click.option("--p", "p", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--p", "p", type=click.IntRange(min=1), default=ALTSCREEN.p, show_default=True,
               help="Pool size compared with the exhaustive screen's.")
-@click.option("--masks", type=click.IntRange(min=1, max=1_000_000), default=200, show_default=True,
+@click.option("--masks", type=click.IntRange(min=1, max=1_000_000), default=ALTSCREEN.masks, show_default=True,
               help="Random knockout masks (lasso; each is one forward pass, at most 1,000,000 like the subset search).")
-@click.option("--rate", type=FiniteFloatRange(0, 1, min_open=True), default=0.05, show_default=True,
+@click.option("--rate", type=FiniteFloatRange(0, 1, min_open=True), default=ALTSCREEN.rate, show_default=True,
               help="Chance each head is knocked out in a mask (lasso).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Mask seed (lasso).")
+@click.option("--seed", type=click.IntRange(min=0), default=ALTSCREEN.seed, show_default=True,
+              help="Mask seed (lasso).")
 def altscreen_cmd(out: str, method: str, p: int, masks: int, rate: float, seed: int) -> None:
     """Rank heads with a cheaper screener and compare its pool with the exhaustive screen
     (OUT/altscreen-METHOD.json)."""
@@ -47,29 +50,28 @@ def altscreen_cmd(out: str, method: str, p: int, masks: int, rate: float, seed: 
 
 @click.command("stability")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--resamples", type=click.IntRange(min=1, max=10_000), default=20, show_default=True,
+@click.option("--resamples", type=click.IntRange(min=1, max=10_000), default=STABILITY.resamples, show_default=True,
               help="Resamples of the discovery set (each reruns the search; at most 10,000).")
-@click.option("--method", type=click.Choice(["bootstrap", "subsample"]), default="bootstrap", show_default=True)
-@click.option("--fraction", type=FiniteFloatRange(0, 1, min_open=True), default=0.5, show_default=True,
+@click.option("--method", type=click.Choice(["bootstrap", "subsample"]), default=STABILITY.method, show_default=True)
+@click.option("--fraction", type=FiniteFloatRange(0, 1, min_open=True), default=STABILITY.fraction, show_default=True,
               help="Subsample size as a fraction (subsample).")
-@click.option("--strategy", type=click.Choice(STRATEGIES.names()), default="algorithm1", show_default=True)
+@click.option("--strategy", type=click.Choice(STRATEGIES.names()), default=STABILITY.strategy, show_default=True)
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help="Candidate pool size (default: the run's p, 10 unless it was set).")
+              help=f"Candidate pool size (default: the run's p, {RunConfig.p} unless it was set).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help="Largest subset size (default: the run's k, 3 unless it was set).")
-@click.option("--width", type=click.IntRange(min=1), default=3, show_default=True, help="Beam width (beam only).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Resampling seed.")
+              help=f"Largest subset size (default: the run's k, {RunConfig.k} unless it was set).")
+@click.option("--width", type=click.IntRange(min=1), default=STABILITY.width, show_default=True,
+              help="Beam width (beam only).")
+@click.option("--seed", type=click.IntRange(min=0), default=STABILITY.seed, show_default=True, help="Resampling seed.")
 def stability_cmd(out: str, resamples: int, method: str, fraction: float, strategy: str, p: int | None,
                   k: int | None, width: int, seed: int) -> None:
     """How stable is the selection across resamples of the discovery set? (OUT/stability.json)"""
     from rich.table import Table
 
-    from celtk.run.config import recorded_config
+    from celtk.run.select import search_settings
     from celtk.run.stability import run_stability
 
-    recorded = recorded_config(Path(out))
-    p = p if p is not None else recorded.p if recorded else 10
-    k = k if k is not None else recorded.k if recorded else 3
+    p, k, _ = search_settings(Path(out), p, k)  # the run's, where not given, as select takes them
 
     quiet_libraries()
     with progress_bar() as progress:

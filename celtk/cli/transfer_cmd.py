@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from celtk.cli._common import console, progress_bar
+from celtk.run.options import ABLATIONS, CALIBRATE, TRANSFER
 
 if TYPE_CHECKING:  # annotations only: the documents load with the stage that writes them
     from celtk.store.documents import AblationKindsDocument, TransferDocument
@@ -17,6 +18,10 @@ if TYPE_CHECKING:  # annotations only: the documents load with the stage that wr
 
 def _names(text: str | None) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()] if text else []
+
+
+def _listed(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    return _names(value)
 
 
 def _seeds(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int]:
@@ -59,20 +64,21 @@ def _print_transfer(doc: TransferDocument) -> None:
 
 @click.command("transfer")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--shots-seeds", callback=_seeds, default="1,2,3,4,5", show_default=True,
+@click.option("--shots-seeds", callback=_seeds, default=",".join(map(str, TRANSFER.shots_seeds)), show_default=True,
               help="Other few-shot draws (seeds); the default is skipped on a run with no shots to redraw, seeds given "
                    "there are refused.")
-@click.option("--zero-shot/--no-zero-shot", default=True, show_default=True, help="Add the zero-shot variant.")
+@click.option("--zero-shot/--no-zero-shot", default=TRANSFER.zero_shot, show_default=True,
+              help="Add the zero-shot variant.")
 @click.option("--subtasks", default=None, help="Neighbouring subtasks of the run's task family, e.g. 2ds,3da.")
 @click.option("--tasks", default=None, help="Other tasks (side effects), e.g. boolq,arithmetic:1dc.")
-@click.option("--chat", is_flag=True, help="Add the chat-template variant.")
+@click.option("--chat", is_flag=True, default=TRANSFER.chat, help="Add the chat-template variant.")
 @click.option("--other-model", "other_models", multiple=True, help="Another model of the same shape (repeatable).")
 @click.option("--plain-text", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Plain text for the language-modelling loss, intact against ablated.")
 @click.option("--heldout", type=click.IntRange(min=1), default=None,
               help="Held-out examples each variant of another task (--tasks, --subtasks) draws (default: the run's "
                    "held-out size); the run's own task keeps its frozen held-out set.")
-@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
+@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=TRANSFER.n_boot, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
 def transfer_cmd(out: str, shots_seeds: list[int], zero_shot: bool, subtasks: str | None, tasks: str | None,
                  chat: bool, other_models: tuple[str, ...], plain_text: str | None, heldout: int | None,
@@ -98,17 +104,17 @@ def transfer_cmd(out: str, shots_seeds: list[int], zero_shot: bool, subtasks: st
 
 @click.command("calibrate")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--null", "null", type=click.Choice(["search", "permutation", "random-heads"]), default="search",
+@click.option("--null", "null", type=click.Choice(["search", "permutation", "random-heads"]), default=CALIBRATE.null,
               show_default=True,
               help="search: the whole search rerun on relabelled outcomes (stored outcomes, no model; the p-value "
                    "to quote). permutation: each scored candidate relabelled alone (a scale, no p-value). "
                    "random-heads: the search on random pools (forward passes; a scale, no p-value).")
-@click.option("--repeats", type=click.IntRange(min=1, max=100_000), default=200, show_default=True,
+@click.option("--repeats", type=click.IntRange(min=1, max=100_000), default=CALIBRATE.repeats, show_default=True,
               help="Null draws (at most 100,000).")
 @click.option("--candidates", "n_candidates", type=click.IntRange(min=1, max=100_000), default=None,
               help="random-heads only: the older control, the best of N random sets of the selection's size per "
                    "draw, in place of the search on a random pool (at most 100,000).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=CALIBRATE.seed, show_default=True)
 def calibrate_cmd(out: str, null: str, repeats: int, n_candidates: int | None, seed: int) -> None:
     """The best discovery gain a search finds under no effect, beside the run's; writes OUT/calibration-NULL.json."""
     import numpy as np
@@ -168,29 +174,30 @@ def _print_kinds(doc: AblationKindsDocument) -> None:
 
 @click.command("ablations")
 @click.argument("out", type=click.Path(file_okay=False, exists=True))
-@click.option("--kinds", default="zero,mean,resample", show_default=True,
+@click.option("--kinds", callback=_listed, default=",".join(ABLATIONS.kinds), show_default=True,
               help="Ablation kinds to score beside the scale sweep (zero, mean, resample, scale:α).")
-@click.option("--alphas", callback=_floats, default="1,0.75,0.5,0.25,0,-0.5", show_default=True,
+@click.option("--alphas", callback=_floats, default=",".join(f"{a:g}" for a in ABLATIONS.alphas), show_default=True,
               help="The scale sweep: z × α for each α (1 is intact, 0 is zeroing; −10 ≤ α ≤ 10).")
-@click.option("--positions", default="all,prefix,example", show_default=True,
+@click.option("--positions", callback=_listed, default=",".join(ABLATIONS.positions), show_default=True,
               help="Where each named kind replaces z: all positions, the shared few-shot prefix only, the example's "
                    "own positions only (the scale sweep runs at the run's positions).")
-@click.option("--draws", type=click.IntRange(min=1, max=1000), default=5, show_default=True,
+@click.option("--draws", type=click.IntRange(min=1, max=1000), default=ABLATIONS.draws, show_default=True,
               help="Resample draws per example, averaged per example before the paired statistics.")
-@click.option("--reference-shots", type=click.Choice(("fixed", "redraw")), default="fixed", show_default=True,
+@click.option("--reference-shots", type=click.Choice(("fixed", "redraw")), default=ABLATIONS.reference_shots,
+              show_default=True,
               help="The few-shot shots of the reference sequences mean and resample measure z on: the run's own "
                    "(fixed), or each reference its own, drawn from the task's few-shot pool (redraw), so that "
                    "resample at all positions replaces the shot positions too.")
-@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=10_000, show_default=True,
+@click.option("--n-boot", type=click.IntRange(min=1, max=1_000_000), default=ABLATIONS.n_boot, show_default=True,
               help="Bootstrap resamples (at most 1,000,000).")
-def ablations_cmd(out: str, kinds: str, alphas: list[float], positions: str, draws: int, reference_shots: str,
-                  n_boot: int) -> None:
+def ablations_cmd(out: str, kinds: list[str], alphas: list[float], positions: list[str], draws: int,
+                  reference_shots: str, n_boot: int) -> None:
     """Does the tested selection's gain survive mean, resample and scaled ablation, at every position, the
     few-shot prefix's and the example's own? Held-out looks; writes OUT/ablation-kinds.json."""
     from celtk.run.ablations import run_ablation_kinds
 
     with progress_bar() as progress:
-        doc = run_ablation_kinds(Path(out), kinds=_names(kinds), alphas=alphas, positions=_names(positions),
+        doc = run_ablation_kinds(Path(out), kinds=kinds, alphas=alphas, positions=positions,
                                  draws=draws, n_boot=n_boot, progress=progress, reference_shots=reference_shots)
     _print_kinds(doc)
 

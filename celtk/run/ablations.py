@@ -52,6 +52,7 @@ from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
 from celtk.evaluation.scoring import ablation_for, prompt_prefix
 from celtk.models import Model
+from celtk.run.options import ABLATIONS
 from celtk.run.session import Session, session_for
 from celtk.run.test import score_kinds
 from celtk.stats import bootstrap_chunks, compare_paired
@@ -62,17 +63,14 @@ if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
 
 Progress = Callable[[str, int, int], None]
-KINDS = ("zero", "mean", "resample")
-ALPHAS = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5)
-POSITIONS = ("all", "prefix", "example")
-DRAWS = 5  # resample draws per example by default
 
 
 @public
-def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = KINDS, alphas: Sequence[float] = ALPHAS,
-                       positions: Sequence[str] = POSITIONS, draws: int = DRAWS,
-                       model: Model | None = None, n_boot: int = 10_000,
-                       progress: Progress | None = None, reference_shots: str = "fixed") -> AblationKindsDocument:
+def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = ABLATIONS.kinds,
+                       alphas: Sequence[float] = ABLATIONS.alphas, positions: Sequence[str] = ABLATIONS.positions,
+                       draws: int = ABLATIONS.draws, model: Model | None = None, n_boot: int = ABLATIONS.n_boot,
+                       progress: Progress | None = None,
+                       reference_shots: str = ABLATIONS.reference_shots) -> AblationKindsDocument:
     """Score ``selection.json``'s heads on the tested held-out set under each of ``kinds`` at each of
     ``positions`` (all, prefix, example) and each ``scale:α`` of ``alphas`` at the run's positions, against one
     intact pass (plain streamed passes, as ``celtk test``); mean and resample are measured on the run's

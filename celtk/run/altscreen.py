@@ -18,6 +18,7 @@ from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.run.options import ALTSCREEN
 from celtk.run.session import ScreenedRun, memo_for, open_run
 from celtk.screening.rankers import LASSO_FOLDS, RankerInput, compare_rankings
 from celtk.screening.registry import RANKERS
@@ -49,8 +50,9 @@ def ranker_input(run: ScreenedRun, method: str, progress: Progress | None = None
 
 
 @public
-def run_altscreen(out: Path, *, method: str = "gradient", p: int = 10, masks: int = 200, rate: float = 0.05,
-                  seed: int = 0, model: Model | None = None, progress: Progress | None = None) -> AltscreenDocument:
+def run_altscreen(out: Path, *, method: str = ALTSCREEN.method, p: int = ALTSCREEN.p,
+                  masks: int = ALTSCREEN.masks, rate: float = ALTSCREEN.rate, seed: int = ALTSCREEN.seed,
+                  model: Model | None = None, progress: Progress | None = None) -> AltscreenDocument:
     """Rank heads with the registered ranker ``method`` (:data:`celtk.screening.registry.RANKERS`) and compare its
     top-p pool with the exhaustive screen's; writes ``altscreen-{method}.json`` (and its timing beside it)."""
     out = Path(out)

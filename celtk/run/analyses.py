@@ -20,6 +20,7 @@ from celtk.circuits import (
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.run.options import ATTRIBUTES, COMPARE
 from celtk.run.session import load_screen, session_for
 from celtk.search.scores import rank
 from celtk.store.directory import RunDirectory
@@ -33,8 +34,8 @@ def _selected_heads(out: Path) -> HeadSet:
 
 
 @public
-def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, batch: int = 8,
-                   seed: int = 0) -> HeadAttributesDocument:
+def run_attributes(out: Path, *, model: Model | None = None, length: int = ATTRIBUTES.length,
+                   batch: int = ATTRIBUTES.batch, seed: int = ATTRIBUTES.seed) -> HeadAttributesDocument:
     """Previous-token, duplicate-token and induction scores of every head of the run's model."""
     check_probe(length, batch)  # before the model loads
     out = Path(out)
@@ -58,7 +59,7 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = 40, b
 
 
 @public
-def run_compare(out: Path, circuit: str, *, top: int = 10, any_model: bool = False) -> CompareDocument:
+def run_compare(out: Path, circuit: str, *, top: int = COMPARE.top, any_model: bool = False) -> CompareDocument:
     """Overlap of the run's selection and screen ranking with ``circuit`` (a file or packaged name),
     and the run's task-critical vs enhancing heads. Needs no model. A circuit found on another model than the
     run's is refused unless ``any_model`` (one of another shape always is).

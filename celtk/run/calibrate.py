@@ -30,6 +30,7 @@ from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet, all_heads
 from celtk.models import Model
+from celtk.run.options import CALIBRATE
 from celtk.run.session import memo_for, open_run
 from celtk.run.transfer import heldout_pass
 from celtk.search.nulls import (
@@ -80,7 +81,8 @@ NO_P_VALUE = {
 
 
 @public
-def run_calibration(out: Path, *, null: str = "search", repeats: int = 200, seed: int = 0,
+def run_calibration(out: Path, *, null: str = CALIBRATE.null, repeats: int = CALIBRATE.repeats,
+                    seed: int = CALIBRATE.seed,
                     n_candidates: int | None = None, model: Model | None = None,
                     progress: Progress | None = None) -> CalibrationDocument:
     """The distribution of the best discovery gain under ``null`` (:data:`NULLS`), its held-out

@@ -29,6 +29,7 @@ CHAT_DATE = "2024-07-26"  # celtk.evaluation.prompts.CHAT_DATE; repeated so that
 POSITIONS = ("all", "prefix", "example")  # celtk.ablation_kinds.POSITIONS, repeated for the same reason
 
 
+BATCH_SIZE = 32  # examples per forward pass, a run's and a free evaluation's default
 PATH_KEYS = ("model", "data")  # settings that may be given as a pathlib.Path (kept as text)
 
 
@@ -67,7 +68,7 @@ class RunConfig(metaclass=_PresetFills):
     fewshot: int = 3
     chat: bool = False
     chat_date: str = CHAT_DATE  # the date chat templates that write "today" see (ISO)
-    batch_size: int | str = 32  # or "auto": fit the device's free memory
+    batch_size: int | str = BATCH_SIZE  # or "auto": fit the device's free memory
     device: str = "cpu"
     dtype: str = "float32"
     p: int = 10

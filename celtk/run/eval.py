@@ -21,6 +21,7 @@ from celtk.evaluation.scoring import ablation_for
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
 from celtk.run.config import CHAT_DATE, RunConfig
+from celtk.run.options import EVAL
 from celtk.run.session import session_for
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
@@ -35,12 +36,13 @@ SPLITS = ("discovery", "heldout", "all")
 
 
 @public
-def run_eval(out: Path | None, *, model: str | Path | Model = "smollm2-135m", task: str | None = None,
+def run_eval(out: Path | None, *, model: str | Path | Model = EVAL.model, task: str | None = None,
              data: str | Path | None = None,
-             heads: HeadSet | str = "", split: str = "discovery", limit: int | None = None, seed: int = 0,
-             fewshot: int | None = None, chat: bool = False, chat_date: str = CHAT_DATE, batch_size: int = 32,
-             device: str = "cpu", dtype: str = "float32", allow_code: bool = False, run: Path | None = None,
-             exploratory: bool = False, ablation: str = "zero", reference: int | None = None,
+             heads: HeadSet | str = "", split: str = EVAL.split, limit: int | None = None,
+             seed: int = EVAL.seed, fewshot: int | None = None, chat: bool = EVAL.chat,
+             chat_date: str = EVAL.chat_date, batch_size: int = EVAL.batch_size, device: str = EVAL.device,
+             dtype: str = EVAL.dtype, allow_code: bool = False, run: Path | None = None,
+             exploratory: bool = False, ablation: str = EVAL.ablation, reference: int | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> EvalDocument:
     """Evaluate ``model`` (an alias/path, or a loaded :class:`Model`) on ``split`` of ``task`` with
     ``heads`` ablated; returns the ``eval.json`` document and writes it to ``out`` (unless ``None``).

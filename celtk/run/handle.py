@@ -55,7 +55,19 @@ from celtk.boundary import annotation_names, public
 from celtk.errors import ConfigError, RunStoreError, TaskError
 from celtk.heads import HeadSet
 from celtk.report import write_report
-from celtk.run.config import RunConfig, parse_shard, recorded_config
+from celtk.run.config import BATCH_SIZE, RunConfig, parse_shard, recorded_config
+from celtk.run.options import (
+    ABLATIONS,
+    ALTSCREEN,
+    ATTRIBUTES,
+    CALIBRATE,
+    COMPARE,
+    REPLICATE,
+    SELECT,
+    STABILITY,
+    TEST,
+    TRANSFER,
+)
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.tasks import continuation_delimiter
@@ -63,6 +75,7 @@ from celtk.tasks import continuation_delimiter
 if TYPE_CHECKING:
     from celtk.analysis import CompareDocument, HeadAttributesDocument
     from celtk.models import Model
+    from celtk.run.replicate import ReplicateDocument
     from celtk.run.session import Session
     from celtk.store.documents import (
         AblationKindsDocument,
@@ -81,7 +94,8 @@ __getattr__ = annotation_names({  # what the boundary's type check resolves on f
     "CompareDocument": "celtk.analysis", "HeadAttributesDocument": "celtk.analysis", "Model": "celtk.models",
     **dict.fromkeys(("AblationKindsDocument", "AltscreenDocument", "CalibrationDocument", "EvalDocument",
                      "StabilityDocument", "TransferDocument"), "celtk.store.documents"),
-    "Session": "celtk.run.session", "Example": "celtk.tasks", "Splits": "celtk.tasks", "Task": "celtk.tasks"})
+    "ReplicateDocument": "celtk.run.replicate", "Session": "celtk.run.session", "Example": "celtk.tasks",
+    "Splits": "celtk.tasks", "Task": "celtk.tasks"})
 
 Progress = Callable[[str, int, int], None]
 
@@ -154,7 +168,7 @@ class Run:
         from celtk.run.session import Session
 
         overrides = RunDirectory(self.out).heldout_overrides() if self.out.is_dir() else {}
-        config = replace(self.config, **overrides)
+        config = replace(self.config, heldout=overrides.get("heldout", self.config.heldout))
         if self._session is None or self._session.config != config:
             self._session = Session.open(config, self.model)
         return self._session
@@ -239,9 +253,9 @@ class Run:
         return merge_shards(self.out)
 
     @public
-    def select(self, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1", width: int = 3,
-               heldout: int | None = None, force: bool = False, progress: Progress | None = None,
-               tie_break: str | None = None) -> SelectionDocument:
+    def select(self, *, p: int | None = None, k: int | None = None, strategy: str = SELECT.strategy,
+               width: int = SELECT.width, heldout: int | None = None, force: bool = False,
+               progress: Progress | None = None, tie_break: str | None = None) -> SelectionDocument:
         """``celtk select``: search for the best head set and freeze it with its held-out set (``p``, ``k`` and
         ``tie_break``, how heads tied in every measure are ranked, default to the run's settings)."""
         from celtk.run.select import run_select, stored_selection
@@ -256,7 +270,7 @@ class Run:
                           model=self.model, force=force, progress=progress, tie_break=tie_break)
 
     @public
-    def test(self, *, heldout: int | None = None, n_boot: int = 10_000, force: bool = False,
+    def test(self, *, heldout: int | None = None, n_boot: int = TEST.n_boot, force: bool = False,
              progress: Progress | None = None) -> TestDocument:
         """``celtk test``: the frozen selection against the intact model on the held-out set (once: a second call
         returns the first test, scoring nothing, unless ``force``)."""
@@ -269,10 +283,22 @@ class Run:
                         progress=progress)
 
     @public
-    def transfer(self, *, shots_seeds: Sequence[int] | None = None, zero_shot: bool = True,
-                 subtasks: Sequence[str] = (), tasks: Sequence[str] = (), chat: bool = False,
+    def replicate(self, seeds: Sequence[int] | str, *, out: str | Path, alpha: float = REPLICATE.alpha,
+                  progress: Progress | None = None) -> ReplicateDocument:
+        """``celtk replicate``: this run's settings over other split ``seeds`` (``[1, 2, 3]`` or ``"1-3"``), each
+        seed a run of its own, ``out/seed-S``, screened, selected and tested; returns the summary across seeds
+        (``out/replicate.json``). Uses this run's model when it is loaded, and loads none when every seed is
+        finished."""
+        from celtk.run.replicate import parse_seeds, run_replicate
+
+        return run_replicate(self.config, Path(out), parse_seeds(seeds), model=self._model, alpha=alpha,
+                             progress=progress)
+
+    @public
+    def transfer(self, *, shots_seeds: Sequence[int] | None = None, zero_shot: bool = TRANSFER.zero_shot,
+                 subtasks: Sequence[str] = (), tasks: Sequence[str] = (), chat: bool = TRANSFER.chat,
                  other_models: Sequence[str] = (), plain_text: str | Path | None = None,
-                 heldout: int | None = None, n_boot: int = 10_000,
+                 heldout: int | None = None, n_boot: int = TRANSFER.n_boot,
                  progress: Progress | None = None) -> TransferDocument:
         """``celtk transfer``: the tested selection under other shots, zero-shot, neighbouring subtasks, other
         tasks, the chat template and other models (``other_models``: names, each loaded once)."""
@@ -284,8 +310,9 @@ class Run:
                             n_boot=n_boot, progress=progress)
 
     @public
-    def calibrate(self, *, null: str = "search", repeats: int = 200, n_candidates: int | None = None,
-                  seed: int = 0, progress: Progress | None = None) -> CalibrationDocument:
+    def calibrate(self, *, null: str = CALIBRATE.null, repeats: int = CALIBRATE.repeats,
+                  n_candidates: int | None = None, seed: int = CALIBRATE.seed,
+                  progress: Progress | None = None) -> CalibrationDocument:
         """``celtk calibrate``: the best discovery gain a search finds under ``null`` (``search``, the p-value to
         quote; ``permutation`` or ``random-heads``, scales without one; ``n_candidates``: the older control's
         random sets per draw, random-heads only — the CLI's ``--candidates``)."""
@@ -295,10 +322,10 @@ class Run:
                                model=self.model, progress=progress)
 
     @public
-    def ablations(self, *, kinds: Sequence[str] = ("zero", "mean", "resample"),
-                  alphas: Sequence[float] = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5),
-                  positions: Sequence[str] = ("all", "prefix", "example"), draws: int = 5,
-                  reference_shots: str = "fixed", n_boot: int = 10_000,
+    def ablations(self, *, kinds: Sequence[str] = ABLATIONS.kinds,
+                  alphas: Sequence[float] = ABLATIONS.alphas, positions: Sequence[str] = ABLATIONS.positions,
+                  draws: int = ABLATIONS.draws, reference_shots: str = ABLATIONS.reference_shots,
+                  n_boot: int = ABLATIONS.n_boot,
                   progress: Progress | None = None) -> AblationKindsDocument:
         """``celtk ablations``: the tested selection under other ablation kinds, at each of ``positions``, resample
         drawn ``draws`` times (its references' shots ``fixed`` or ``redraw``), and a scale sweep."""
@@ -309,8 +336,9 @@ class Run:
                                   progress=progress)
 
     @public
-    def altscreen(self, *, method: str = "gradient", p: int = 10, masks: int = 200, rate: float = 0.05,
-                  seed: int = 0, progress: Progress | None = None) -> AltscreenDocument:
+    def altscreen(self, *, method: str = ALTSCREEN.method, p: int = ALTSCREEN.p,
+                  masks: int = ALTSCREEN.masks, rate: float = ALTSCREEN.rate, seed: int = ALTSCREEN.seed,
+                  progress: Progress | None = None) -> AltscreenDocument:
         """``celtk altscreen``: a cheaper ranking of the heads, compared with the screen's pool."""
         from celtk.run.altscreen import run_altscreen
 
@@ -318,9 +346,10 @@ class Run:
                              progress=progress)
 
     @public
-    def stability(self, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5,
-                  strategy: str = "algorithm1", p: int | None = None, k: int | None = None, width: int = 3,
-                  seed: int = 0, progress: Progress | None = None) -> StabilityDocument:
+    def stability(self, *, resamples: int = STABILITY.resamples, method: str = STABILITY.method,
+                  fraction: float = STABILITY.fraction, strategy: str = STABILITY.strategy, p: int | None = None,
+                  k: int | None = None, width: int = STABILITY.width, seed: int = STABILITY.seed,
+                  progress: Progress | None = None) -> StabilityDocument:
         """``celtk stability``: selections on resamples of the discovery set (``p``, ``k``: the run's by default)."""
         from celtk.run.stability import run_stability
 
@@ -342,7 +371,7 @@ class Run:
                         ablation=self.config.ablation, progress=progress)
 
     @public
-    def attributes(self, *, length: int = 40, seed: int = 0) -> HeadAttributesDocument:
+    def attributes(self, *, length: int = ATTRIBUTES.length, seed: int = ATTRIBUTES.seed) -> HeadAttributesDocument:
         """``celtk attributes``: previous-token, duplicate-token and induction scores of every head
         (:class:`celtk.analysis.HeadAttributesDocument`)."""
         from celtk.run.analyses import run_attributes
@@ -350,7 +379,7 @@ class Run:
         return run_attributes(self.out, model=self.model, length=length, seed=seed)
 
     @public
-    def compare(self, circuit: str, *, top: int = 10, any_model: bool = False) -> CompareDocument:
+    def compare(self, circuit: str, *, top: int = COMPARE.top, any_model: bool = False) -> CompareDocument:
         """``celtk compare --circuit``: the run's heads beside a known circuit (a file or packaged name;
         :class:`celtk.analysis.CompareDocument`). Needs no model. ``any_model``: compare with a circuit
         found on another model (of the same shape)."""
@@ -364,4 +393,4 @@ class Run:
         return write_report(self.out, None if to is None else Path(to))
 
     def _batch_size(self) -> int:
-        return self.config.batch_size if isinstance(self.config.batch_size, int) else 32
+        return self.config.batch_size if isinstance(self.config.batch_size, int) else BATCH_SIZE

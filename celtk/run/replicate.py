@@ -27,6 +27,7 @@ from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig, preflight
 from celtk.run.full import run_all, stored_run
+from celtk.run.options import REPLICATE
 from celtk.stats import holm
 from celtk.store.documents import HEADS, Document, Record, ScreenDocument, coded, optional, rows
 from celtk.store.files import locked
@@ -92,7 +93,7 @@ def parse_seeds(text: str | Sequence[int]) -> list[int]:
 
 @public
 def run_replicate(config: RunConfig, out: Path, seeds: Sequence[int], *, model: Model | None = None,
-                  alpha: float = 0.05, progress: Progress | None = None) -> ReplicateDocument:
+                  alpha: float = REPLICATE.alpha, progress: Progress | None = None) -> ReplicateDocument:
     """Screen, select and test ``config`` once per seed in ``seeds`` (``config.seed`` is replaced), each in
     ``out/seed-S``, then summarise them in ``out/replicate.json`` (rewritten only when it changes). The model is
     loaded once, and only if some seed still has work to do."""

@@ -14,6 +14,7 @@ from celtk.boundary import public
 from celtk.errors import NothingToFreezeError
 from celtk.models import Model
 from celtk.run.config import RunConfig, recorded_config
+from celtk.run.options import SELECT
 from celtk.run.session import ScreenedRun, memo_for, neutral_overrides, open_run
 from celtk.search.scores import check_tie_break
 from celtk.search.selection import n_subsets
@@ -33,8 +34,8 @@ Progress = Callable[[str, int, int], None]
 
 
 @public
-def run_select(out: Path, *, p: int | None = None, k: int | None = None, strategy: str = "algorithm1",
-               width: int = 3, heldout: int | None = None, model: Model | None = None, force: bool = False,
+def run_select(out: Path, *, p: int | None = None, k: int | None = None, strategy: str = SELECT.strategy,
+               width: int = SELECT.width, heldout: int | None = None, model: Model | None = None, force: bool = False,
                progress: Progress | None = None, device: str | None = None,
                batch_size: int | str | None = None, tie_break: str | None = None) -> SelectionDocument:
     """``algorithm1`` (default): pool the top-p heads, evaluate every subset of size 2..k, freeze

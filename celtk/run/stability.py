@@ -11,6 +11,7 @@ import numpy as np
 from celtk.boundary import public
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.run.options import STABILITY
 from celtk.run.select import search_settings
 from celtk.run.session import memo_for, open_run
 from celtk.run.transfer import heldout_pass
@@ -24,10 +25,11 @@ Progress = Callable[[str, int, int], None]
 
 
 @public
-def run_stability(out: Path, *, resamples: int = 20, method: str = "bootstrap", fraction: float = 0.5, seed: int = 0,
-                  strategy: str = "algorithm1", p: int | None = None, k: int | None = None, width: int = 3,
-                  model: Model | None = None, n_boot: int = 2000, progress: Progress | None = None
-                  ) -> StabilityDocument:
+def run_stability(out: Path, *, resamples: int = STABILITY.resamples, method: str = STABILITY.method,
+                  fraction: float = STABILITY.fraction, seed: int = STABILITY.seed,
+                  strategy: str = STABILITY.strategy, p: int | None = None, k: int | None = None,
+                  width: int = STABILITY.width, model: Model | None = None, n_boot: int = STABILITY.n_boot,
+                  progress: Progress | None = None) -> StabilityDocument:
     """Selections of ``strategy`` on ``resamples`` resamples of the discovery set, how often each
     head and set is chosen, and each distinct selection's held-out gain: exploratory for every
     selection but the frozen one (``selection.json``), since many are compared on the same held-out set.

@@ -14,6 +14,7 @@ from celtk.evaluation.results import EvalResult
 from celtk.evaluation.shared_prefix import score_pass
 from celtk.heads import HeadSet
 from celtk.models import Model
+from celtk.run.options import TEST
 from celtk.run.session import Session, neutral_overrides, session_for
 from celtk.stats import compare_paired, defined
 from celtk.store.directory import RunDirectory
@@ -29,7 +30,7 @@ Progress = Callable[[str, int, int], None]
 
 
 @public
-def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = 10_000,
+def run_test(out: Path, *, heldout: int | None = None, model: Model | None = None, n_boot: int = TEST.n_boot,
              force: bool = False, progress: Progress | None = None, device: str | None = None,
              batch_size: int | str | None = None) -> TestDocument:
     """Score ``selection.json``'s heads and the intact model on the held-out set fixed with the selection

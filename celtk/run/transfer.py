@@ -20,6 +20,7 @@ from celtk.errors import CeltkError, ConfigError
 from celtk.evaluation.prompts import prepared_hash
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
+from celtk.run.options import TRANSFER
 from celtk.run.session import Session, session_for
 from celtk.stats import compare_paired, holm
 from celtk.store.directory import RunDirectory
@@ -45,20 +46,17 @@ class Variant:
     requested: bool = True
 
 
-DEFAULT_SHOT_SEEDS = (1, 2, 3, 4, 5)
-
-
 @public
-def variant_grid(task: str, *, shot_seeds: Iterable[int] | None = None, zero_shot: bool = True,
-                 subtasks: Iterable[str] = (), tasks: Iterable[str] = (), chat: bool = False,
+def variant_grid(task: str, *, shot_seeds: Iterable[int] | None = None, zero_shot: bool = TRANSFER.zero_shot,
+                 subtasks: Iterable[str] = (), tasks: Iterable[str] = (), chat: bool = TRANSFER.chat,
                  models: Iterable[str] = ()) -> list[Variant]:
     """The run's own configuration first, then each asked-for variant of the run's ``task``
-    (e.g. ``subtasks=("2ds",)`` on ``arithmetic:2da`` gives ``arithmetic:2ds``). ``shot_seeds``
-    ``None`` is the default draw (seeds 1–5), dropped on a run that has no shots to redraw;
+    (e.g. ``subtasks=("2ds",)`` on ``arithmetic:2da`` gives ``arithmetic:2ds``). ``shot_seeds`` ``None`` is the
+    default draw (``celtk.run.options.TRANSFER.shots_seeds``, 1–5), dropped on a run that has no shots to redraw;
     seeds given by name are refused there."""
     family = task.split(":")[0]
     requested = shot_seeds is not None
-    seeds = list(DEFAULT_SHOT_SEEDS if shot_seeds is None else shot_seeds)
+    seeds = list(TRANSFER.shots_seeds if shot_seeds is None else shot_seeds)
     if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise ConfigError(f"shot seeds must be distinct non-negative whole numbers, got {seeds}.")
     grid = [Variant("original", "original")]
@@ -74,7 +72,7 @@ def variant_grid(task: str, *, shot_seeds: Iterable[int] | None = None, zero_sho
 @public
 def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model | None = None, *,
                  other_models: dict[str, Model] | None = None, heldout: int | None = None,
-                 plain_text: str | Path | None = None, n_boot: int = 10_000,
+                 plain_text: str | Path | None = None, n_boot: int = TRANSFER.n_boot,
                  progress: Progress | None = None) -> TransferDocument:
     """Score ``selection.json``'s heads against the intact model under each of ``variants``
     (default :func:`variant_grid` of the run's task) on held-out examples that share none with

@@ -13,7 +13,7 @@ from celtk.ablation import export_ablated
 from celtk.cli import main
 from celtk.errors import ConfigError
 from celtk.heads import HeadSet
-from celtk.run import run_all
+from celtk.run import Run, run_all
 from celtk.run.replicate import ReplicateRow, parse_seeds, run_replicate, summarise
 from celtk.stats import holm
 
@@ -40,6 +40,10 @@ def test_seeds_are_runs_of_their_own_and_the_summary_follows_from_them(planted, 
     monkeypatch.setattr(celtk.run.replicate, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
     again = run_replicate(config, tmp_path / "rep", [0, 2])  # no model given: everything is stored
     assert again == doc and (tmp_path / "rep" / "replicate.json").stat().st_mtime_ns == saved
+    # the notebook handle on one seed's run replicates its settings: the same seeds are the same runs, stored
+    handle = Run(tmp_path / "rep" / "seed-0")
+    assert handle.replicate("0,2", out=tmp_path / "rep") == doc
+    assert (tmp_path / "rep" / "replicate.json").stat().st_mtime_ns == saved
 
 
 def test_the_cli_prints_the_table(planted, tmp_path):

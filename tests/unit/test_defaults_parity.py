@@ -87,8 +87,9 @@ def test_none_means_the_runs_recorded_value_else_the_default(tmp_path):
     assert search_settings(tmp_path, 5, None, "numeric") == (5, 2, "numeric")
 
 
-# verbs whose Run method takes the run's own settings instead of the verb's (model, task, device: the Run holds them)
-RUN_SETTINGS_VERBS = ("eval", "screen", "select", "test", "report", "compare", "merge")
+# verbs whose Run method takes the run's own settings instead of the verb's (model, task, device: the Run holds them;
+# Run.replicate runs them over other seeds)
+RUN_SETTINGS_VERBS = ("eval", "screen", "select", "test", "report", "compare", "merge", "replicate")
 
 
 def test_a_verb_on_a_run_takes_no_option_its_run_method_lacks():

@@ -1,0 +1,134 @@
+"""The defaults of every stage's options, in one place.
+
+A stage is reached three ways: a ``celtk`` command, a :class:`celtk.Run` method and a ``run_*`` function. All
+three take their defaults from the objects below (``default=ABLATIONS.draws`` on the flag, ``draws: int =
+ABLATIONS.draws`` in both signatures), so a default is changed here or nowhere;
+``tests/unit/test_option_sources.py`` reads the three surfaces and compares each default with these.
+
+Two kinds of setting are not here:
+
+- what a run is made with (model, task, sizes, shots, batch size, ablation kind, ``p``, ``k``, tie-break):
+  :class:`~celtk.run.config.RunConfig` holds those defaults, and a stage on an existing run reads them from the
+  run's ``config.json`` (:func:`celtk.run.select.search_settings` for ``p``, ``k`` and the tie-break, which
+  ``select`` and ``stability`` share); :data:`EVAL` takes a free evaluation's defaults from the same fields;
+- what a stage keeps from the run's frozen state (the held-out size a selection froze).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from celtk.run.config import BATCH_SIZE, RunConfig
+
+
+@dataclass(frozen=True)
+class SelectOptions:
+    """``celtk select`` / ``Run.select`` / ``run_select`` (``p``, ``k`` and the tie-break are the run's)."""
+
+    strategy: str = "algorithm1"
+    width: int = 3  # beam width (beam only)
+
+
+@dataclass(frozen=True)
+class TestOptions:
+    """``celtk test`` / ``Run.test`` / ``run_test`` (the held-out size is the one frozen with the selection)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+    n_boot: int = 10_000  # bootstrap resamples of the gain's interval
+
+
+@dataclass(frozen=True)
+class TransferOptions:
+    shots_seeds: tuple[int, ...] = (1, 2, 3, 4, 5)  # other few-shot draws
+    zero_shot: bool = True
+    chat: bool = False
+    n_boot: int = 10_000
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    null: str = "search"
+    repeats: int = 200
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class AblationsOptions:
+    kinds: tuple[str, ...] = ("zero", "mean", "resample")
+    alphas: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5)  # the scale sweep
+    positions: tuple[str, ...] = ("all", "prefix", "example")
+    draws: int = 5  # resample draws per example
+    reference_shots: str = "fixed"
+    n_boot: int = 10_000
+
+
+@dataclass(frozen=True)
+class AltscreenOptions:
+    method: str = "gradient"
+    p: int = 10  # the pool compared with the exhaustive screen's
+    masks: int = 200
+    rate: float = 0.05
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class StabilityOptions:
+    """(``p`` and ``k`` are the run's, as ``select`` takes them.)"""
+
+    resamples: int = 20
+    method: str = "bootstrap"
+    fraction: float = 0.5
+    strategy: str = "algorithm1"
+    width: int = 3
+    seed: int = 0
+    n_boot: int = 2000  # the held-out rows' intervals (library only)
+
+
+@dataclass(frozen=True)
+class AttributesOptions:
+    length: int = 40  # tokens of each synthetic sequence
+    seed: int = 0
+    batch: int = 8  # sequences per forward pass (library only)
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    top: int = 10
+
+
+@dataclass(frozen=True)
+class ReplicateOptions:
+    alpha: float = 0.05  # Holm over seeds, and the mean gain's interval
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """A free evaluation (``celtk eval`` / ``run_eval``) defaults to what a run is made with, split aside."""
+
+    split: str = "discovery"
+    model: str = RunConfig.model
+    seed: int = RunConfig.seed
+    chat: bool = RunConfig.chat
+    chat_date: str = RunConfig.chat_date
+    batch_size: int = BATCH_SIZE
+    device: str = RunConfig.device
+    dtype: str = RunConfig.dtype
+    ablation: str = RunConfig.ablation
+
+
+SELECT = SelectOptions()
+TEST = TestOptions()
+TRANSFER = TransferOptions()
+CALIBRATE = CalibrateOptions()
+ABLATIONS = AblationsOptions()
+ALTSCREEN = AltscreenOptions()
+STABILITY = StabilityOptions()
+ATTRIBUTES = AttributesOptions()
+COMPARE = CompareOptions()
+REPLICATE = ReplicateOptions()
+EVAL = EvalOptions()
+
+STAGE_OPTIONS = {"select": SELECT, "test": TEST, "transfer": TRANSFER, "calibrate": CALIBRATE,
+                 "ablations": ABLATIONS, "altscreen": ALTSCREEN, "stability": STABILITY, "attributes": ATTRIBUTES,
+                 "compare": COMPARE, "replicate": REPLICATE, "eval": EVAL}
+"""Each stage's options by the command's name."""
