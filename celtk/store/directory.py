@@ -41,6 +41,7 @@ from celtk.store.documents import (
     parse_digests,
 )
 from celtk.store.files import (
+    JsonValue,
     atomic_write_bytes,
     bytes_digest,
     compare_fingerprint,
@@ -87,7 +88,7 @@ class DrawnSession(Protocol):
     def task(self) -> Task: ...
     @property
     def splits(self) -> Splits: ...
-    def fingerprint(self) -> dict[str, Any]: ...
+    def fingerprint(self) -> dict[str, object]: ...
     def screener(self, which: str) -> SetScreener: ...
 
 D = TypeVar("D", bound=Document)
@@ -219,10 +220,11 @@ class RunDirectory:
         for beside, value in document.beside().items():
             write_json(self.path / beside, value)
 
-    def fingerprint(self) -> Any:
+    def fingerprint(self) -> JsonValue:
         """``fingerprint.json``'s JSON value, refused when the file is missing (:func:`require_fingerprint`)."""
         path = require_fingerprint(self.path)
-        return parse_json(path, self._read(path.name)[0])
+        value: JsonValue = parse_json(path, self._read(path.name)[0])
+        return value
 
     def screen(self) -> ScreenDocument:
         """The merged screen, refused unless it covers every head once on one discovery set and agrees with
@@ -282,7 +284,7 @@ class RunDirectory:
         return digest
 
     def begin_look(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *,
-                   exploratory: bool, forced: bool = False, **extra: Any) -> int:
+                   exploratory: bool, forced: bool = False, **extra: object) -> int:
         """Log a look before anything is scored; ``frozen`` is worked out from ``selection.json`` (``null`` in the
         line while no selection is frozen: a look before ``select`` cannot say, and the views work it out later)."""
         frozen_heads = self.frozen_heads()
@@ -308,7 +310,7 @@ class RunDirectory:
         return selection.heads if selection is not None else None
 
     # -- finished stages, as stored --------------------------------------------------------
-    def stored_selection(self, strategy: str, k: int, options: dict[str, Any], heldout: int | None = None
+    def stored_selection(self, strategy: str, k: int, options: dict[str, object], heldout: int | None = None
                          ) -> SelectionDocument | None:
         """The frozen selection when it was searched with ``strategy``, ``k`` and ``options`` (as
         ``strategy_options`` records them), froze ``heldout`` examples (when given), and on this directory's screen

@@ -16,9 +16,19 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ForwardRef, TypeAlias, Union
 
 from celtk.errors import RunStoreError
+
+# A JSON value as json.loads gives it back: what a run's files hold once read. Recursive: mypy reads the first
+# spelling; at run time (the jaxtyping/beartype checks under pytest) the self-reference names this module, since a
+# bare "JsonValue" would be looked up in each module that uses the alias, and not found there.
+if TYPE_CHECKING:
+    JsonValue: TypeAlias = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
+else:
+    _JSON_VALUE = ForwardRef("JsonValue", module=__name__)
+    JsonValue = Union[None, bool, int, float, str, list[_JSON_VALUE], dict[str, _JSON_VALUE]]  # noqa: UP007
+JsonObject = dict[str, JsonValue]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -70,7 +80,7 @@ def append_line(path: Path, text: str, advice: str) -> None:
         raise RunStoreError(f"Could not append to {path}: {error.strerror}. {advice}") from None
 
 
-def dumps(obj: Any) -> str:
+def dumps(obj: object) -> str:
     """Strict JSON: NaN and infinity are refused (strict parsers reject them); write ``None`` with a reason."""
     try:
         return json.dumps(obj, indent=1, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
@@ -79,7 +89,7 @@ def dumps(obj: Any) -> str:
                             "an undefined value must be written as null with a reason.") from None
 
 
-def _non_finite_path(obj: Any, where: str = "$") -> str:
+def _non_finite_path(obj: object, where: str = "$") -> str:
     """The JSON path of the first NaN/infinity in ``obj`` (for the error message)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return where
@@ -91,7 +101,7 @@ def _non_finite_path(obj: Any, where: str = "$") -> str:
     return "" if where != "$" else "the document"
 
 
-def write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: object) -> None:
     atomic_write_text(path, dumps(obj))
 
 
@@ -130,6 +140,8 @@ def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     return data
 
 
+# read_json and parse_json return the value unnarrowed: their readers index the document they expect at once
+# (read_json(path)["seconds"])
 def read_json(path: Path, *, advice: str = "delete it and rerun the stage that writes it.",
               limit: int = MAX_FILE_BYTES) -> Any:
     """The JSON value in ``path`` (bounded: :func:`read_bounded`); a damaged file is named, with ``advice``."""
@@ -148,7 +160,7 @@ def parse_json(path: Path, data: bytes, *, advice: str = "delete it and rerun th
                             f"{advice}") from None
 
 
-def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
@@ -208,7 +220,7 @@ FINGERPRINT_FIELDS = ("model", "weight_hash", "dtype", "task", "seed", "fewshot"
                       "shots", "prompt_hash", "share_prefix_exact", "screen")
 
 
-def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | None = None) -> None:
+def check_fingerprint(path: Path, fingerprint: dict[str, object], source: str | None = None) -> None:
     """Write ``fingerprint`` the first time; afterwards refuse any difference from the stored one
     (:func:`compare_fingerprint`)."""
     path = Path(path)
@@ -218,7 +230,8 @@ def check_fingerprint(path: Path, fingerprint: dict[str, Any], source: str | Non
     compare_fingerprint(path, read_json(path), fingerprint, source)
 
 
-def compare_fingerprint(path: Path, stored: Any, fingerprint: dict[str, Any], source: str | None = None) -> None:
+def compare_fingerprint(path: Path, stored: JsonValue, fingerprint: dict[str, object],
+                        source: str | None = None) -> None:
     """Refuse any difference between ``stored`` (the JSON value read from ``path``) and ``fingerprint``, naming the
     keys (and ``source``, the document whose settings gave ``fingerprint``, when it is not the caller's), and a
     stored fingerprint that lacks one of :data:`FINGERPRINT_FIELDS` that ``fingerprint`` has, naming it."""
@@ -241,7 +254,7 @@ def compare_fingerprint(path: Path, stored: Any, fingerprint: dict[str, Any], so
                             f"settings (the same command with --out {fresh}), or rerun with the stored settings.")
 
 
-def fingerprint_key(fingerprint: Any) -> str:
+def fingerprint_key(fingerprint: object) -> str:
     """A short stable hash of a fingerprint (or any JSON value): names results that depend on it."""
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
 

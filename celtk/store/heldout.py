@@ -229,7 +229,7 @@ class HeldoutLog:
         return [entry for _, entry in self.lines() if entry.get("event") == event]
 
     # -- appending -------------------------------------------------------------------------
-    def append(self, entry: dict[str, Any]) -> dict[str, Any]:
+    def append(self, entry: dict[str, object]) -> dict[str, Any]:
         """Append ``entry`` as the next chained line (fsynced), then record the new head."""
         lines = self.lines()
         chained = {"seq": len(lines), "prev": line_hash(lines[-1][0]) if lines else START, **entry}
@@ -243,7 +243,7 @@ class HeldoutLog:
         return chained
 
     def begin(self, what: str, heads: list[HeadSet], heldout_hash: str, n: int | None, *, frozen: bool | None,
-              exploratory: bool, forced: bool = False, **extra: Any) -> int:
+              exploratory: bool, forced: bool = False, **extra: object) -> int:
         """Log a look before its held-out examples are scored; returns its ``seq``. ``frozen``: whether the frozen
         selection is among ``heads`` (``None``: no selection was frozen yet, so the line cannot say)."""
         entry = self.append({"event": "look", "what": what, "when": _now(), "heads": [h.names() for h in heads],
@@ -262,7 +262,7 @@ class HeldoutLog:
         if not files:  # returned to the caller, not written: complete all the same
             self.append({"event": "result", "look": seq, "file": RETURNED, "sha256": ""})
 
-    def note(self, event: str, **fields: Any) -> None:
+    def note(self, event: str, **fields: object) -> None:
         """Record an event that is not a look (e.g. a select forced after looks)."""
         self.append({"event": event, "when": _now(), **fields})
 

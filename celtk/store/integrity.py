@@ -12,7 +12,7 @@ from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocumen
 from celtk.store.files import read_json
 
 
-def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[Any, Any]]) -> None:
+def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[object, object]]) -> None:
     """Refuse when any named value differs between ``first`` and ``second`` (both files in ``out``)."""
     differ = [name for name, (a, b) in pairs.items() if a != b]
     if differ:

@@ -26,11 +26,11 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, cast
 
 from celtk.errors import RunStoreError
 from celtk.models import cache_root
-from celtk.store.files import append_line, read_bounded
+from celtk.store.files import JsonObject, append_line, read_bounded
 
 LEDGER_ENV = "CELTK_LEDGER"
 START = "0" * 64
@@ -57,7 +57,7 @@ class Ledger:
         self.path = Path(path) if path is not None else ledger_path()
 
     # -- reading ---------------------------------------------------------------------------
-    def entries(self) -> list[dict[str, Any]]:
+    def entries(self) -> list[JsonObject]:
         """Every entry, oldest first, after checking the chain (none while there is no ledger: nothing was frozen)."""
         if not self.path.exists():
             return []
@@ -68,14 +68,14 @@ class Ledger:
         with lock:
             return [entry for _, entry in self._lines()]
 
-    def _lines(self) -> list[tuple[str, dict[str, Any]]]:
+    def _lines(self) -> list[tuple[str, JsonObject]]:
         if not self.path.exists():
             return []
         try:
             texts = read_bounded(self.path).decode("utf-8").splitlines()
         except UnicodeDecodeError:
             raise self._broken("is not UTF-8 text") from None
-        lines: list[tuple[str, dict[str, Any]]] = []
+        lines: list[tuple[str, JsonObject]] = []
         for number, text in enumerate(texts):
             try:
                 entry = json.loads(text)
@@ -94,7 +94,7 @@ class Ledger:
                              f"${LEDGER_ENV} at the original).")
 
     # -- appending -------------------------------------------------------------------------
-    def append(self, entry: dict[str, Any]) -> None:
+    def append(self, entry: dict[str, object]) -> None:
         """Append ``entry`` as the next chained line (fsynced), under the ledger's lock."""
         try:
             lock = self._lock(fcntl.LOCK_EX)
@@ -123,7 +123,7 @@ class Ledger:
         return handle
 
     # -- what the run store records ------------------------------------------------------------
-    def record_line(self, run: Path, seq: int, text: str, entry: dict[str, Any]) -> None:
+    def record_line(self, run: Path, seq: int, text: str, entry: dict[str, object]) -> None:
         """A line ``run``'s held-out log just appended (its text and parsed ``entry``)."""
         self.append({"event": "line", "run": run_key(run), "line_seq": seq, "sha256": _hash(text),
                      "kind": entry.get("event"), "what": entry.get("what"), "heldout_hash": entry.get("heldout_hash")})
@@ -151,7 +151,7 @@ class Ledger:
                     "truncated, emptied, rewritten or deleted. Every use of the held-out set stays on record; restore "
                     "the run's files, or start a new run directory.")
 
-    def tested_elsewhere(self, run: Path, *, weights: str, task: str, heldout_hash: str) -> list[dict[str, Any]]:
+    def tested_elsewhere(self, run: Path, *, weights: str, task: str, heldout_hash: str) -> list[JsonObject]:
         """The ``test`` looks at this held-out set (same weights, task and held-out hash) that other run
         directories made: each entry with its run and the look's ``line_seq``."""
         key, entries = run_key(run), self.entries()
@@ -166,7 +166,8 @@ class Ledger:
         wanted, found = set(examples), {}
         for e in self.entries():
             if e.get("event") == "frozen" and (e.get("weights"), e.get("task")) == (weights, task):
-                shared = len(wanted & set(e.get("examples", [])))
+                # a frozen entry's run and examples as record_frozen writes them
+                shared = len(wanted & set(cast("list[str]", e.get("examples", []))))
                 if shared:
-                    found[e["run"]] = shared
+                    found[cast(str, e["run"])] = shared
         return sorted(found.items())

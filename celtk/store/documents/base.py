@@ -30,7 +30,7 @@ R = TypeVar("R", bound="Record")
 D = TypeVar("D", bound="Document")
 
 
-def _dump(value: Any) -> Any:
+def _dump(value: object) -> object:
     if isinstance(value, Record):
         return value.to_json()
     if isinstance(value, list):
@@ -135,7 +135,7 @@ class Document(Record):
         """The bytes :meth:`save` writes (strict JSON, UTF-8)."""
         return dumps(self.to_json()).encode("utf-8")
 
-    def beside(self) -> dict[str, Any]:
+    def beside(self) -> dict[str, object]:
         """What this document keeps beside its file, undigested: file name → JSON value (none; an altscreen's
         timing)."""
         return {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from jaxtyping import Bool
@@ -15,6 +15,8 @@ from jaxtyping import Bool
 from celtk.errors import HeadError, RunStoreError
 from celtk.heads import Head, HeadSet
 from celtk.tasks import SplitManifest
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 UNSCORED = "-"  # in a racing screen's correctness bits: an example the head was not scored on
@@ -43,7 +45,7 @@ class Correctness:
                                 f"example, '1' (correct), '0' (wrong) or '{UNSCORED}' (not scored).")
 
     @classmethod
-    def of(cls, outcomes: Iterable[Any], scored: Iterable[Any] | None = None) -> Correctness:
+    def of(cls, outcomes: Iterable[object], scored: Iterable[object] | None = None) -> Correctness:
         """From per-example outcomes (truthy: correct) and, for a racing screen's dropped head, which
         examples were scored (``None``: every one)."""
         values = list(outcomes)
@@ -87,14 +89,14 @@ class Codec:
     decode: Callable[[Any], Any]
 
 
-def _head_names(value: Any) -> HeadSet:
+def _head_names(value: object) -> HeadSet:
     if not isinstance(value, list):
         raise HeadError(f"expected a list of head names, got {type(value).__name__}")
     return HeadSet.of(value)
 
 
-def _text(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
-    def decode(value: Any) -> Any:
+def _text(parse: Callable[[str], T]) -> Callable[[object], T]:
+    def decode(value: object) -> T:
         if not isinstance(value, str):
             raise HeadError(f"expected a string, got {type(value).__name__}")
         return parse(value)
@@ -200,7 +202,7 @@ def _map(function: Callable[[Any], Any], value: Any, depth: int) -> Any:
     return [_map(function, v, depth - 1) for v in value]
 
 
-def _check(value: Any, codec: Codec, depth: int) -> bool:
+def _check(value: object, codec: Codec, depth: int) -> bool:
     if value is None:
         return True
     if depth == KEYS:
@@ -230,7 +232,7 @@ def optional_record(kind: type) -> Any:
     return field(default=None, metadata={"omit_none": True, "record": kind})
 
 
-def short(value: Any) -> str:
+def short(value: object) -> str:
     """``repr(value)`` cut to 60 characters, for error messages that quote a stored value."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "…"

@@ -189,7 +189,7 @@ class AltscreenDocument(Document):
     def file_name(self) -> str:
         return self.file(self.method)
 
-    def beside(self) -> dict[str, Any]:
+    def beside(self) -> dict[str, object]:
         return {f"altscreen-{self.method}-timing.json": {"seconds": round(self.seconds, 1)}}
 
     @classmethod
