@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections.abc as abc
 import functools
-import importlib
 import inspect
 import math
 import numbers
@@ -246,17 +245,3 @@ def check_fields(instance: Any, ranges: bool = True) -> None:
         check_type(f"{cls.__name__}: {spec.name}", value, hints[spec.name], str(spec.type))
         if ranges:
             check_range(cls.__name__, spec.name, value)
-
-
-def annotation_names(homes: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module's ``__getattr__`` for the names its annotations use but it imports only for type
-    checking (to keep torch, or an import circle, out of its import): beartype reads such a name
-    from the module when it first checks a value against it, and this imports it then, from
-    ``homes[name]`` (a module path)."""
-
-    def __getattr__(name: str) -> Any:
-        if name in homes:
-            return getattr(importlib.import_module(homes[name]), name)
-        raise AttributeError(name)
-
-    return __getattr__

@@ -10,17 +10,22 @@ registry names modules of that wing or below (:data:`celtk.search.registry.STRAT
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Generic, TypeVar, cast
 
 from celtk.errors import ConfigError, suggest
 
+T = TypeVar("T")
 
-class Registry:
-    """Names → lazily imported objects, with "did you mean" on a wrong name."""
+
+class Registry(Generic[T]):
+    """Names → lazily imported objects of one type ``T`` (``Registry[Strategy]``), with "did you mean" on a wrong
+    name. ``T`` is what the entries are declared to be: an entry is imported on first use, and :meth:`get` returns
+    it as a ``T`` without checking it at run time (a registered object is whatever its module defines)."""
 
     def __init__(self, kind: str, entries: dict[str, str]) -> None:
         self.kind, self._entries = kind, dict(entries)
-        self._objects: dict[str, Any] = {}
+        self._objects: dict[str, T] = {}
 
     def names(self) -> list[str]:
         return list(self._entries)
@@ -28,7 +33,7 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def register(self, name: str, target: Any) -> None:
+    def register(self, name: str, target: str | T) -> None:
         """Add ``name``: a ``"module:attribute"`` string (imported on first use) or the object itself. A name
         already registered is refused (:class:`ConfigError`), so a plug-in cannot silently replace a built-in."""
         if not isinstance(name, str) or not name:
@@ -36,7 +41,7 @@ class Registry:
         if name in self._entries:
             raise ConfigError(f"A {self.kind} named {name!r} is already registered ({self._entries[name]}); "
                               f"choose another name than {', '.join(self._entries)}.")
-        if isinstance(target, str):
+        if isinstance(target, str):  # a T is never a str in celtk's registries (strategies, screeners, functions)
             if ":" not in target:
                 raise ConfigError(f"Register a {self.kind} as 'module:attribute' or as the object itself, got "
                                   f"{target!r}.")
@@ -52,11 +57,25 @@ class Registry:
         del self._entries[name]
         self._objects.pop(name, None)
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> T:
         """The registered object; an unknown name raises :class:`ConfigError` with close matches."""
         if name not in self._entries:
             raise ConfigError(f"Unknown {self.kind} {name!r}.{suggest(name, self._entries)}")
         if name in self._objects:
             return self._objects[name]
         module, _, attribute = self._entries[name].partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return cast(T, getattr(importlib.import_module(module), attribute))
+
+
+def annotation_names(homes: Mapping[str, str]) -> Callable[[str], object]:
+    """A module's ``__getattr__`` for the names its annotations use but it imports only for type
+    checking (to keep torch, or an import circle, out of its import): beartype reads such a name
+    from the module when it first checks a value against it, and this imports it then, from
+    ``homes[name]`` (a module path)."""
+
+    def __getattr__(name: str) -> object:
+        if name in homes:
+            return getattr(importlib.import_module(homes[name]), name)
+        raise AttributeError(name)
+
+    return __getattr__

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from celtk.cli._common import console, progress_bar
-from celtk.run.config import RunConfig
-from celtk.run.options import EVAL
+from celtk.run.options import EVAL, RUN
 
 if TYPE_CHECKING:  # annotations only: the document loads with the stage
     from celtk.store.documents import HeldBack
@@ -25,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: the document loads with the stage
               help="Number of examples (default: all of the split).")
 @click.option("--seed", type=click.IntRange(min=0), default=EVAL.seed, show_default=True)
 @click.option("--fewshot", type=click.IntRange(min=0), default=None,
-              help=f"Shots per prompt (default {RunConfig.fewshot}, as celtk run uses; lm-eval's num_fewshot "
+              help=f"Shots per prompt (default {RUN.fewshot}, as celtk run uses; lm-eval's num_fewshot "
                    "defaults to 0: pass --fewshot 0 to compare with it).")
 @click.option("--chat/--no-chat", default=EVAL.chat, show_default=True,
               help="Wrap prompts in the tokenizer's chat template.")

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 import click
 
 from celtk.cli._common import FiniteFloatRange, console, progress_bar, resolve_config
-from celtk.run.config import RunConfig
-from celtk.run.options import REPLICATE, SELECT
+from celtk.run.options import REPLICATE, RUN, SELECT
 from celtk.run.registry import SCREENS
 from celtk.search.registry import STRATEGIES, TIE_BREAKS
 
@@ -292,9 +291,9 @@ def _stored_note(what: str, path: Path) -> None:
 @click.command("select")
 @_out_options
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help=f"Candidate pool size (algorithm1; default: the run's p, {RunConfig.p} unless it was set).")
+              help=f"Candidate pool size (algorithm1; default: the run's p, {RUN.p} unless it was set).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help=f"Largest subset size (default: the run's k, {RunConfig.k} unless it was set).")
+              help=f"Largest subset size (default: the run's k, {RUN.k} unless it was set).")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default=SELECT.strategy, show_default=True,
               help="algorithm1: every subset of the top-p pool (the paper's). greedy / beam: search over all heads "
                    "(no pool, --p unused).")
@@ -356,9 +355,9 @@ def test_cmd(out: str | None, out_option: str | None, heldout: int | None, force
 @_run_options
 @_screen_options
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help=f"Candidate pool size (default {RunConfig.p}).")
+              help=f"Candidate pool size (default {RUN.p}).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help=f"Largest subset size (default {RunConfig.k}).")
+              help=f"Largest subset size (default {RUN.k}).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def run_cmd(config_file: str | None, out: str, **flags: object) -> None:
     """Screen, select and test in one go (each stage resumes if interrupted)."""
@@ -386,9 +385,9 @@ def run_cmd(config_file: str | None, out: str, **flags: object) -> None:
 @_run_options
 @_screen_options
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help=f"Candidate pool size (default {RunConfig.p}).")
+              help=f"Candidate pool size (default {RUN.p}).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help=f"Largest subset size (default {RunConfig.k}).")
+              help=f"Largest subset size (default {RUN.k}).")
 @click.option("--seeds", required=True, help="Split seeds: '1,2,3' or '1-5'; each seed is OUT/seed-S.")
 @click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=REPLICATE.alpha,
               show_default=True,

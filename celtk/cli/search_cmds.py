@@ -7,8 +7,7 @@ from pathlib import Path
 import click
 
 from celtk.cli._common import FiniteFloatRange, console, progress_bar, quiet_libraries
-from celtk.run.config import RunConfig
-from celtk.run.options import ALTSCREEN, STABILITY
+from celtk.run.options import ALTSCREEN, RUN, STABILITY
 from celtk.screening.registry import RANKERS
 from celtk.search.registry import STRATEGIES
 
@@ -57,9 +56,9 @@ def altscreen_cmd(out: str, method: str, p: int, masks: int, rate: float, seed: 
               help="Subsample size as a fraction (subsample).")
 @click.option("--strategy", type=click.Choice(STRATEGIES.names()), default=STABILITY.strategy, show_default=True)
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help=f"Candidate pool size (default: the run's p, {RunConfig.p} unless it was set).")
+              help=f"Candidate pool size (default: the run's p, {RUN.p} unless it was set).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help=f"Largest subset size (default: the run's k, {RunConfig.k} unless it was set).")
+              help=f"Largest subset size (default: the run's k, {RUN.k} unless it was set).")
 @click.option("--width", type=click.IntRange(min=1), default=STABILITY.width, show_default=True,
               help="Beam width (beam only).")
 @click.option("--seed", type=click.IntRange(min=0), default=STABILITY.seed, show_default=True, help="Resampling seed.")

@@ -20,16 +20,16 @@ from celtk.boundary import check_fields, field_hints, public
 from celtk.boundary import check_type as check_hint
 from celtk.errors import ConfigError, ModelSourceError, RunStoreError, TaskError, suggest
 from celtk.models import ALIASES, alias_available
+from celtk.run.options import RUN
 from celtk.run.presets import check_paper_data, preset_names, preset_values
 from celtk.run.registry import SCREENS
 from celtk.search.registry import TIE_BREAKS
 from celtk.tasks import get_task, task_names
 
-CHAT_DATE = "2024-07-26"  # celtk.evaluation.prompts.CHAT_DATE; repeated so that reading a config does not import torch
+CHAT_DATE = RUN.chat_date  # celtk.evaluation.prompts.CHAT_DATE; repeated so that reading a config does not import torch
 POSITIONS = ("all", "prefix", "example")  # celtk.ablation_kinds.POSITIONS, repeated for the same reason
 
 
-BATCH_SIZE = 32  # examples per forward pass, a run's and a free evaluation's default
 PATH_KEYS = ("model", "data")  # settings that may be given as a pathlib.Path (kept as text)
 
 
@@ -59,20 +59,20 @@ class RunConfig(metaclass=_PresetFills):
     A new setting is one typed field here (with its default) plus, if it has a range, one
     line in :meth:`validated`."""
 
-    model: str = "smollm2-135m"
+    model: str = RUN.model
     task: str = "arithmetic:2da"
     data: str | None = None
     discovery: int = 200
     heldout: int = 500
-    seed: int = 0
-    fewshot: int = 3
-    chat: bool = False
-    chat_date: str = CHAT_DATE  # the date chat templates that write "today" see (ISO)
-    batch_size: int | str = BATCH_SIZE  # or "auto": fit the device's free memory
-    device: str = "cpu"
-    dtype: str = "float32"
-    p: int = 10
-    k: int = 3
+    seed: int = RUN.seed
+    fewshot: int = RUN.fewshot
+    chat: bool = RUN.chat
+    chat_date: str = RUN.chat_date  # the date chat templates that write "today" see (ISO)
+    batch_size: int | str = RUN.batch_size  # or "auto": fit the device's free memory
+    device: str = RUN.device
+    dtype: str = RUN.dtype
+    p: int = RUN.p
+    k: int = RUN.k
     # stage 1's screen (celtk.run.registry.SCREENS): "exhaustive" or "racing" (top-p pool only)
     screen: str = "exhaustive"
     racing_mode: str = "exact"  # racing screens: "exact" (the exhaustive pool) or "confidence" (celtk.screening.racing)
@@ -81,9 +81,9 @@ class RunConfig(metaclass=_PresetFills):
     stop: list[str] | None = None  # generation stop strings (jsonl generate grading; default a newline)
     max_new_tokens: int | None = None  # generation token limit (jsonl generate grading; default 32)
     allow_code: bool = False  # let code tasks (mbpp, humaneval) run generated code in the sandbox
-    ablation: str = "zero"  # what replaces an ablated head's z: zero (the paper's), mean, resample, scale:α
+    ablation: str = RUN.ablation  # what replaces an ablated head's z: zero (the paper's), mean, resample, scale:α
     # heads tied in gain, damage, accuracy and size: "numeric" ids, L2H0 before L10H0, or the paper's string order
-    tie_break: str = "numeric"
+    tie_break: str = RUN.tie_break
     # where an ablated head's z is replaced: "all" positions (the paper's), the shared few-shot "prefix" only, or the
     # "example"'s own positions only (celtk.ablation_kinds.POSITIONS)
     positions: str = "all"

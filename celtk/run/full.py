@@ -14,7 +14,7 @@ from celtk.run.config import RunConfig, preflight
 from celtk.run.screen import run_screen, stored_screen
 from celtk.run.select import run_select, stored_selection
 from celtk.run.test import run_test, stored_test
-from celtk.search.strategies import get_strategy
+from celtk.search.registry import get_strategy
 from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocument
 from celtk.store.files import read_json, write_json
 

@@ -51,11 +51,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from celtk.boundary import annotation_names, public
+from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError, TaskError
 from celtk.heads import HeadSet
+from celtk.registry import annotation_names
 from celtk.report import write_report
-from celtk.run.config import BATCH_SIZE, RunConfig, parse_shard, recorded_config
+from celtk.run.config import RunConfig, parse_shard, recorded_config
 from celtk.run.options import (
     ABLATIONS,
     ALTSCREEN,
@@ -63,6 +64,7 @@ from celtk.run.options import (
     CALIBRATE,
     COMPARE,
     REPLICATE,
+    RUN,
     SELECT,
     STABILITY,
     TEST,
@@ -393,4 +395,4 @@ class Run:
         return write_report(self.out, None if to is None else Path(to))
 
     def _batch_size(self) -> int:
-        return self.config.batch_size if isinstance(self.config.batch_size, int) else BATCH_SIZE
+        return self.config.batch_size if isinstance(self.config.batch_size, int) else RUN.batch_size

@@ -5,20 +5,40 @@ three take their defaults from the objects below (``default=ABLATIONS.draws`` on
 ABLATIONS.draws`` in both signatures), so a default is changed here or nowhere;
 ``tests/unit/test_option_sources.py`` reads the three surfaces and compares each default with these.
 
-Two kinds of setting are not here:
+What a run is made with is :class:`~celtk.run.config.RunConfig`. The settings of it that other surfaces share
+(model, seed, shots, batch size, device, ``p``, ``k``, ...) take their defaults from :data:`RUN` here, so that a
+command can show them in its help without importing the settings' checks; a stage on an existing run reads them
+from the run's ``config.json`` (:func:`celtk.run.select.search_settings` for ``p``, ``k`` and the tie-break, which
+``select`` and ``stability`` share), and a free evaluation (:data:`EVAL`) defaults to them. What a stage keeps from
+the run's frozen state (the held-out size a selection froze) is not a default at all.
 
-- what a run is made with (model, task, sizes, shots, batch size, ablation kind, ``p``, ``k``, tie-break):
-  :class:`~celtk.run.config.RunConfig` holds those defaults, and a stage on an existing run reads them from the
-  run's ``config.json`` (:func:`celtk.run.select.search_settings` for ``p``, ``k`` and the tie-break, which
-  ``select`` and ``stability`` share); :data:`EVAL` takes a free evaluation's defaults from the same fields;
-- what a stage keeps from the run's frozen state (the held-out size a selection froze).
+This module imports nothing, so ``celtk --help`` builds every flag from it at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from celtk.run.config import BATCH_SIZE, RunConfig
+
+@dataclass(frozen=True)
+class RunDefaults:
+    """:class:`~celtk.run.config.RunConfig`'s defaults for the settings a run shares with the other surfaces."""
+
+    model: str = "smollm2-135m"
+    seed: int = 0
+    fewshot: int = 3
+    chat: bool = False
+    chat_date: str = "2024-07-26"  # the date chat templates that write "today" see (celtk.evaluation.prompts')
+    batch_size: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+    p: int = 10
+    k: int = 3
+    ablation: str = "zero"
+    tie_break: str = "numeric"
+
+
+RUN = RunDefaults()
 
 
 @dataclass(frozen=True)
@@ -106,14 +126,14 @@ class EvalOptions:
     """A free evaluation (``celtk eval`` / ``run_eval``) defaults to what a run is made with, split aside."""
 
     split: str = "discovery"
-    model: str = RunConfig.model
-    seed: int = RunConfig.seed
-    chat: bool = RunConfig.chat
-    chat_date: str = RunConfig.chat_date
-    batch_size: int = BATCH_SIZE
-    device: str = RunConfig.device
-    dtype: str = RunConfig.dtype
-    ablation: str = RunConfig.ablation
+    model: str = RUN.model
+    seed: int = RUN.seed
+    chat: bool = RUN.chat
+    chat_date: str = RUN.chat_date
+    batch_size: int = RUN.batch_size
+    device: str = RUN.device
+    dtype: str = RUN.dtype
+    ablation: str = RUN.ablation
 
 
 SELECT = SelectOptions()

@@ -16,9 +16,10 @@ from celtk.models import Model
 from celtk.run.config import RunConfig, recorded_config
 from celtk.run.options import SELECT
 from celtk.run.session import ScreenedRun, memo_for, neutral_overrides, open_run
+from celtk.search.registry import get_strategy
 from celtk.search.scores import check_tie_break
 from celtk.search.selection import n_subsets
-from celtk.search.strategies import SearchResult, get_strategy, tie_break_option
+from celtk.search.strategies import SearchResult, tie_break_option
 from celtk.store.directory import RunDirectory, record
 from celtk.store.documents import (
     DiagnosticsDocument,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jaxtyping import Bool
 
-from celtk.ablation_kinds import AblationKind, check_positions
+from celtk.ablation_kinds import Ablation, AblationKind, check_positions
 from celtk.boundary import check_fields, public
 from celtk.errors import ConfigError
 from celtk.evaluation.generation import StopRule, refuse_resample_generation
@@ -78,9 +78,9 @@ class Session:
     def screener(self, which: str) -> CachedScreener | GenerationScreener:
         """A :class:`celtk.screening.cached.CachedScreener` on the ``discovery`` or ``heldout`` split, or a
         :class:`celtk.screening.generation.GenerationScreener` for a generation-graded task."""
-        return cast("CachedScreener | GenerationScreener", self.screener_on(self.prepared(which)))
+        return self.screener_on(self.prepared(which))
 
-    def screener_on(self, prepared: Any, ablation: Any = None) -> Any:
+    def screener_on(self, prepared: Prepared, ablation: Ablation | None = None) -> CachedScreener | GenerationScreener:
         """The screener of :meth:`screener` on any prepared examples (e.g. a racing screen's chunk), under
         the run's ablation kind (or ``ablation``, a :class:`celtk.ablation_kinds.Ablation`)."""
         ablation = self.ablation() if ablation is None else ablation

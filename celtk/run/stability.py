@@ -15,8 +15,8 @@ from celtk.run.options import STABILITY
 from celtk.run.select import search_settings
 from celtk.run.session import memo_for, open_run
 from celtk.run.transfer import heldout_pass
+from celtk.search.registry import get_strategy
 from celtk.search.stability import stability
-from celtk.search.strategies import get_strategy
 from celtk.stats import compare_paired, defined
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import SelectionDocument, StabilityDocument, StableSelection, TestDocument

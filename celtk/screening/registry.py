@@ -9,14 +9,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from celtk.registry import Registry
 
-SCREENERS = Registry("screener", {
+if TYPE_CHECKING:  # the types only: an engine's module (and torch) loads on first use
+    from celtk.screening.cached import CachedScreener
+    from celtk.screening.generation import GenerationScreener
+    from celtk.screening.rankers import Ranker
+
+SCREENERS: Registry[Callable[..., CachedScreener | GenerationScreener]] = Registry("screener", {
     "cached": "celtk.screening.cached:CachedScreener",
     "generation": "celtk.screening.generation:GenerationScreener",
 })
 
-RANKERS = Registry("ranker", {
+RANKERS: Registry[Ranker] = Registry("ranker", {
     "gradient": "celtk.screening.rankers:gradient_ranker",
     "lasso": "celtk.screening.rankers:lasso_ranker",
 })

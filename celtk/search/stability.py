@@ -19,8 +19,9 @@ from jaxtyping import Bool, Int
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
+from celtk.search.registry import STRATEGIES
 from celtk.search.scores import HeadScore
-from celtk.search.strategies import SearchResult, get_strategy
+from celtk.search.strategies import SearchResult
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def stability(single: Sequence[HeadScore], intact: Bool[np.ndarray, " example"],
     ``progress(done, n_resamples + 1)`` before the first search and after each."""
     if n_resamples < 2:
         raise ConfigError(f"Stability needs at least 2 resamples, got {n_resamples}.")
-    search = get_strategy(strategy)
+    search = STRATEGIES.get(strategy)
     scored: set[HeadSet] = {s.heads for s in single}
 
     def run(idx: Int[np.ndarray, " draw"] | None) -> SearchResult:

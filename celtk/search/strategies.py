@@ -24,7 +24,6 @@ from jaxtyping import Bool
 
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
-from celtk.search.registry import STRATEGIES
 from celtk.search.scores import HeadScore, check_tie_break, rank, ranking_key
 from celtk.search.selection import (
     InteractionDiagnostics,
@@ -151,8 +150,3 @@ ALGORITHM1 = Strategy("algorithm1", algorithm1, check_pool_options)
 GREEDY = Strategy("greedy", greedy, check_search_options)
 BEAM = Strategy("beam", beam, check_search_options)
 
-
-def get_strategy(name: str) -> Strategy:
-    """The registered strategy ``name`` (:data:`celtk.search.registry.STRATEGIES`); "did you mean" on a typo."""
-    strategy: Strategy = STRATEGIES.get(name)
-    return strategy

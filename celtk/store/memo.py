@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 from jaxtyping import Bool
 
-from celtk.boundary import annotation_names, public
+from celtk.boundary import public
 from celtk.errors import RunStoreError
 from celtk.heads import HeadSet
+from celtk.registry import annotation_names
 from celtk.store.documents import Correctness
 from celtk.store.files import atomic_write_text, read_json, write_json
 

@@ -251,7 +251,7 @@ def c_ablate_out_of_range(ctx):
 
 
 def c_k_exceeds_p(ctx):
-    from celtk.search.strategies import get_strategy
+    from celtk.search.registry import get_strategy
     get_strategy("algorithm1").check(k=4, p=3)
 
 
@@ -544,7 +544,7 @@ def _on_read_only(directory: Path, action) -> None:
 
 
 def c_search_too_large(ctx):
-    from celtk.search.strategies import get_strategy
+    from celtk.search.registry import get_strategy
     get_strategy("algorithm1").check(k=270, p=270)
 
 

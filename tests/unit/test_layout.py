@@ -35,7 +35,7 @@ import celtk.store.documents
 import numpy as np
 from celtk.heads import HeadSet
 from celtk.search.scores import HeadScore
-from celtk.search.strategies import get_strategy
+from celtk.search.registry import get_strategy
 intact = np.zeros(6, bool)
 singles = [HeadScore.compare(HeadSet.parse(f"L0H{i}"), np.eye(6, dtype=bool)[i] | intact, intact) for i in range(3)]
 result = get_strategy("greedy")(singles, intact, lambda sets: {s: np.zeros(6, bool) for s in sets}, k=2)
@@ -90,7 +90,7 @@ def test_registries_suggest_and_cli_choices_come_from_them():
 
 
 def test_each_strategy_checks_its_own_options():
-    from celtk.search.strategies import get_strategy
+    from celtk.search.registry import get_strategy
 
     algorithm1, greedy, beam = (get_strategy(n) for n in ("algorithm1", "greedy", "beam"))
     with pytest.raises(ConfigError, match="k = 12 exceeds p = 10; Algorithm 1 draws subsets from the pool"):
@@ -107,7 +107,7 @@ def test_each_strategy_checks_its_own_options():
 
 def test_greedy_searches_past_p_where_algorithm1_refuses():
     """k = 4 > p = 2: greedy adds four heads from all eight; Algorithm 1 refuses."""
-    from celtk.search.strategies import get_strategy
+    from celtk.search.registry import get_strategy
 
     n = 20
     intact = np.zeros(n, bool)

@@ -20,7 +20,7 @@ from celtk.run.analyses import run_attributes, run_compare
 from celtk.run.calibrate import run_calibration
 from celtk.run.config import RunConfig
 from celtk.run.eval import run_eval
-from celtk.run.options import EVAL, STAGE_OPTIONS, TRANSFER
+from celtk.run.options import EVAL, RUN, STAGE_OPTIONS, TRANSFER
 from celtk.run.replicate import run_replicate
 from celtk.run.select import run_select
 from celtk.run.stability import run_stability
@@ -106,6 +106,12 @@ def test_every_option_reaches_the_library(stage):
     library = {ALIASES.get((stage, name), name) for name in library}
     missing = [f.name for f in fields(STAGE_OPTIONS[stage]) if f.name not in library]
     assert not missing, f"{stage}: options no library function takes: {missing}"
+
+
+def test_the_shared_run_defaults_are_runconfigs():
+    config = RunConfig()
+    for name, value in asdict(RUN).items():
+        assert getattr(config, name) == value, name
 
 
 def test_a_free_evaluation_defaults_to_what_a_run_is_made_with():

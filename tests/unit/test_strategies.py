@@ -9,10 +9,10 @@ import pytest
 from celtk.errors import ConfigError
 from celtk.heads import Head, HeadSet
 from celtk.screening.rankers import lasso_cv, lasso_fit, random_masks
+from celtk.search.registry import get_strategy
 from celtk.search.scores import HeadScore, rank
 from celtk.search.selection import select
 from celtk.search.stability import jaccard, resample_indices, stability
-from celtk.search.strategies import get_strategy
 
 N = 60
 HEADS = [Head(l, h) for l in range(3) for h in range(3)]

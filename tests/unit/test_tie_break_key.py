@@ -11,10 +11,9 @@ from celtk.errors import ConfigError
 from celtk.heads import HeadSet
 from celtk.run.config import RunConfig
 from celtk.screening.racing import exhaustive_pool, race
-from celtk.search.registry import TIE_BREAKS
+from celtk.search.registry import TIE_BREAKS, get_strategy
 from celtk.search.scores import HeadScore, head_ids, rank
 from celtk.search.selection import candidate_pool
-from celtk.search.strategies import get_strategy
 
 N = 10
 INTACT = np.arange(N) < 5  # the intact model gets examples 0..4 right
