@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -50,8 +50,8 @@ from celtk.evaluation.scoring import Batch, aggregate, make_batches, score_hidde
 from celtk.heads import HeadSet
 from celtk.models import CACHE_KEYWORDS, Model
 from celtk.screening.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
-from celtk.screening.kv_stand_ins import PrefixKV, RecordKV, TreeKV
-from celtk.screening.layer_replay import call_layer, capture_forward, check_cache_filled, expand_rows
+from celtk.screening.kv_stand_ins import PrefixKV, RecordKV, StandInCache, TreeKV
+from celtk.screening.layer_replay import LayerKwargs, call_layer, capture_forward, check_cache_filled, expand_rows
 from celtk.screening.plain import screen_plain as screen_plain  # re-exported: the benchmarks import it from here
 from celtk.screening.prefix_tree import Node, prefix_tree
 from celtk.screening.row_ablations import RowAblations
@@ -64,7 +64,7 @@ REPLAYS = ("auto", "fused", "bridge")
 class _Prefix:
     length: int
     resid: list[Float[Tensor, "1 prefix d_model"]]  # the input of each layer
-    layer_kwargs: list[dict[str, Any]]
+    layer_kwargs: list[LayerKwargs]
     keys: dict[int, Float[Tensor, "1 kv_head prefix d_head"]]  # intact
     values: dict[int, Float[Tensor, "1 kv_head prefix d_head"]]
 
@@ -73,7 +73,7 @@ class _Prefix:
 class _BatchState:
     batch: Batch
     resid: Float[Tensor, "batch pos d_model"]  # input to the current layer
-    layer_kwargs: list[dict[str, Any]]
+    layer_kwargs: list[LayerKwargs]
 
 
 class CachedScreener:
@@ -177,8 +177,8 @@ class CachedScreener:
         self.fused: list[FusedLayer] | None = fused
         self.replay = "bridge" if fused is None else "fused"
 
-    def _layer(self, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
-               copies: int, cache: Any, mask: Bool[Tensor, "rows_g head_index"] | RowSpec | None = None
+    def _layer(self, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: LayerKwargs, rows: int,
+               copies: int, cache: StandInCache | None, mask: Bool[Tensor, "rows_g head_index"] | RowSpec | None = None
                ) -> Float[Tensor, "rows pos d_model"]:
         """Block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations), heads ``mask`` marks zeroed
         (a :class:`RowSpec`: replaced as its kind says; :meth:`RowAblations.specs` makes them from boolean masks)."""
@@ -225,7 +225,7 @@ class CachedScreener:
                 inputs = dict(input_ids=batch.input_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
             resid, kwargs, final = capture_forward(self.model, **inputs)
             if prefix is not None:
-                check_cache_filled(self.model, inputs["past_key_values"], prefix.length + batch.input_ids.shape[1])
+                check_cache_filled(self.model, cache, prefix.length + batch.input_ids.shape[1])
             for kw in kwargs:
                 for keyword in (*CACHE_KEYWORDS, "use_cache"):
                     kw.pop(keyword, None)
@@ -237,7 +237,7 @@ class CachedScreener:
         return states, aggregate(self.prepared, lp, greedy)
 
     def _replay_intact(self, prefix: _Prefix | None, resid: Float[Tensor, "batch pos d_model"],
-                       kwargs: list[dict[str, Any]]) -> Float[Tensor, "batch pos d_model"]:
+                       kwargs: list[LayerKwargs]) -> Float[Tensor, "batch pos d_model"]:
         cache = None if prefix is None else PrefixKV(prefix.keys, prefix.values)
         for index in range(len(kwargs)):
             resid = self._layer(index, resid, kwargs[index], resid.shape[0], 1, cache)

@@ -33,6 +33,8 @@ from jaxtyping import Bool, Float, Shaped
 from torch import Tensor
 
 from celtk.ablation_kinds import RowSpec, as_spec
+from celtk.models import Model
+from celtk.screening.kv_stand_ins import StandInCache
 
 # HF decoder layers whose forward a FusedLayer reproduces: pre-norm attention and gated MLP, RMSNorm
 # ``weight * x̂``, RoPE (``use_rope`` switches it per layer in SmolLM3), optional q/k/v biases (Qwen2)
@@ -73,7 +75,7 @@ class FusedLayer:
     def __call__(self, hidden: Float[Tensor, "rows pos d_model"], attention_mask: Shaped[Tensor, " ..."] | None,
                  position_embeddings: tuple[Float[Tensor, "cos_rows pos d_head"],
                                             Float[Tensor, "cos_rows pos d_head"]] | None,
-                 cache: Any = None,
+                 cache: StandInCache | None = None,
                  head_mask: Bool[Tensor, "rows head_index"] | RowSpec | None = None
                  ) -> Float[Tensor, "rows pos d_model"]:
         """The layer's output on ``hidden`` with the heads ``head_mask`` marks zeroed in each row (a
@@ -142,7 +144,7 @@ def _bridge_only_math(layer: Any) -> bool:
             or bool(getattr(layer.self_attn, "compatibility_mode", False)) or layer.self_attn.training)
 
 
-def has_hooks(model: Any) -> bool:
+def has_hooks(model: Model) -> bool:
     """Whether any of the bridge's hook points (``hook_z``, ``hook_resid_pre``, ...) carries a hook
     (someone's ``ablate()``, a probe, a patch): those act in the bridge's blocks, which the fused
     replay does not run. Only hook points count: the bridge registers pre-hooks of its own on its
@@ -152,7 +154,7 @@ def has_hooks(model: Any) -> bool:
     return any(isinstance(m, HookPoint) and (m._forward_hooks or m._forward_pre_hooks) for m in model.bridge.modules())
 
 
-def fused_layers(model: Any) -> list[FusedLayer] | None:
+def fused_layers(model: Model) -> list[FusedLayer] | None:
     """A :class:`FusedLayer` per decoder layer of ``model``, or ``None`` when any layer is not one
     this module reproduces (the screener then replays through the bridge)."""
     layers = []

@@ -42,7 +42,7 @@ from celtk.evaluation.results import EvalResult, ExampleResult
 from celtk.evaluation.scoring import unembed
 from celtk.heads import HeadSet
 from celtk.models import Model
-from celtk.screening.layer_replay import call_layer, capture_forward, check_cache_filled, with_masks
+from celtk.screening.layer_replay import LayerKwargs, call_layer, capture_forward, check_cache_filled, with_masks
 from celtk.tasks import Task, require_opt_in
 
 
@@ -56,7 +56,7 @@ class _KV:
         self.consulted: set[int] = set()  # checked by celtk.screening.layer_replay.call_layer
 
     def update(self, k: Float[Tensor, "row kv_head pos d_head"], v: Float[Tensor, "row kv_head pos d_head"],
-               layer_idx: int, *args: Any, **kwargs: Any
+               layer_idx: int, *args: object, **kwargs: object
                ) -> tuple[Float[Tensor, "row kv_head seen d_head"], Float[Tensor, "row kv_head seen d_head"]]:
         """These tokens' keys/values recorded; returned after the fixed ones (``seen`` = theirs + these)."""
         self.consulted.add(layer_idx)
@@ -72,7 +72,7 @@ class _Pass:
     """One intact read of some tokens: each layer's input and keyword arguments, keys/values, final hidden."""
 
     resid: list[Tensor]  # [rows, S, d] per layer
-    layer_kwargs: list[dict[str, Any]]
+    layer_kwargs: list[LayerKwargs]
     kv: dict[int, tuple[Tensor, Tensor]]  # [rows, kv_heads, S, d_head] per layer: these tokens' own
     final: Tensor  # [rows, S, d], final-normed
 
@@ -84,8 +84,9 @@ class _Batch:
     intact: _Pass
 
 
-def _read(model: Model, cache: Any, **inputs: Any) -> _Pass:
-    """A whole-decoder forward into ``cache`` that keeps each layer's input, keyword arguments and new keys/values."""
+def _read(model: Model, cache: Any, **inputs: Tensor) -> _Pass:
+    """A whole-decoder forward into ``cache`` (a ``DynamicCache``, whose layers transformers types as a union of kinds
+    without the keys/values read here) that keeps each layer's input, keyword arguments and new keys/values."""
     before = [cache.get_seq_length(i) for i in range(model.n_layers)]
     resid, layer_kwargs, final = capture_forward(model, past_key_values=cache, use_cache=True, **inputs)
     check_cache_filled(model, cache, before[0] + inputs["input_ids"].shape[1])
@@ -93,12 +94,12 @@ def _read(model: Model, cache: Any, **inputs: Any) -> _Pass:
     return _Pass(resid, layer_kwargs, kv, final)
 
 
-def _read_cache() -> Any:
+def _read_cache() -> DynamicCache:
     """A plain growing cache for reading prompts (no sliding-window cropping: every key is kept)."""
     return DynamicCache()
 
 
-def run_layers(model: Model, start: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: list[dict[str, Any]],
+def run_layers(model: Model, start: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: list[LayerKwargs],
                rows: int, copies: int, cache: _KV) -> Float[Tensor, "rows pos d_model"]:
     """Decoder layers ``start …`` on ``hidden`` (``rows × copies`` rows) with the kept keyword arguments."""
     for index in range(start, len(kwargs)):
@@ -109,13 +110,13 @@ def run_layers(model: Model, start: int, hidden: Float[Tensor, "rows pos d_model
 def row_masks(model: Model, row_sets: Sequence[HeadSet], ablation: Ablation | None = None) -> ExitStack:
     """Hooks zeroing (or replacing as ``ablation`` says, a kind whose value is the same at every position),
     in row ``r``, the heads of ``row_sets[r]`` (entered as one context)."""
-    masks: dict[int, Any] = {}
+    masks: dict[int, Tensor] = {}
     for r, heads in enumerate(row_sets):
         for head in heads:
             masks.setdefault(head.layer,
                              torch.zeros(len(row_sets), model.n_heads, dtype=torch.bool))[r, head.head] = True
     if ablation is not None and not ablation.is_zero:
-        masks = {layer: ablation.spec(layer, mask) for layer, mask in masks.items()}
+        return with_masks(model, {layer: ablation.spec(layer, mask) for layer, mask in masks.items()})
     return with_masks(model, masks)
 
 
@@ -160,7 +161,7 @@ class RoomyLayer(DynamicLayer):  # type: ignore[no-untyped-call, unused-ignore]
         return keys, values
 
     def update(self, key_states: Float[Tensor, "row kv_head new d_head"],
-               value_states: Float[Tensor, "row kv_head new d_head"], *args: Any, **kwargs: Any
+               value_states: Float[Tensor, "row kv_head new d_head"], *args: object, **kwargs: object
                ) -> tuple[Float[Tensor, "row kv_head pos d_head"], Float[Tensor, "row kv_head pos d_head"]]:
         start, end = self.width, self.width + key_states.shape[-2]
         if end > self._keys.shape[-2]:
@@ -182,7 +183,7 @@ class RoomyLayer(DynamicLayer):  # type: ignore[no-untyped-call, unused-ignore]
     def get_seq_length(self) -> int:
         return self.width
 
-    def _refused(self, *args: Any, **kwargs: Any) -> None:
+    def _refused(self, *args: object, **kwargs: object) -> None:
         raise NotImplementedError("RoomyLayer serves the generation screener's decode loop only; "
                                   "use transformers' DynamicLayer for beam search, repeats, reset or offloading.")
 

@@ -8,10 +8,21 @@ keys/values under each group of the prefix tree, from which each layer's :class:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 from jaxtyping import Float
 from torch import Tensor
+
+
+@runtime_checkable
+class StandInCache(Protocol):
+    """What a replayed decoder layer is handed as its KV cache (:class:`RecordKV`, :class:`PrefixKV`, the generation
+    screener's own): ``update`` as an HF cache's (extra arguments ignored), and ``consulted``, the layers that asked."""
+
+    consulted: set[int]
+
+    def update(self, k: Tensor, v: Tensor, layer_idx: int, *args: object, **kwargs: object) -> tuple[Tensor, Tensor]:
+        ...
 
 
 class RecordKV:
@@ -23,7 +34,7 @@ class RecordKV:
         self.consulted: set[int] = set()
 
     def update(self, k: Float[Tensor, "rows kv_head pos d_head"], v: Float[Tensor, "rows kv_head pos d_head"],
-               layer_idx: int, *args: Any, **kwargs: Any
+               layer_idx: int, *args: object, **kwargs: object
                ) -> tuple[Float[Tensor, "rows kv_head pos d_head"], Float[Tensor, "rows kv_head pos d_head"]]:
         self.consulted.add(layer_idx)
         self.keys[layer_idx], self.values[layer_idx] = k, v
@@ -42,7 +53,7 @@ class PrefixKV:
         self.consulted: set[int] = set()
 
     def update(self, k: Float[Tensor, "rows kv_head pos d_head"], v: Float[Tensor, "rows kv_head pos d_head"],
-               layer_idx: int, *args: Any, **kwargs: Any
+               layer_idx: int, *args: object, **kwargs: object
                ) -> tuple[Float[Tensor, "rows kv_head prefix_pos d_head"],
                           Float[Tensor, "rows kv_head prefix_pos d_head"]]:
         self.consulted.add(layer_idx)

@@ -7,9 +7,10 @@ row's heads ablated by hooks (:func:`with_masks`), and a check that every layer 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import ExitStack
 from importlib.metadata import version
-from typing import Any, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 from einops import repeat
@@ -20,6 +21,19 @@ from celtk.ablation import ablate_rows
 from celtk.ablation_kinds import RowSpec
 from celtk.errors import KVCacheIgnoredError
 from celtk.models import CACHE_KEYWORDS, Model
+from celtk.screening.kv_stand_ins import StandInCache
+
+# the keyword arguments a decoder layer was called with, as captured and passed back: tensors, the rotary (cos, sin)
+# pair, flags, a cache; what each holds is the decoder's business
+LayerKwargs = dict[str, Any]
+T = TypeVar("T")
+
+
+@runtime_checkable
+class FilledCache(Protocol):
+    """An HF KV cache, as :func:`check_cache_filled` asks it how many positions each layer holds."""
+
+    def get_seq_length(self, layer_idx: int = 0) -> int: ...
 
 
 def decoder_layers(model: Model) -> torch.nn.ModuleList:
@@ -35,27 +49,27 @@ def _ignored(model: Model, index: int, keyword: str) -> KVCacheIgnoredError:
         "transformers version celtk pins (pyproject.toml).")
 
 
-def check_cache_filled(model: Model, cache: Any, expected: int) -> None:
+def check_cache_filled(model: Model, cache: FilledCache, expected: int) -> None:
     """Raise :class:`KVCacheIgnoredError` unless every layer appended to ``cache`` (``expected`` positions each)."""
     for index in range(model.n_layers):
         if cache.get_seq_length(index) != expected:
             raise _ignored(model, index, model.arch.cache_keyword)
 
 
-def _layer_output(out: Any) -> Float[Tensor, "rows pos d_model"]:
+def _layer_output(out: object) -> Float[Tensor, "rows pos d_model"]:
     return cast(Tensor, out[0] if isinstance(out, tuple) else out)  # a decoder layer's hidden states
 
 
-def capture_forward(model: Model, **inputs: Any
-                     ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[dict[str, Any]],
+def capture_forward(model: Model, **inputs: object
+                     ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[LayerKwargs],
                                 Float[Tensor, "batch pos d_model"]]:
     """Run the decoder once; return each layer's input and keyword arguments, and the final-normed hidden."""
     layers = decoder_layers(model)
-    resid: list[Any] = [None] * len(layers)
-    kwargs_seen: list[Any] = [None] * len(layers)
+    resid: list[Tensor | None] = [None] * len(layers)
+    kwargs_seen: list[LayerKwargs | None] = [None] * len(layers)
     handles = []
     for index, layer in enumerate(layers):
-        def pre_hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], index: int = index
+        def pre_hook(module: torch.nn.Module, args: tuple[object, ...], kwargs: LayerKwargs, index: int = index
                      ) -> None:
             resid[index], kwargs_seen[index] = model.arch.layer_call(args, kwargs)
         handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
@@ -64,24 +78,25 @@ def capture_forward(model: Model, **inputs: Any
     finally:
         for handle in handles:
             handle.remove()
-    return resid, kwargs_seen, out.last_hidden_state
+    # every layer ran, so its pre-hook filled its entries
+    return cast("list[Tensor]", resid), cast("list[LayerKwargs]", kwargs_seen), out.last_hidden_state
 
 
-def expand_rows(value: Any, batch: int, copies: int) -> Any:
+def expand_rows(value: T, batch: int, copies: int) -> T:
     """Repeat every per-row tensor (leading dim == batch, ndim >= 2) ``copies`` times: ``batch … -> (batch g) …``."""
     if copies == 1:
         return value
     if isinstance(value, Tensor):
         if value.ndim >= 2 and value.shape[0] == batch and batch > 1:
-            return repeat(value, "batch ... -> (batch g) ...", g=copies)
+            return cast(T, repeat(value, "batch ... -> (batch g) ...", g=copies))
         return value
     if isinstance(value, tuple):
-        return tuple(expand_rows(v, batch, copies) for v in value)
+        return cast(T, tuple(expand_rows(v, batch, copies) for v in value))
     return value
 
 
-def call_layer(model: Model, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: dict[str, Any], rows: int,
-               copies: int, cache: Any) -> Float[Tensor, "rows pos d_model"]:
+def call_layer(model: Model, index: int, hidden: Float[Tensor, "rows pos d_model"], kwargs: LayerKwargs, rows: int,
+               copies: int, cache: StandInCache | None) -> Float[Tensor, "rows pos d_model"]:
     """Run block ``index`` on ``hidden`` (``rows`` examples × ``copies`` ablations) with the captured
     keyword arguments, under the architecture's cache keyword; check that it consulted ``cache`` (a
     stand-in with ``update()`` and a ``consulted`` set of layer indices, or ``None``)."""
@@ -97,7 +112,7 @@ def call_layer(model: Model, index: int, hidden: Float[Tensor, "rows pos d_model
     return out
 
 
-def with_masks(model: Model, masks: dict[int, Bool[Tensor, "rows head_index"] | RowSpec]) -> ExitStack:
+def with_masks(model: Model, masks: Mapping[int, Bool[Tensor, "rows head_index"] | RowSpec]) -> ExitStack:
     """Hooks zeroing (a :class:`RowSpec`: replacing), per layer, the heads each row's mask marks
     (entered as one context)."""
     stack = ExitStack()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -124,7 +123,7 @@ def gate_loss(model: Model, prepared: Prepared, gates: Float[Tensor, "layer head
               ) -> Float[Tensor, ""]:
     """The mean task loss with each head's ``hook_z`` output multiplied by ``gates[layer, head]``."""
     def gate_hook(layer: int) -> Callable[..., Float[Tensor, "batch pos head_index d_head"]]:
-        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: object
                  ) -> Float[Tensor, "batch pos head_index d_head"]:
             return z * gates[layer].to(z.dtype)[None, None, :, None]
         return hook
