@@ -246,6 +246,15 @@ def plan_run(config: ModelConfig, task: TaskSize, device: Device, *, batch_size:
         return [_stage("screen", n_heads + 1, (n_heads + 1) * task.n_discovery * per_example, weights, working, device),
                 _stage("select", subsets, subsets * task.n_discovery * per_example, weights, working, device),
                 _stage("test", 2, 2 * task.n_heldout * per_example, weights, working, device)]
+    return _scored_stages(shape, task, device, weights=weights, width_bytes=width_bytes, batch_size=batch_size,
+                          rows=rows, pool=pool, k=k, subsets=subsets)
+
+
+def _scored_stages(shape: Shape, task: TaskSize, device: Device, *, weights: float, width_bytes: int,
+                   batch_size: int, rows: int, pool: int, k: int, subsets: int) -> list[StagePlan]:
+    """:func:`plan_run`'s stages for a teacher-forced task (target, choice): the cached screener's FLOPs (stage 2's
+    ``subsets`` sets of 2 to ``k`` heads of ``pool`` walked as a prefix tree) and each stage's working memory."""
+    n_heads = shape.n_layers * shape.n_heads
     width = task.mean_prompt - task.shared_prefix + task.continuation_tokens - 1
     n_disc = task.n_discovery * task.choices
 
