@@ -82,11 +82,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = ABLATIONS.kinds,
     and ``ablation-kinds.json`` is recorded there when written."""
     out = Path(out)
     rd = RunDirectory(out)
-    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
-        raise ConfigError(f"draws must be a whole number of resample draws per example, at least 1, got {draws!r}.")
-    where = list(dict.fromkeys(check_positions(p) for p in positions))
-    if not where:
-        raise ConfigError("Name at least one of the positions all, prefix, example to score the kinds at.")
+    where = _check_draws_and_positions(draws, positions)
     wanted = _kinds(kinds, alphas)
     redraw = check_reference_shots(reference_shots) == "redraw"
     with rd.lock():
@@ -96,17 +92,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = ABLATIONS.kinds,
         rd.admit("ablations", session, sel)
         heldout_hash = session.splits.manifest().heldout_hash
         run_where = session.config.positions
-        cells = [(k, p) for k in wanted if k.alpha is None for p in where]
-        cells += [(k, run_where) for k in wanted if k.alpha is not None]
-        omitted = {}
-        if session.task.kind == "generate":
-            if any(k.name == "resample" for k, _ in cells):
-                omitted["resample"] = ("not offered for generation-graded tasks "
-                                       "(a generation reads positions no reference has)")
-            if any(p != "all" for _, p in cells):
-                omitted["prefix and example positions"] = ("not offered for generation-graded tasks (left-padded "
-                                                           "batches move every position)")
-            cells = [(k, p) for k, p in cells if k.name != "resample" and p == "all"]
+        cells, omitted = _cells(wanted, where, run_where, generated=session.task.kind == "generate")
         heads = sel.heads
         # each cell's ablations: one, or one per draw for resample (the run's seed first, then seed + 1, ...)
         measured: dict[str, Ablation] = {}  # redrawn references: each kind's values, measured once
@@ -122,10 +108,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = ABLATIONS.kinds,
         intact, flat = score_kinds(session, "heldout", heads, flat_plans,
                                    on_pass=(lambda done, passes: progress("ablation passes", done, passes))
                                    if progress else None)
-        results, at = [], 0
-        for plan in plans:
-            results.append(flat[at:at + len(plan)])
-            at += len(plan)
+        results = _regroup(flat, plans)
         own = {str(k): r[0] for (k, p), r in zip(cells, results, strict=True)
                if p == run_where and not (redraw and k.needs_reference)}  # redrawn references: not the test's kind
         _check_reproduces_test(out, test, intact, own, session.config.ablation)
@@ -138,6 +121,43 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = ABLATIONS.kinds,
             n_boot=n_boot, ci_level=0.95, kinds=rows, omitted=omitted)
         rd.finish_look(seq, (document, None))
         return document
+
+
+def _check_draws_and_positions(draws: int, positions: Sequence[str]) -> list[str]:
+    """The positions asked for, each once, after checking ``draws`` and them."""
+    if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+        raise ConfigError(f"draws must be a whole number of resample draws per example, at least 1, got {draws!r}.")
+    where = list(dict.fromkeys(check_positions(p) for p in positions))
+    if not where:
+        raise ConfigError("Name at least one of the positions all, prefix, example to score the kinds at.")
+    return where
+
+
+def _cells(wanted: list[AblationKind], where: list[str], run_where: str, *, generated: bool
+           ) -> tuple[list[tuple[AblationKind, str]], dict[str, str]]:
+    """(kind, positions) to score: each named kind at each of ``where``, each scale at the run's positions; on a
+    generation-graded task only what a generation can be scored under, with why the rest is left out."""
+    cells = [(k, p) for k in wanted if k.alpha is None for p in where]
+    cells += [(k, run_where) for k in wanted if k.alpha is not None]
+    omitted = {}
+    if generated:
+        if any(k.name == "resample" for k, _ in cells):
+            omitted["resample"] = ("not offered for generation-graded tasks "
+                                   "(a generation reads positions no reference has)")
+        if any(p != "all" for _, p in cells):
+            omitted["prefix and example positions"] = ("not offered for generation-graded tasks (left-padded "
+                                                       "batches move every position)")
+        cells = [(k, p) for k, p in cells if k.name != "resample" and p == "all"]
+    return cells, omitted
+
+
+def _regroup(flat: list[EvalResult], plans: list[list[Ablation]]) -> list[list[EvalResult]]:
+    """The passes of one flat list back into one list per cell (a cell's plan: its draws)."""
+    results, at = [], 0
+    for plan in plans:
+        results.append(flat[at:at + len(plan)])
+        at += len(plan)
+    return results
 
 
 def _redrawn(session: Session, kind: AblationKind, positions: str, cache: dict[str, Ablation]) -> Ablation:

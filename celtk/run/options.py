@@ -42,7 +42,12 @@ RUN = RunDefaults()
 
 
 @dataclass(frozen=True)
-class SelectOptions:
+class StageOptions:
+    """What every stage's options are: a frozen record of defaults (:data:`STAGE_OPTIONS`)."""
+
+
+@dataclass(frozen=True)
+class SelectOptions(StageOptions):
     """``celtk select`` / ``Run.select`` / ``run_select`` (``p``, ``k`` and the tie-break are the run's)."""
 
     strategy: str = "algorithm1"
@@ -50,7 +55,7 @@ class SelectOptions:
 
 
 @dataclass(frozen=True)
-class TestOptions:
+class TestOptions(StageOptions):
     """``celtk test`` / ``Run.test`` / ``run_test`` (the held-out size is the one frozen with the selection)."""
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -58,7 +63,7 @@ class TestOptions:
 
 
 @dataclass(frozen=True)
-class TransferOptions:
+class TransferOptions(StageOptions):
     shots_seeds: tuple[int, ...] = (1, 2, 3, 4, 5)  # other few-shot draws
     zero_shot: bool = True
     chat: bool = False
@@ -66,14 +71,14 @@ class TransferOptions:
 
 
 @dataclass(frozen=True)
-class CalibrateOptions:
+class CalibrateOptions(StageOptions):
     null: str = "search"
     repeats: int = 200
     seed: int = 0
 
 
 @dataclass(frozen=True)
-class AblationsOptions:
+class AblationsOptions(StageOptions):
     kinds: tuple[str, ...] = ("zero", "mean", "resample")
     alphas: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25, 0.0, -0.5)  # the scale sweep
     positions: tuple[str, ...] = ("all", "prefix", "example")
@@ -83,7 +88,7 @@ class AblationsOptions:
 
 
 @dataclass(frozen=True)
-class AltscreenOptions:
+class AltscreenOptions(StageOptions):
     method: str = "gradient"
     p: int = 10  # the pool compared with the exhaustive screen's
     masks: int = 200
@@ -92,7 +97,7 @@ class AltscreenOptions:
 
 
 @dataclass(frozen=True)
-class StabilityOptions:
+class StabilityOptions(StageOptions):
     """(``p`` and ``k`` are the run's, as ``select`` takes them.)"""
 
     resamples: int = 20
@@ -105,24 +110,24 @@ class StabilityOptions:
 
 
 @dataclass(frozen=True)
-class AttributesOptions:
+class AttributesOptions(StageOptions):
     length: int = 40  # tokens of each synthetic sequence
     seed: int = 0
     batch: int = 8  # sequences per forward pass (library only)
 
 
 @dataclass(frozen=True)
-class CompareOptions:
+class CompareOptions(StageOptions):
     top: int = 10
 
 
 @dataclass(frozen=True)
-class ReplicateOptions:
+class ReplicateOptions(StageOptions):
     alpha: float = 0.05  # Holm over seeds, and the mean gain's interval
 
 
 @dataclass(frozen=True)
-class EvalOptions:
+class EvalOptions(StageOptions):
     """A free evaluation (``celtk eval`` / ``run_eval``) defaults to what a run is made with, split aside."""
 
     split: str = "discovery"
@@ -148,7 +153,7 @@ COMPARE = CompareOptions()
 REPLICATE = ReplicateOptions()
 EVAL = EvalOptions()
 
-STAGE_OPTIONS = {"select": SELECT, "test": TEST, "transfer": TRANSFER, "calibrate": CALIBRATE,
+STAGE_OPTIONS: dict[str, StageOptions] = {"select": SELECT, "test": TEST, "transfer": TRANSFER, "calibrate": CALIBRATE,
                  "ablations": ABLATIONS, "altscreen": ALTSCREEN, "stability": STABILITY, "attributes": ATTRIBUTES,
                  "compare": COMPARE, "replicate": REPLICATE, "eval": EVAL}
 """Each stage's options by the command's name."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from jaxtyping import Float
 
 from celtk.boundary import public
 from celtk.heads import HeadSet
@@ -16,8 +17,8 @@ from celtk.run.select import search_settings
 from celtk.run.session import memo_for, open_run
 from celtk.run.transfer import heldout_pass
 from celtk.search.registry import get_strategy
-from celtk.search.stability import stability
-from celtk.stats import compare_paired, defined
+from celtk.search.stability import StabilityResult, stability
+from celtk.stats import PairedComparison, compare_paired, defined
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import SelectionDocument, StabilityDocument, StableSelection, TestDocument
 
@@ -65,14 +66,10 @@ def run_stability(out: Path, *, resamples: int = STABILITY.resamples, method: st
         full = memo(distinct)
         # the frozen selection's row is its held-out figure again (the test is the result); the rest were chosen after
         frozen = rd.frozen_heads() if rd.has(TestDocument) else None  # untested: no row is the test's figure
-        rows = []
-        for heads in distinct:
-            cmp = compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot, seed=session.config.seed)
-            rows.append(StableSelection(
-                heads=heads, frequency=result.subset_frequency.get(heads, 0.0),
-                is_reference=heads == result.reference, discovery_gain=float(full[heads].mean() - run.intact.mean()),
-                heldout_gain=defined(cmp.gain, "gain"), heldout_gain_ci=list(defined(cmp.gain_ci, "gain CI")),
-                heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"), exploratory=heads != frozen))
+        rows = [_row(heads, result, cmp=compare_paired(held_intact.correct, held[heads].correct, n_boot=n_boot,
+                                                       seed=session.config.seed),
+                     discovery_gain=float(full[heads].mean() - run.intact.mean()), frozen=frozen)
+                for heads in distinct]
         rows.sort(key=lambda r: (-r.frequency, r.heads))
         gains = np.array([next(r.heldout_gain for r in rows if r.heads == s) for s in result.selections])
         document = StabilityDocument(
@@ -81,10 +78,25 @@ def run_stability(out: Path, *, resamples: int = STABILITY.resamples, method: st
             reference_selection=result.reference, reference_frequency=result.reference_frequency,
             head_frequency=result.head_frequency, mean_pairwise_jaccard=result.mean_jaccard,
             n_distinct_selections=len(set(result.selections)),
-            heldout_gain_over_resamples={"mean": float(gains.mean()), "min": float(gains.min()),
-                                         "q05": float(np.quantile(gains, 0.05)), "median": float(np.median(gains)),
-                                         "q95": float(np.quantile(gains, 0.95)), "max": float(gains.max())},
+            heldout_gain_over_resamples=_spread(gains),
             heldout_intact_accuracy=held_intact.accuracy, n_heldout=len(held_intact.examples), selections=rows,
             per_resample=list(result.selections), n_discovery_evaluations=result.n_evaluations)
         rd.finish_look(seq, (document, None))
         return document
+
+
+def _row(heads: HeadSet, result: StabilityResult, *, cmp: PairedComparison, discovery_gain: float,
+         frozen: HeadSet | None) -> StableSelection:
+    """One distinct selection: how often the resamples chose it, and its held-out comparison (exploratory unless
+    it is the tested selection)."""
+    return StableSelection(
+        heads=heads, frequency=result.subset_frequency.get(heads, 0.0), is_reference=heads == result.reference,
+        discovery_gain=discovery_gain, heldout_gain=defined(cmp.gain, "gain"),
+        heldout_gain_ci=list(defined(cmp.gain_ci, "gain CI")), heldout_mcnemar_p=defined(cmp.mcnemar_p, "McNemar p"),
+        exploratory=heads != frozen)
+
+
+def _spread(gains: Float[np.ndarray, " resamples"]) -> dict[str, float]:
+    """The held-out gain of each resample's selection, summarised."""
+    return {"mean": float(gains.mean()), "min": float(gains.min()), "q05": float(np.quantile(gains, 0.05)),
+            "median": float(np.median(gains)), "q95": float(np.quantile(gains, 0.95)), "max": float(gains.max())}

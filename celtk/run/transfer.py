@@ -24,7 +24,15 @@ from celtk.run.options import TRANSFER
 from celtk.run.session import Session, session_for
 from celtk.stats import compare_paired, holm
 from celtk.store.directory import RunDirectory
-from celtk.store.documents import Correctness, DroppedVariant, LanguageModelLoss, TransferDocument, TransferRow
+from celtk.store.documents import (
+    Correctness,
+    DroppedVariant,
+    LanguageModelLoss,
+    SelectionDocument,
+    TestDocument,
+    TransferDocument,
+    TransferRow,
+)
 from celtk.store.memo import WORK_SCALE  # a held-out pass's progress, in thousandths of its work as the screen's
 from celtk.tasks import Splits, get_task, make_splits
 
@@ -44,6 +52,10 @@ class Variant:
     chat: bool | None = None
     model: str | None = None
     requested: bool = True
+
+
+Comparison = tuple[Variant, Session, Bool[np.ndarray, " _example"], Bool[np.ndarray, " _example"]]
+"""A variant, its session, and the intact and ablated verdicts on its held-out examples."""
 
 
 @public
@@ -103,23 +115,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
         variants = variants or variant_grid(base.config.task)
         heads = sel.heads
         planned, dropped = _plan(base, variants, other_models or {}, heldout, progress)
-        comparisons, seqs = [], []
-        scored = [v for v, _ in planned if v.kind != "original"]
-        for i, (variant, session) in enumerate(planned):
-            if progress:
-                progress("transfer", i, len(planned))
-            if variant.kind == "original":  # the test's comparison, on the same examples: no second look
-                comparisons.append((variant, session, np.array([e.intact_correct for e in test.examples]),
-                                    np.array([e.ablated_correct for e in test.examples])))
-                continue
-            rd.check_disjoint(session.splits.heldout, sel)
-            seqs.append(rd.begin_look("transfer", [heads], session.splits.manifest().heldout_hash,
-                                      len(session.splits.heldout), exploratory=True, variant=variant.name))
-            intact, results = heldout_pass(session, [heads], progress, "transfer work",
-                                           share=(scored.index(variant), len(scored)))
-            comparisons.append((variant, session, intact.correct, results[heads].correct))
-        if progress:
-            progress("transfer", len(planned), len(planned))
+        comparisons, seqs = _score_variants(rd, planned, sel, test, progress)
         rows = _rows(comparisons, n_boot, base.config.seed)
         loss = None
         if plain_text is not None:
@@ -132,6 +128,33 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
                                     dropped=dropped, lm_loss=loss)
         rd.finish_looks(seqs, (document, None))
         return document
+
+
+def _score_variants(rd: RunDirectory, planned: list[tuple[Variant, Session]], sel: SelectionDocument,
+                    test: TestDocument, progress: Progress | None) -> tuple[list[Comparison], list[int]]:
+    """Each planned variant's intact and ablated verdicts on its held-out examples, each scored variant a look
+    logged before it is scored (their ``seq``); the ``original`` row is the test's own comparison, read from
+    ``test.json``: no second look."""
+    comparisons: list[Comparison] = []
+    seqs: list[int] = []
+    heads = sel.heads
+    scored = [v for v, _ in planned if v.kind != "original"]
+    for i, (variant, session) in enumerate(planned):
+        if progress:
+            progress("transfer", i, len(planned))
+        if variant.kind == "original":  # the test's comparison, on the same examples: no second look
+            comparisons.append((variant, session, np.array([e.intact_correct for e in test.examples]),
+                                np.array([e.ablated_correct for e in test.examples])))
+            continue
+        rd.check_disjoint(session.splits.heldout, sel)
+        seqs.append(rd.begin_look("transfer", [heads], session.splits.manifest().heldout_hash,
+                                  len(session.splits.heldout), exploratory=True, variant=variant.name))
+        intact, results = heldout_pass(session, [heads], progress, "transfer work",
+                                       share=(scored.index(variant), len(scored)))
+        comparisons.append((variant, session, intact.correct, results[heads].correct))
+    if progress:
+        progress("transfer", len(planned), len(planned))
+    return comparisons, seqs
 
 
 def check_heldout_size(variants: Iterable[Variant], heldout: int | None, *, flags: bool = False) -> None:
@@ -267,8 +290,7 @@ def data_source(session: Session) -> str:
     return session.config.data or session.splits.source
 
 
-def _rows(comparisons: list[tuple[Variant, Session, Bool[np.ndarray, " _example"], Bool[np.ndarray, " _example"]]],
-          n_boot: int, seed: int) -> list[TransferRow]:
+def _rows(comparisons: list[Comparison], n_boot: int, seed: int) -> list[TransferRow]:
     """One row per variant; Holm across the rows whose McNemar p is defined."""
     stats = [compare_paired(a, b, n_boot=n_boot, seed=seed) for _, _, a, b in comparisons]
     defined = [i for i, s in enumerate(stats) if s.mcnemar_p is not None]

@@ -259,7 +259,7 @@ def test_dead_eval_config_fields_are_gone():
 def test_a_registry_takes_plugins_by_path_or_object_and_refuses_clashes():
     from celtk.registry import Registry
 
-    reg = Registry("ranker", {"a": "celtk.search.scores:head_order"})
+    reg: Registry[object] = Registry("ranker", {"a": "celtk.search.scores:head_order"})
     reg.register("b", "celtk.search.scores:ranking_key")
     reg.register("c", len)
     from celtk.search.scores import head_order, ranking_key
