@@ -79,7 +79,3 @@ def check_recorded(path: Path, digest: str | None, table: dict[str, str] | None,
         raise RunStoreError(f"{path} was changed after celtk wrote it (its SHA-256 differs from the one in {DIGESTS}); "
                             "a result edited by hand is not read. Restore the file, or rerun the stage that writes it "
                             "in a new run directory.")
-
-
-# ---------------------------------------------------------------------------------------------
-# screen.json

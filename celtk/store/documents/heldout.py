@@ -129,9 +129,7 @@ class AblationKindsDocument(Document):
 
 
 # ---------------------------------------------------------------------------------------------
-# stability.json and altscreen-METHOD.json
-
-
+# eval.json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,7 +175,3 @@ class EvalDocument(Document):
     def correct(self) -> Bool[np.ndarray, " example"]:
         """Per example, whether it was right (bool ``[n]``)."""
         return np.array([e.correct for e in self.examples], dtype=bool)
-
-
-# ---------------------------------------------------------------------------------------------
-# transfer.json and calibration-NULL.json

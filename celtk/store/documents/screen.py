@@ -28,9 +28,7 @@ from celtk.store.documents.codecs import (
     optional_record,
     rows,
 )
-from celtk.store.files import (
-    read_json,
-)
+from celtk.store.files import read_json
 from celtk.tasks import SplitManifest
 
 
@@ -165,9 +163,7 @@ class ScreenDocument(Document):
 
 
 # ---------------------------------------------------------------------------------------------
-# selection.json and diagnostics.json
-
-
+# altscreen-METHOD.json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,7 +193,3 @@ class AltscreenDocument(Document):
         document = cls.load(directory, cls.file(method))
         timing = Path(directory) / f"altscreen-{method}-timing.json"
         return replace(document, seconds=read_json(timing)["seconds"]) if timing.exists() else document
-
-
-# ---------------------------------------------------------------------------------------------
-# eval.json

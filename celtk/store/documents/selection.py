@@ -136,9 +136,7 @@ class DiagnosticsDocument(Document):
 
 
 # ---------------------------------------------------------------------------------------------
-# test.json
-
-
+# stability.json
 
 
 @dataclass(frozen=True, kw_only=True)
