@@ -56,7 +56,8 @@ class Look:
     selections, variants, random sets, repeats). ``result``/``digest``: the document the look wrote and
     its SHA-256, once written (``None``: incomplete). ``seen_before_test``: the ``seq`` of the run's test
     (not a repeat) whose comparison this earlier look already scored; ``seen_by``, on that test: those
-    looks' ``seq``."""
+    looks' ``seq``. A document records a look as :class:`celtk.store.documents.LookRecord`
+    (:func:`celtk.store.directory.record`), without its time."""
 
     seq: int
     what: str
@@ -89,12 +90,6 @@ class Look:
         if self.seen_before_test is not None:
             text += f"; seen before test (look {self.seen_before_test})"
         return text
-
-    def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "what": self.what, "when": self.when, "heads": [h.names() for h in self.heads],
-                "heldout_hash": self.heldout_hash, "n": self.n, "frozen": self.frozen, "exploratory": self.exploratory,
-                "forced": self.forced, "complete": self.complete, "result": self.result,
-                "seen_before_test": self.seen_before_test, "seen_by": self.seen_by}
 
 
 # what every line of each kind holds (HeldoutLog.begin, complete, note): a line that lacks one was not written by celtk
