@@ -19,13 +19,14 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from einops import rearrange
 from jaxtyping import Bool, Float, Int, Shaped
 from torch import Tensor
 
+from celtk.ablation_hooks import ZHook
 from celtk.ablation_hooks import hook_z_hooks as hook_z_hooks  # re-exported: importable from here as before
 from celtk.ablation_hooks import hook_z_name as hook_z_name
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec
@@ -33,10 +34,16 @@ from celtk.boundary import public
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model
+from celtk.registry import annotation_names
+
+if TYPE_CHECKING:  # transformers loads where a checkpoint is exported, not with this module
+    from transformers import PretrainedConfig
+
+__getattr__ = annotation_names({"PretrainedConfig": "transformers"})  # what the type checks under pytest resolve
 
 
-def _zero_heads_hook(heads: list[int]) -> Any:
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+def _zero_heads_hook(heads: list[int]) -> ZHook:
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: object
              ) -> Float[Tensor, "batch pos head_index d_head"]:
         mask = torch.zeros(z.shape[2], dtype=torch.bool, device=z.device)
         mask[heads] = True
@@ -45,13 +52,13 @@ def _zero_heads_hook(heads: list[int]) -> Any:
     return hook
 
 
-def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> Any:
+def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> ZHook:
     """Replace head ``h`` in row ``b`` where the mask marks it (a boolean mask: zero it): one layer,
     different heads per row."""
     if isinstance(mask, RowSpec):
         spec = mask
 
-        def replace(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+        def replace(z: Float[Tensor, "batch pos head_index d_head"], hook: object
                     ) -> Float[Tensor, "batch pos head_index d_head"]:
             if z.shape[0] != spec.mask.shape[0]:
                 raise ValueError(f"row mask of shape {tuple(spec.mask.shape)} does not fit hook_z of shape "
@@ -60,7 +67,7 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> Any:
 
         return replace
 
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: object
              ) -> Float[Tensor, "batch pos head_index d_head"]:
         if z.shape[0] != mask.shape[0] or z.shape[2] != mask.shape[1]:
             raise ValueError(f"row mask of shape {tuple(mask.shape)} does not fit hook_z of shape {tuple(z.shape)}")
@@ -71,14 +78,14 @@ def _row_mask_hook(mask: Bool[Tensor, "batch head_index"] | RowSpec) -> Any:
 
 def _spec_hook(ablation: Ablation, layer: int, heads: list[int], n_heads: int,
                references: Int[Tensor, " batch"] | None, boundaries: Int[Tensor, " batch"] | None = None,
-               aligns: Int[Tensor, "batch 2"] | None = None) -> Any:
+               aligns: Int[Tensor, "batch 2"] | None = None) -> ZHook:
     """Replace ``heads`` of one layer in every row by ``ablation``'s kind (resample: row ``b`` reads
     reference ``references[b]`` aligned as ``aligns[b]`` says, :meth:`Ablation.alignment`; ``prefix``/``example``
     positions: only before, or from, row ``b``'s boundary ``boundaries[b]``)."""
     mask = torch.zeros(1, n_heads, dtype=torch.bool)
     mask[0, heads] = True
 
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: object
              ) -> Float[Tensor, "batch pos head_index d_head"]:
         for name, given in (("references", references), ("boundaries", boundaries)):
             if given is not None and len(given) != z.shape[0]:
@@ -147,7 +154,7 @@ def ablate(model: Model, heads: HeadSet | str, ablation: Ablation | AblationKind
         yield model
 
 
-def _references(references: Any, n: int) -> Int[Tensor, " batch"]:
+def _references(references: object, n: int) -> Int[Tensor, " batch"]:
     """Each row's reference as a long tensor, every one an index into the ``n`` reference examples."""
     try:
         refs = torch.as_tensor(references, dtype=torch.long)
@@ -224,13 +231,13 @@ def _bias_name(weight_name: str) -> str:
 
 
 def _with_output_bias(model: Model, state: dict[str, Shaped[Tensor, " ..."]], layers: list[int]
-                      ) -> tuple[Any, dict[str, Shaped[Tensor, " ..."]], bool]:
+                      ) -> tuple[PretrainedConfig, dict[str, Shaped[Tensor, " ..."]], bool]:
     """The HF config and state to export a mean ablation from: unchanged when the output projections of
     ``layers`` have a bias; else, where the config has ``attention_bias``, that setting turned on, every
     bias it adds zero (the same function), so that the fold has a bias to go into. Returns whether it added them."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, PreTrainedModel
 
-    from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
+    from_config: Callable[..., PreTrainedModel] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
     config = model.hf_model.config
     wanted = {_bias_name(model.arch.output_weights[layer]) for layer in layers}
     if wanted <= set(state):
@@ -266,9 +273,9 @@ def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path,
     ``celtk_ablation.json`` naming the heads and the kind; any HF-compatible tool runs it without hooks.
     It is written under a temporary name and renamed into place.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, PreTrainedModel
 
-    from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
+    from_config: Callable[..., PreTrainedModel] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
     heads = as_head_set(heads)
     model.validate_heads(heads)
     kind = as_ablation(ablation)
@@ -287,8 +294,8 @@ def export_ablated(model: Model, heads: HeadSet | str, out_dir: str | Path,
     try:
         fresh.save_pretrained(scratch, safe_serialization=True)
         model.tokenizer.save_pretrained(scratch)
-        note: dict[str, Any] = {"base_model": model.name, "weight_hash": model.weight_hash,
-                                "ablated_heads": heads.names(), "method": _method(model, kind, added)}
+        note: dict[str, object] = {"base_model": model.name, "weight_hash": model.weight_hash,
+                                   "ablated_heads": heads.names(), "method": _method(model, kind, added)}
         if not kind.is_zero:  # zero exports keep the note they always had
             note["ablation"] = kind.describe()
         (scratch / "celtk_ablation.json").write_text(json.dumps(note, indent=2) + "\n")

@@ -7,12 +7,22 @@ the reference values the mean and resample kinds record), so neither imports the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from celtk.registry import annotation_names
 
 if TYPE_CHECKING:  # at run time only its attributes are read, and importing it would load the model code
     from celtk.models import Model
+
+__getattr__ = annotation_names({"Model": "celtk.models"})  # what the type checks under pytest resolve on first need
+
+ZHook = Callable[[Tensor, object], Tensor]
+"""A hook on ``hook_z``: it gets ``z: [batch, pos, head_index, d_head]`` and the hook point (unread), and returns
+the replacement ``z``."""
 
 
 def hook_z_name(layer: int) -> str:
@@ -21,7 +31,7 @@ def hook_z_name(layer: int) -> str:
 
 
 @contextmanager
-def hook_z_hooks(model: Model, hooks: dict[int, Any]) -> Iterator[Model]:
+def hook_z_hooks(model: Model, hooks: dict[int, ZHook]) -> Iterator[Model]:
     """Add ``hooks[l]`` to ``blocks.{l}.attn.hook_z`` for each layer ``l`` while the body runs, then remove
     exactly those (a hook gets ``z: [batch, pos, head_index, d_head]`` and returns its replacement)."""
     handles = []

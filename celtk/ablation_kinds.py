@@ -58,7 +58,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -66,8 +65,9 @@ from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from celtk.ablation_hooks import hook_z_hooks
+from celtk.ablation_hooks import ZHook, hook_z_hooks
 from celtk.errors import ConfigError, suggest
+from celtk.models import Model
 
 KINDS = ("zero", "mean", "resample", "scale")
 # |α| ≤ 10: a dose of the head, from flipped (−1) through removed (0) to amplified; far past it the head swamps
@@ -278,9 +278,9 @@ class Ablation:
         """Whether the replacement differs per example (resample), so hooks must know each row's reference."""
         return self.kind.name == "resample"
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """What the values were measured on, for result documents."""
-        out: dict[str, Any] = {"kind": str(self.kind)}
+        out: dict[str, object] = {"kind": str(self.kind)}
         if self.positions != "all":  # every-position ablations keep the record they always had
             out |= {"positions": self.positions, "prefix_tokens": len(self.prefix)}
         if self.kind.needs_reference:
@@ -407,7 +407,7 @@ def common_prefix(sequences: Sequence[Sequence[int]]) -> int:
     return k
 
 
-def reference_values(model: Any, sequences: Sequence[Sequence[int]], keep: bool,
+def reference_values(model: Model, sequences: Sequence[Sequence[int]], keep: bool,
                      prompts: Sequence[int] | None = None
                      ) -> tuple[Float[Tensor, "layer head_index d_head"], ReferenceZ | None, int]:
     """The intact model's ``z`` on ``sequences`` (token ids, right-padded batches of
@@ -427,8 +427,8 @@ def reference_values(model: Any, sequences: Sequence[Sequence[int]], keep: bool,
            for _ in range(n_layers)] if keep else []
     pad = model.tokenizer.pad_token_id or 0
 
-    def recorder(layer: int) -> Any:
-        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+    def recorder(layer: int) -> ZHook:
+        def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: object
                  ) -> Float[Tensor, "batch pos head_index d_head"]:
             seen[layer] = z.detach()
             return z

@@ -45,6 +45,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from celtk.ablation import as_ablation, hook_z_hooks
+from celtk.ablation_hooks import ZHook
 from celtk.ablation_kinds import Ablation, AblationKind, RowSpec
 from celtk.errors import KVCacheIgnoredError
 from celtk.evaluation.prompts import MIN_SHARED_PREFIX, Prepared, Request, shared_prefix_length
@@ -171,8 +172,8 @@ class _Rows:
             yield
 
 
-def _replace(spec: RowSpec) -> Any:
-    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: Any
+def _replace(spec: RowSpec) -> ZHook:
+    def hook(z: Float[Tensor, "batch pos head_index d_head"], hook: object
              ) -> Float[Tensor, "batch pos head_index d_head"]:
         return spec.apply(z)
 
