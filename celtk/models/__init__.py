@@ -7,7 +7,7 @@ before anything heavy) is importable without torch."""
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 _EXPORTS = {
     "ALIASES": "_aliases", "DEFAULT_MODEL": "_aliases", "Alias": "_aliases", "alias_available": "_aliases",
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _EXPORTS:
         value = globals()[name] = getattr(importlib.import_module(f"celtk.models.{_EXPORTS[name]}"), name)
         return value

@@ -113,7 +113,7 @@ class Architecture:
         return weight.masked_fill(flat[:, None] if self.output_transposed else flat[None, :], 0.0)
 
 
-def _layer_signature(block: Any, name: str) -> tuple[str, tuple[str, ...]]:
+def _layer_signature(block: torch.nn.Module, name: str) -> tuple[str, tuple[str, ...]]:
     """The cache keyword and the positional parameter names of the HF layer inside a bridge block."""
     layer = getattr(block, "original_component", block)
     accepted = inspect.signature(type(layer).forward).parameters

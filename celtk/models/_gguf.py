@@ -9,7 +9,6 @@ import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -81,9 +80,9 @@ def dequantized_dir(gguf_path: Path) -> Path:
 
 
 def _dequantize_into(gguf_path: Path, out_dir: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-    from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
+    from_config: Callable[..., PreTrainedModel] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
     directory, name = str(gguf_path.parent), gguf_path.name
     try:
         loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)

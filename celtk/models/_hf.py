@@ -4,12 +4,19 @@ is one :class:`ModelSourceError` naming the file, not a transformers traceback."
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from celtk.errors import ModelSourceError
 from celtk.models._arch import unsupported
+from celtk.registry import annotation_names
+
+if TYPE_CHECKING:  # transformers loads when a model is read, not with this module
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+__getattr__ = annotation_names(dict.fromkeys(  # what the type checks under pytest resolve on first need
+    ("PretrainedConfig", "PreTrainedModel", "PreTrainedTokenizerBase"), "transformers"))
 
 
 def one_line(error: BaseException) -> str:
@@ -17,7 +24,7 @@ def one_line(error: BaseException) -> str:
     return re.sub(r"\s+", " ", str(error)).strip() or type(error).__name__
 
 
-def read_config(target: str, source: str) -> Any:
+def read_config(target: str, source: str) -> PretrainedConfig:
     """The ``PretrainedConfig`` of ``target`` (a directory or a hub id), typed by transformers.
 
     Raises:
@@ -51,13 +58,14 @@ def read_config(target: str, source: str) -> Any:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise unsupported(str(architecture), f"model type {model_type!r} has no causal language model in transformers")
     try:
-        return AutoConfig.from_pretrained(target)
+        config: PretrainedConfig = AutoConfig.from_pretrained(target)
+        return config
     except (StrictDataclassError, TypeError, ValueError, KeyError) as error:
         raise ModelSourceError(f"{where} has a wrong value: {one_line(error)}. Fix that value "
                                "or copy the model's config.json again.") from None
 
 
-def read_hf_model(target: str, source: str, dtype: torch.dtype) -> tuple[Any, Any]:
+def read_hf_model(target: str, source: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(HF causal LM, tokenizer) of ``target``; config first, then tokenizer, then weights."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import TqdmWarning
@@ -24,6 +24,13 @@ from celtk.models._arch import unsupported
 from celtk.models._gguf import dequantized_dir
 from celtk.models._hf import read_hf_model
 from celtk.models._model import Model
+from celtk.registry import annotation_names
+
+if TYPE_CHECKING:  # transformers loads when a model is wrapped, not with this module
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__getattr__ = annotation_names(dict.fromkeys(  # what the type checks under pytest resolve on first need
+    ("PreTrainedModel", "PreTrainedTokenizerBase"), "transformers"))
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -106,7 +113,7 @@ def check_hub_id(repo_id: str) -> None:
                                "e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct'.") from None
 
 
-def _resolve_source(source: str) -> tuple[str, str, dict[str, Any]]:
+def _resolve_source(source: str) -> tuple[str, str, dict[str, object]]:
     """Return (what from_pretrained reads, source kind, metadata)."""
     if source in ALIASES:
         gguf_path = ALIASES[source].locate()
@@ -214,14 +221,14 @@ def quiet_transformers() -> Iterator[None]:
 
 
 def wrap_hf_model(
-    hf_model: Any,
-    tokenizer: Any,
+    hf_model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     *,
     name: str,
     source: str = "memory",
     device: torch.device | str = "cpu",
     local_dir: str | None = None,
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, object] | None = None,
 ) -> Model:
     """Wrap an HF causal LM already in memory (e.g. a tiny test model) as a celtk :class:`Model`.
 
@@ -234,7 +241,8 @@ def wrap_hf_model(
     config = hf_model.config
     if not config.architectures:
         config.architectures = [type(hf_model).__name__]
-    hf_model = hf_model.to(device).eval()
+    # transformers wraps PreTrainedModel.to in functools.wraps(Module.to), which mypy reads as the unbound method
+    hf_model = hf_model.to(device).eval()  # type: ignore[arg-type]
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:

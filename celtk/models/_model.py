@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Shaped
@@ -15,6 +15,13 @@ from celtk.boundary import check_fields
 from celtk.errors import ArchitectureError
 from celtk.heads import HeadSet
 from celtk.models._arch import Architecture, read_architecture, unsupported
+from celtk.registry import annotation_names
+
+if TYPE_CHECKING:  # transformers loads with the model's weights, not with this module
+    from transformers import PretrainedConfig, PreTrainedModel
+
+# what the type checks under pytest resolve on first need
+__getattr__ = annotation_names(dict.fromkeys(("PretrainedConfig", "PreTrainedModel"), "transformers"))
 
 CONTEXT_KEYS = ("seq_length", "n_positions", "max_position_embeddings", "n_ctx")  # lm-eval's order
 
@@ -48,14 +55,14 @@ class Model:
     d_vocab: int
     arch: Architecture
     local_dir: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_fields(self)
 
     @classmethod
     def from_bridge(cls, bridge: Any, *, name: str | None = None, tokenizer: Any = None, source: str = "bridge",
-                    local_dir: str | None = None, metadata: dict[str, Any] | None = None) -> Model:
+                    local_dir: str | None = None, metadata: dict[str, object] | None = None) -> Model:
         """Wrap a TransformerLens ``TransformerBridge`` a user already has (e.g. from
         ``TransformerBridge.boot_transformers("gpt2")``) as a celtk :class:`Model`.
 
@@ -96,9 +103,10 @@ class Model:
         )
 
     @property
-    def hf_model(self) -> Any:
+    def hf_model(self) -> PreTrainedModel:
         """The wrapped HF ``*ForCausalLM``; its decoder layers are bridge blocks, so hooks fire."""
-        return self.bridge.original_model
+        hf: PreTrainedModel = self.bridge.original_model
+        return hf
 
     @property
     def device(self) -> torch.device:
@@ -126,9 +134,10 @@ class Model:
                 return value
         return None
 
-    def _hf_config(self) -> Any:
+    def _hf_config(self) -> PretrainedConfig | None:
         """The HF config, or None for a model without weights (a stand-in wrapping only a tokenizer)."""
-        return getattr(getattr(self.bridge, "original_model", None), "config", None)
+        config: PretrainedConfig | None = getattr(getattr(self.bridge, "original_model", None), "config", None)
+        return config
 
     @property
     def n_ctx_source(self) -> str:
@@ -140,7 +149,8 @@ class Model:
         """The weights under their plain HF names (the bridge's wrapper names stripped)."""
         from transformers import AutoModelForCausalLM
 
-        from_config: Callable[..., Any] = AutoModelForCausalLM.from_config  # transformers leaves it unannotated
+        # transformers leaves from_config unannotated
+        from_config: Callable[..., PreTrainedModel] = AutoModelForCausalLM.from_config
         with torch.device("meta"):
             expected = set(from_config(self.hf_model.config).state_dict())
         out: dict[str, Shaped[torch.Tensor, ...]] = {}
@@ -169,7 +179,7 @@ class Model:
         """Raise :class:`celtk.errors.HeadError` unless every head exists in this model."""
         return heads.validate(self.n_layers, self.n_heads)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         """The facts recorded beside every result."""
         return {
             "name": self.name,
