@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head
@@ -24,7 +24,7 @@ from celtk.store.documents import (
 MOVED = {"run_attributes": "celtk.run.analyses", "run_compare": "celtk.run.analyses"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> NoReturn:
     """A name that moved says where it went (the stages sit above the documents they write)."""
     if name in MOVED:  # an ImportError: `from celtk.analysis import run_compare` shows this message
         raise ImportError(f"celtk.analysis.{name} moved to {MOVED[name]}.{name} (also celtk.run.{name} and the Run "
@@ -175,7 +175,7 @@ class CompareDocument(Document):
         """``compare-<circuit>.json``, from a circuit file's stem or a packaged circuit's name."""
         return f"compare-{Path(str(circuit)).stem.replace('_', '-')}.json"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = {}
         for key, value in super().to_json().items():
             if key == "top":

@@ -28,7 +28,7 @@ import numpy as np
 from jaxtyping import Float, Int
 
 from celtk.errors import ConfigError, DataFormatError, HeadError, suggest
-from celtk.heads import Head
+from celtk.heads import Head, RankKey
 from celtk.search.scores import HeadScore, head_order
 
 if TYPE_CHECKING:  # annotations only: the attribute probe takes a loaded model
@@ -40,6 +40,10 @@ _PACKAGED |= {f"attributes-{alias}": f"attributes_{alias.replace('-', '_').repla
               for alias in ATTRIBUTE_ALIASES}
 # a head is an induction (previous-token) head when at least this share of its attention goes where the role says
 ATTRIBUTE_THRESHOLDS = {"induction": 0.4, "previous_token": 0.4}
+
+# the fields of a file these functions lay out (a circuit file, a compare document), before a document holds them:
+# their values differ by key, and readers index them as written (a name for that, not a narrowing)
+Fields = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ def check_circuit_model(circuit: Circuit, model: str) -> None:
 
 
 def attribute_circuit(alias: str, scores: dict[str, Float[np.ndarray, "layer head"]], length: int = 40,
-                      batch: int = 8, seed: int = 0) -> dict[str, Any]:
+                      batch: int = 8, seed: int = 0) -> Fields:
     """A circuit file's content from a model's attribute scores (:func:`head_attribute_scores` on ``alias``): every
     head whose induction or previous-token score reaches :data:`ATTRIBUTE_THRESHOLDS`, with that role (induction
     first, should a head reach both), strongest first within a role."""
@@ -146,7 +150,7 @@ def hypergeom_tail(overlap: int, population: int, drawn: int, marked: int) -> fl
 
 
 def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selection: Sequence[Head],
-                         ranking: Sequence[Head], top: int = 10, model: str | None = None) -> dict[str, Any]:
+                         ranking: Sequence[Head], top: int = 10, model: str | None = None) -> Fields:
     """Overlap of a CEL selection and of the screen's top-``top`` heads (``ranking``, best first) with the
     circuit, each beside the overlap expected by chance (hypergeometric), and the circuit heads' ranks in the
     screen. ``model``: the run's model, refused unless the circuit was found on it (:func:`check_circuit_model`;
@@ -165,7 +169,7 @@ def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selectio
     population = n_layers * n_heads
     marked = set(circuit.roles)
 
-    def overlap(heads: list[Head]) -> dict[str, Any]:
+    def overlap(heads: list[Head]) -> dict[str, object]:
         shared = [h for h in heads if h in marked]
         return {"n": len(heads), "overlap": len(shared), "expected_by_chance": len(heads) * len(marked) / population,
                 "p_at_least": hypergeom_tail(len(shared), population, len(heads), len(marked)),
@@ -187,11 +191,11 @@ def compare_with_circuit(circuit: Circuit, n_layers: int, n_heads: int, selectio
     }
 
 
-def critical_and_enhancing(scores: Sequence[HeadScore], n: int = 10) -> dict[str, Any]:
+def critical_and_enhancing(scores: Sequence[HeadScore], n: int = 10) -> Fields:
     """From single heads' screen scores: the ``n`` heads whose removal hurts most (task-critical, Bair et al. 2026)
     and the ``n`` whose removal helps most (enhancing), each in the one ranking key's order, their layer
     histograms, and their overlap. Returns the fields as :class:`celtk.analysis.CompareDocument`'s file writes them."""
-    def order(s: HeadScore, sign: int = 1) -> tuple[Any, ...]:  # the ranking key; sign -1: worst first
+    def order(s: HeadScore, sign: int = 1) -> RankKey:  # the ranking key; sign -1: worst first
         return head_order(s.heads, sign * s.gain, sign * s.damage, sign * s.n_correct)
 
     def head(s: HeadScore) -> Head:

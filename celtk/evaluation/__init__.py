@@ -18,7 +18,7 @@ torch-free :mod:`celtk.evaluation.activations`) loads no torch.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 _EXPORTS = {
     "EvalConfig": "results", "EvalResult": "results", "ExampleResult": "results",
@@ -28,7 +28,7 @@ _EXPORTS = {
 __all__ = ["EvalConfig", "EvalResult", "ExampleResult", "ablation_for", "evaluate", "prepare"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _EXPORTS:
         value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
         return value

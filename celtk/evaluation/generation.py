@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from jaxtyping import Int
@@ -17,7 +17,20 @@ from celtk.evaluation.prompts import format_prompt, prompt_ids
 from celtk.evaluation.results import EvalConfig, EvalResult, ExampleResult
 from celtk.evaluation.scoring import unembed
 from celtk.models import Model
+from celtk.registry import annotation_names
 from celtk.tasks import Example, Task, require_opt_in
+
+if TYPE_CHECKING:  # transformers loads where a generation runs, not with this module
+    from transformers import DynamicCache
+
+__getattr__ = annotation_names({"DynamicCache": "transformers"})  # what the type checks under pytest resolve
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """What a :class:`StopRule` reads of a tokenizer: token ids back to text."""
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
 def refuse_resample_generation(ablation: Ablation | AblationKind) -> None:
@@ -55,18 +68,18 @@ class StopRule:
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         return cls(tuple(s for s in stop if s), frozenset(eos), max_new_tokens)
 
-    def text(self, tokenizer: Any, tokens: Sequence[int]) -> str:
+    def text(self, tokenizer: Decoder, tokens: Sequence[int]) -> str:
         text: str = tokenizer.decode(list(tokens), skip_special_tokens=True)
         cuts = [text.index(s) for s in self.stop if s in text]
         return text[:min(cuts)] if cuts else text
 
-    def done(self, tokenizer: Any, tokens: Sequence[int]) -> bool:
+    def done(self, tokenizer: Decoder, tokens: Sequence[int]) -> bool:
         if len(tokens) >= self.max_new_tokens or (tokens and tokens[-1] in self.eos):
             return True
         return bool(self.stop) and any(s in tokenizer.decode(list(tokens), skip_special_tokens=True) for s in self.stop)
 
 
-def new_cache(model: Model) -> Any:
+def new_cache(model: Model) -> DynamicCache:
     """An empty KV cache of the kind HF generation makes for this model (sliding layers included)."""
     from transformers import DynamicCache
 
@@ -74,7 +87,7 @@ def new_cache(model: Model) -> Any:
 
 
 def decode_step(model: Model, tokens: Int[Tensor, " rows"], attention_mask: Int[Tensor, "rows cols"],
-                positions: Int[Tensor, " rows"], cache: Any) -> Int[Tensor, " rows"]:
+                positions: Int[Tensor, " rows"], cache: DynamicCache) -> Int[Tensor, " rows"]:
     """Append one token per row to ``cache`` and return each row's greedy next token.
 
     ``attention_mask`` covers every cached column plus the new one; ``positions`` are the new

@@ -49,5 +49,5 @@ class EvalResult:
     def accuracy(self) -> float:
         return float(self.correct.mean()) if self.examples else float("nan")
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[dict[str, object]]:
         return [asdict(e) for e in self.examples]

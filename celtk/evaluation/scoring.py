@@ -111,7 +111,7 @@ def score_hidden(model: Model, hidden: Float[Tensor, "rows pos d_model"], batch:
 
 def score_requests(model: Model, prepared: Prepared, batches: Sequence[Batch],
                    progress: Callable[[int, int], None] | None = None,
-                   around: Callable[[Batch], AbstractContextManager[Any]] | None = None
+                   around: Callable[[Batch], AbstractContextManager[object]] | None = None
                    ) -> tuple[Float64[np.ndarray, " request"], Bool[np.ndarray, " request"]]:
     """Run every batch through the model as it stands (hooks included), each inside ``around(batch)``
     when given (:func:`ablated`): per-request summed target log-probability and all-greedy flag."""
@@ -154,14 +154,14 @@ def aggregate(prepared: Prepared, lp: Float64[np.ndarray, " request"], greedy: B
 
 
 def ablated(model: Model, prepared: Prepared, heads: HeadSet, ablation: Ablation | AblationKind | str | None = None
-            ) -> Callable[[Batch], AbstractContextManager[Any]]:
+            ) -> Callable[[Batch], AbstractContextManager[object]]:
     """For :func:`score_requests`: each batch under :func:`celtk.ablation.ablate` of ``heads`` (resample: each
     row reading the reference its example draws, :meth:`Ablation.assign`, aligned on the row's prompt,
     :meth:`Ablation.alignment`)."""
     kind = as_ablation(ablation)
     bounds = None if kind.everywhere else kind.boundaries([r.context for r in prepared.requests])
 
-    def rows(batch: Batch) -> Any:  # each row's prefix boundary (prefix/example positions)
+    def rows(batch: Batch) -> Int[Tensor, " batch"] | None:  # each row's prefix boundary (prefix/example positions)
         return None if bounds is None else bounds[batch.request_ids]
 
     if not kind.per_row:

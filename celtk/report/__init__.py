@@ -13,7 +13,7 @@ import base64
 import html
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from jaxtyping import Bool, Float
@@ -99,7 +99,7 @@ def _heatmap(path: Path, grid: Float[np.ndarray, "layer head"], title: str, cmap
     plt.close(fig)
 
 
-def _matrix(path: Path, matrix: list[list[Any]], heads: list[Head], title: str) -> None:
+def _matrix(path: Path, matrix: list[list[int | None]], heads: list[Head], title: str) -> None:
     labels = [str(h) for h in heads]
     import matplotlib
 
