@@ -32,21 +32,26 @@ def _run_options(fn: F) -> F:
                      "(the paper's sizes and splits for the task) or 'paper:TASK'; see the README."),
         click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
                      help="JSON or TOML settings (flags override)."),
-        click.option("--model", default=None, help="Alias, hub id, HF directory or .gguf (default smollm2-135m)."),
-        click.option("--task", default=None, help="Task (default arithmetic:2da); see `celtk tasks`."),
+        click.option("--model", default=None, help=f"Alias, hub id, HF directory or .gguf (default {RUN.model})."),
+        click.option("--task", default=None, help=f"Task (default {RUN.task}); see `celtk tasks`."),
         click.option("--data", default=None, help="Local copy of a hub task's data."),
         click.option("--synthetic/--no-synthetic", default=None, help="With --preset paper[:arithmetic]: run the "
                      "paper's sizes on generated data instead of the official rows (recorded and shown)."),
-        click.option("--discovery", type=click.IntRange(min=1), default=None, help="Discovery examples (default 200)."),
-        click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default 500)."),
-        click.option("--seed", type=click.IntRange(min=0), default=None, help="Split and shot seed (default 0)."),
-        click.option("--fewshot", type=click.IntRange(min=0), default=None, help="Shots per prompt (default 3)."),
-        click.option("--chat/--no-chat", default=None, help="Chat template (default off)."),
-        click.option("--chat-date", default=None, help="ISO date chat templates see as 'today' (default 2024-07-26)."),
+        click.option("--discovery", type=click.IntRange(min=1), default=None,
+                     help=f"Discovery examples (default {RUN.discovery})."),
+        click.option("--heldout", type=click.IntRange(min=1), default=None,
+                     help=f"Held-out examples (default {RUN.heldout})."),
+        click.option("--seed", type=click.IntRange(min=0), default=None,
+                     help=f"Split and shot seed (default {RUN.seed})."),
+        click.option("--fewshot", type=click.IntRange(min=0), default=None,
+                     help=f"Shots per prompt (default {RUN.fewshot})."),
+        click.option("--chat/--no-chat", default=None, help=f"Chat template (default {'on' if RUN.chat else 'off'})."),
+        click.option("--chat-date", default=None,
+                     help=f"ISO date chat templates see as 'today' (default {RUN.chat_date})."),
         click.option("--batch-size", type=_BATCH, default=None,
-                     help="Examples per batch, or 'auto' to fit the device's free memory (default 32)."),
-        click.option("--device", default=None, help="cpu, cuda, cuda:N, auto (default cpu)."),
-        click.option("--dtype", default=None, help="float32 (default), bfloat16, float16."),
+                     help=f"Examples per batch, or 'auto' to fit the device's free memory (default {RUN.batch_size})."),
+        click.option("--device", default=None, help=f"cpu, cuda, cuda:N, auto (default {RUN.device})."),
+        click.option("--dtype", default=None, help=f"float32, bfloat16, float16 (default {RUN.dtype})."),
         click.option("--grading", type=click.Choice(["teacher", "generate"]), default=None,
                      help="jsonl:PATH tasks: grade teacher-forced targets (default) or the greedy generation "
                           "(exact match)."),
@@ -56,9 +61,10 @@ def _run_options(fn: F) -> F:
                      help="With --grading generate: token limit (default 32)."),
         click.option("--allow-code-execution/--no-allow-code-execution", "allow_code", default=None,
                      help="Let mbpp/humaneval run model-written code in the sandbox."),
-        click.option("--ablation", default=None, help="What replaces an ablated head's z: zero (default, the paper's), "
-                     "mean or resample (values from the discovery set) or scale:α; recorded, never mixed in one run."),
-        _tie_break_option("numeric"),
+        click.option("--ablation", default=None, help="What replaces an ablated head's z: zero (the paper's), mean "
+                     "or resample (values from the discovery set) or scale:α; recorded, never mixed in one run "
+                     f"(default {RUN.ablation})."),
+        _tie_break_option(RUN.tie_break),
         click.option("--positions", type=click.Choice(("all", "prefix", "example")), default=None,
                      help="Where the ablation replaces z: all positions (default, the paper's), the shared few-shot "
                      "prefix only, or the example's own positions only; recorded, never mixed in one run."),
@@ -229,7 +235,7 @@ def _progress_units(config: RunConfig) -> _ProgressUnits:
 @_run_options
 @_screen_options
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help="With --screen racing: the pool to race for (default 10).")
+              help=f"With --screen racing: the pool to race for (default {RUN.p}).")
 @click.option("--shard", default=None, help="Screen slice i of N (i/N) into OUT/shard-i-of-N; join with `celtk merge`.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory.")
 def screen_cmd(config_file: str | None, out: str, shard: str | None, **flags: object) -> None:
@@ -304,7 +310,7 @@ def _stored_note(what: str, path: Path) -> None:
 @click.option("--force", is_flag=True, default=False,
               help="Reselect after the held-out set has been looked at, or freeze a selection that gains nothing on "
                    "the discovery set (recorded in selection.json, the held-out log and the report).")
-@_tie_break_option("the run's")
+@_tie_break_option(f"the run's, {RUN.tie_break} unless it was set")
 @_device_options
 def select_cmd(out: str | None, out_option: str | None, p: int | None, k: int | None, strategy: str, width: int,
                heldout: int | None, force: bool, tie_break: str | None, device: str | None,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from celtk.cli._common import FiniteFloatRange, console
+from celtk.run.options import RUN
 
 if TYPE_CHECKING:  # annotations only: `celtk --help` loads neither transformers nor the run settings
     from transformers import PretrainedConfig
@@ -122,14 +123,17 @@ PLANNED = ("model", "task", "discovery", "heldout", "fewshot", "batch_size", "de
 @click.option("--model-config", "model_config", type=click.Path(dir_okay=False), default=None,
               help="An HF config.json to plan for (no weights needed; GPT-2 style keys too) instead of --model's.")
 @click.option("--model", default=None, help="Alias, HF directory or hub id; only its config is read (default "
-              "smollm2-135m, as on `celtk run`).")
-@click.option("--task", default=None, help="Task, as on `celtk run` (default arithmetic:2da); its family's token "
+              f"{RUN.model}, as on `celtk run`).")
+@click.option("--task", default=None, help=f"Task, as on `celtk run` (default {RUN.task}); its family's token "
               "estimates (arithmetic, boolq, hellaswag, mbpp) are used.")
-@click.option("--discovery", type=click.IntRange(min=1), default=None, help="Discovery examples (default 200; the "
+@click.option("--discovery", type=click.IntRange(min=1), default=None,
+              help=f"Discovery examples (default {RUN.discovery}; the "
               "paper's with --preset paper).")
-@click.option("--heldout", type=click.IntRange(min=1), default=None, help="Held-out examples (default 500; the "
+@click.option("--heldout", type=click.IntRange(min=1), default=None,
+              help=f"Held-out examples (default {RUN.heldout}; the "
               "paper's with --preset paper).")
-@click.option("--fewshot", type=click.IntRange(min=0), default=None, help="Shots per prompt (default 3), each "
+@click.option("--fewshot", type=click.IntRange(min=0), default=None,
+              help=f"Shots per prompt (default {RUN.fewshot}), each "
               "estimated as one more example of the task unless --fewshot-tokens says how long they are.")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
               help="Longest prompt in tokens, shots aside (default: the task's estimate).")
@@ -138,16 +142,18 @@ PLANNED = ("model", "task", "discovery", "heldout", "fewshot", "batch_size", "de
               help="Tokens the chat template adds to each prompt.")
 @click.option("--fewshot-tokens", type=click.IntRange(min=0), default=None,
               help="Tokens of the shots every prompt shares (default: estimated from --fewshot).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Examples per batch (default 32).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help=f"Examples per batch (default {RUN.batch_size}).")
 @click.option("--p", "p", type=click.IntRange(min=1), default=None,
-              help="Algorithm 1's pool of top heads (default 10).")
+              help=f"Algorithm 1's pool of top heads (default {RUN.p}).")
 @click.option("--k", "k", type=click.IntRange(min=1), default=None, help="Largest head set Algorithm 1 scores "
-              "(default 3).")
+              f"(default {RUN.k}).")
 @click.option("--rows-per-pass", type=click.IntRange(min=1), default=None,
               help="Rows (examples × ablations) per forward; default = batch size.")
-@click.option("--dtype", default=None, help="float32 (default), bfloat16, float16, as on `celtk run`.")
-@click.option("--device", default=None, help="cpu (default: this machine's memory; no time unless --device-flops), "
-              "cuda, cuda:N or auto (the GPU --gpu names), as on `celtk run`.")
+@click.option("--dtype", default=None, help=f"float32, bfloat16, float16, as on `celtk run` (default {RUN.dtype}).")
+@click.option("--device", default=None,
+              help="cpu, cuda, cuda:N or auto (the GPU --gpu names), as on `celtk run` (default "
+                   f"{RUN.device}: this machine's memory; no time unless --device-flops).")
 @click.option("--gpu", type=click.Choice(sorted(GPUS)), default="l40s", show_default=True,
               help="The GPU a cuda device is planned as (sustained bf16 throughput and usable memory assumed).")
 @click.option("--device-flops", type=FiniteFloatRange(min=0, min_open=True), default=None,

@@ -60,10 +60,10 @@ class RunConfig(metaclass=_PresetFills):
     line in :meth:`validated`."""
 
     model: str = RUN.model
-    task: str = "arithmetic:2da"
+    task: str = RUN.task
     data: str | None = None
-    discovery: int = 200
-    heldout: int = 500
+    discovery: int = RUN.discovery
+    heldout: int = RUN.heldout
     seed: int = RUN.seed
     fewshot: int = RUN.fewshot
     chat: bool = RUN.chat

@@ -288,7 +288,8 @@ class Run:
     def replicate(self, seeds: Sequence[int] | str, *, out: str | Path, alpha: float = REPLICATE.alpha,
                   progress: Progress | None = None) -> ReplicateDocument:
         """``celtk replicate``: this run's settings over other split ``seeds`` (``[1, 2, 3]`` or ``"1-3"``), each
-        seed a run of its own, ``out/seed-S``, screened, selected and tested; returns the summary across seeds
+        seed a run of its own, ``out/seed-S``, screened, selected and tested with this run's settings (its
+        configured held-out size, not one a ``select --heldout`` froze); returns the summary across seeds
         (``out/replicate.json``). Uses this run's model when it is loaded, and loads none when every seed is
         finished."""
         from celtk.run.replicate import parse_seeds, run_replicate

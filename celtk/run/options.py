@@ -3,7 +3,8 @@
 A stage is reached three ways: a ``celtk`` command, a :class:`celtk.Run` method and a ``run_*`` function. All
 three take their defaults from the objects below (``default=ABLATIONS.draws`` on the flag, ``draws: int =
 ABLATIONS.draws`` in both signatures), so a default is changed here or nowhere;
-``tests/unit/test_option_sources.py`` reads the three surfaces and compares each default with these.
+``tests/unit/test_option_sources.py`` reads the three surfaces (and the help texts that name a default) and fails
+on a default that differs from these.
 
 What a run is made with is :class:`~celtk.run.config.RunConfig`. The settings of it that other surfaces share
 (model, seed, shots, batch size, device, ``p``, ``k``, ...) take their defaults from :data:`RUN` here, so that a
@@ -12,7 +13,8 @@ from the run's ``config.json`` (:func:`celtk.run.select.search_settings` for ``p
 ``select`` and ``stability`` share), and a free evaluation (:data:`EVAL`) defaults to them. What a stage keeps from
 the run's frozen state (the held-out size a selection froze) is not a default at all.
 
-This module imports nothing, so ``celtk --help`` builds every flag from it at once.
+This module imports nothing of celtk's (nor torch, numpy or beartype), so ``celtk --help`` builds every flag from it
+at once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ class RunDefaults:
     """:class:`~celtk.run.config.RunConfig`'s defaults for the settings a run shares with the other surfaces."""
 
     model: str = "smollm2-135m"
+    task: str = "arithmetic:2da"
+    discovery: int = 200
+    heldout: int = 500
     seed: int = 0
     fewshot: int = 3
     chat: bool = False

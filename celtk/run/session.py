@@ -19,6 +19,7 @@ from celtk.evaluation.scoring import ablation_for, prompt_prefix
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.planning.plan import check_memory
+from celtk.registry import annotation_names
 from celtk.run.config import RunConfig
 from celtk.screening.cached import auto_batch
 from celtk.screening.fused import fused_layers
@@ -34,8 +35,12 @@ from celtk.tasks.jsonl import jsonl_spec
 
 if TYPE_CHECKING:
     from celtk.evaluation.prompts import Prepared
-    from celtk.screening.cached import CachedScreener  # imports torch: not at run time
+    from celtk.screening.cached import CachedScreener
     from celtk.screening.generation import GenerationScreener
+
+# the engines load through their registry, on first use; a runtime type check reads their names from here
+__getattr__ = annotation_names({"Prepared": "celtk.evaluation.prompts", "CachedScreener": "celtk.screening.cached",
+                                "GenerationScreener": "celtk.screening.generation"})
 
 
 @dataclass

@@ -5,6 +5,7 @@ too. The settings a run is made with (p, k, shots, sizes, ...) are RunConfig's, 
 test_defaults_parity.py."""
 
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import asdict, fields
 from typing import Any
@@ -126,3 +127,22 @@ def test_the_transfer_grid_draws_the_default_shot_seeds_when_none_are_named():
     assert tuple(drawn) == TRANSFER.shots_seeds
     flag = next(p for p in main.commands["transfer"].params if p.name == "shots_seeds")
     assert flag.default == ",".join(map(str, TRANSFER.shots_seeds))  # what --help shows
+
+
+def test_help_texts_state_the_run_defaults():
+    """A flag that leaves a run setting to the run's default (``default=None``) and names that default in its help
+    names the one in RUN: the help is built from it, not written beside it."""
+    checked = 0
+    for name, command in sorted(main.commands.items()):
+        for param in command.params:
+            if not isinstance(param, click.Option) or param.name not in asdict(RUN) or param.default is not None:
+                continue
+            text = param.help or ""
+            if "(default " not in text and not re.search(r"default: the run's \w+, ", text):
+                continue  # no default named, or only described ("default: as configured", "default: the run's")
+            value = getattr(RUN, str(param.name))
+            shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
+            assert re.search(rf"default[^.;)]*\b{re.escape(shown)}\b", text), (
+                f"celtk {name} --{param.name}: help {text!r} does not state the default {shown!r}")
+            checked += 1
+    assert checked >= 20  # run, replicate, screen and plan's shared flags at least
