@@ -72,7 +72,7 @@ class TransferOptions(StageOptions):
     shots_seeds: tuple[int, ...] = (1, 2, 3, 4, 5)  # other few-shot draws
     zero_shot: bool = True
     chat: bool = False
-    n_boot: int = 10_000
+    n_boot: int = TestOptions.n_boot  # as the test's interval
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class AblationsOptions(StageOptions):
     positions: tuple[str, ...] = ("all", "prefix", "example")
     draws: int = 5  # resample draws per example
     reference_shots: str = "fixed"
-    n_boot: int = 10_000
+    n_boot: int = TestOptions.n_boot
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,8 @@ class StabilityOptions(StageOptions):
     resamples: int = 20
     method: str = "bootstrap"
     fraction: float = 0.5
-    strategy: str = "algorithm1"
-    width: int = 3
+    strategy: str = SelectOptions.strategy
+    width: int = SelectOptions.width
     seed: int = 0
     n_boot: int = 2000  # the held-out rows' intervals (library only)
 
