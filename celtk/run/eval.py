@@ -12,7 +12,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from celtk.ablation_kinds import AblationKind
+from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.boundary import public
 from celtk.errors import ConfigError
 from celtk.evaluation import evaluate
@@ -20,8 +20,8 @@ from celtk.evaluation.results import EvalConfig
 from celtk.evaluation.scoring import ablation_for
 from celtk.heads import HeadSet, as_head_set
 from celtk.models import Model, load_model
-from celtk.run.config import CHAT_DATE, RunConfig
-from celtk.run.options import EVAL
+from celtk.run.config import CHAT_DATE
+from celtk.run.options import EVAL, RUN
 from celtk.run.session import session_for
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
@@ -59,7 +59,7 @@ def run_eval(out: Path | None, *, model: str | Path | Model = EVAL.model, task: 
     what it holds, at most :data:`REFERENCE`)
     (refused with ``split="all"``, which would evaluate them too)."""
     if fewshot is None:  # celtk run's shots; lm-eval's num_fewshot defaults to 0 (pass 0 to compare)
-        fewshot = RunConfig().fewshot
+        fewshot = RUN.fewshot
     head_set = as_head_set(heads)
     kind = AblationKind.parse(ablation)
     data = os.fspath(data) if data is not None else None  # a Path too; recorded as text
@@ -177,7 +177,7 @@ def reference_examples(task: Task, reference: int | None, seed: int, fewshot: in
 
 
 
-def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:
+def _kind_record(ablation: Ablation, reference: str) -> dict[str, object]:
     """``{"ablation": …}`` for eval.json's config under another kind than zero; zero evaluations keep the
     document they always had."""
     if ablation.is_zero:
@@ -187,7 +187,7 @@ def _kind_record(ablation: Any, reference: str) -> dict[str, Any]:
 
 def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: HeadSet, limit: int | None,
               batch_size: int, allow_code: bool, progress: Callable[[str, int, int], None] | None,
-              kind: Any = None) -> EvalDocument:
+              kind: AblationKind | None = None) -> EvalDocument:
     """``heads`` on the held-out set of the run in ``run`` (the first ``limit`` examples), logged there."""
     rd = RunDirectory(run)
     if not rd.has(SelectionDocument) and not rd.has(ScreenDocument):
@@ -195,7 +195,7 @@ def _eval_run(out: Path | None, run: Path, model: str | Path | Model, heads: Hea
     separate = out is not None and Path(out).resolve() != run.resolve()
     with rd.lock(), locked(Path(out)) if separate and out is not None else nullcontext():
         rd.require("eval")
-        doc: Any = rd.load_if(SelectionDocument) or rd.load(ScreenDocument)
+        doc: SelectionDocument | ScreenDocument = rd.load_if(SelectionDocument) or rd.load(ScreenDocument)
         session = session_for(doc, model if isinstance(model, Model) else None, **rd.heldout_overrides())
         rd.admit("eval", session, doc)
         manifest = session.splits.manifest()

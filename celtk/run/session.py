@@ -51,7 +51,7 @@ class Session:
     model: Model
     task: Task
     splits: Splits
-    _ablation: Any = field(default=None, init=False, repr=False)
+    _ablation: dict[str, Ablation] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -113,7 +113,7 @@ class Session:
             return 16, None
         return auto_batch(self.model, prepared)
 
-    def ablation(self, kind: Any = None, positions: str | None = None) -> Any:
+    def ablation(self, kind: AblationKind | str | None = None, positions: str | None = None) -> Ablation:
         """The run's ablation kind (or ``kind``) with its values (a :class:`celtk.ablation_kinds.Ablation`): mean
         and resample are measured on the intact model over the discovery set, prompted as every example is
         (its shots, chat setting and date), resample drawn with the run's seed, at the run's positions (or
