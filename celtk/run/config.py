@@ -26,7 +26,7 @@ from celtk.run.registry import SCREENS
 from celtk.search.registry import TIE_BREAKS
 from celtk.tasks import get_task, task_names
 
-CHAT_DATE = RUN.chat_date  # celtk.evaluation.prompts.CHAT_DATE; repeated so that reading a config does not import torch
+CHAT_DATE = RUN.chat_date  # celtk.evaluation.prompts.CHAT_DATE's value (evaluation sits below run; a test compares)
 POSITIONS = ("all", "prefix", "example")  # celtk.ablation_kinds.POSITIONS, repeated for the same reason
 
 

@@ -77,10 +77,6 @@ def _surfaces(stage: str) -> dict[str, dict[str, Any]]:
     return surfaces
 
 
-def _normal(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
 @pytest.mark.parametrize("stage", sorted(STAGE_OPTIONS))
 def test_each_surface_takes_its_defaults_from_the_stage_options(stage):
     options = asdict(STAGE_OPTIONS[stage])
@@ -89,8 +85,8 @@ def test_each_surface_takes_its_defaults_from_the_stage_options(stage):
             if name in options and value is None and (stage, name) in NONE_DRAWS_THE_DEFAULT:
                 continue
             if name in options:
-                assert _normal(value) == options[name], (f"{surface}: {name} defaults to {value!r}, the options "
-                                                         f"say {options[name]!r}")
+                assert value == options[name], (f"{surface}: {name} defaults to {value!r}, the options "
+                                                 f"say {options[name]!r}")
             elif stage == "eval" and surface == "celtk eval" and name in ("task", "data", "fewshot", "limit"):
                 continue  # the task's own (None: the task decides)
             else:
