@@ -96,11 +96,11 @@ Names checked by the function itself with a message of their own (``limit``, ``m
 split sizes) are not repeated here."""
 
 
-def _is_bool(value: Any) -> bool:
+def _is_bool(value: object) -> bool:
     return isinstance(value, bool) or type(value).__name__ == "bool_"
 
 
-def check_range(where: str, name: str, value: Any) -> None:
+def check_range(where: str, name: str, value: object) -> None:
     """Refuse ``value`` of ``name`` outside its :data:`BOUNDS` range (a bool, NaN or infinity
     included); a name without a bound, ``None`` and a value of another type pass (types are beartype's)."""
     bound = BOUNDS.get(name)
@@ -117,7 +117,7 @@ def check_range(where: str, name: str, value: Any) -> None:
                                 f"got {reprlib.repr(value)}.")
 
 
-def _where(func: Callable[..., Any]) -> str:
+def _where(func: Callable[..., object]) -> str:
     return func.__qualname__.removesuffix(".__init__")
 
 
@@ -130,7 +130,7 @@ def public(func: Callable[P, R]) -> Callable[P, R]:
     containers = {k: v for k, v in annotations.items() if any(word in v for word in _COLLECTION_WORDS)}
     typed = beartype(conf=CONF)(func)
     where = _where(func)
-    hints: dict[str, Any] = {}
+    hints: dict[str, object] = {}
 
     @functools.wraps(func)
     def checked(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -158,7 +158,8 @@ _COLLECTION_WORDS = ("list", "tuple", "dict", "set", "Sequence", "Iterable", "Co
 _COLLECTIONS = (list, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Collection, abc.Iterable, abc.Set)
 
 
-def _holds(value: Any, hint: Any) -> bool:
+# hint left untyped: beartype's is_bearable takes a type form, which mypy cannot spell (object does not pass)
+def _holds(value: object, hint: Any) -> bool:
     """Whether ``value`` is of type ``hint`` element by element (beartype itself checks one element of a container,
     drawn at random), and a string is not taken for a collection of strings (``Sequence[str]``)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -181,13 +182,13 @@ def _holds(value: Any, hint: Any) -> bool:
     return True
 
 
-class _ModuleNames(Mapping[str, Any]):
+class _ModuleNames(Mapping[str, object]):
     """A module's names as a mapping, its ``__getattr__`` included (:func:`annotation_names`)."""
 
     def __init__(self, module: str) -> None:
         self.module = sys.modules[module]
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         try:
             return getattr(self.module, name)
         except AttributeError:
@@ -201,7 +202,7 @@ class _ModuleNames(Mapping[str, Any]):
 
 
 @functools.cache
-def field_hints(cls: type) -> dict[str, Any]:
+def field_hints(cls: type) -> dict[str, object]:
     """The resolved annotations of a dataclass's fields (cached)."""
     return typing.get_type_hints(cls, localns=_ModuleNames(cls.__module__))
 
@@ -213,7 +214,7 @@ def expected(annotation: str) -> str:
     return " or ".join(dict.fromkeys(words))
 
 
-def _admits_bool(hint: Any) -> bool:
+def _admits_bool(hint: object) -> bool:
     """Whether ``hint`` names ``bool`` itself (or anything), rather than a number a bool would pass for."""
     if hint in (bool, Any, object):
         return True
@@ -225,7 +226,7 @@ def _admits_bool(hint: Any) -> bool:
     return False
 
 
-def check_type(opening: str, value: Any, hint: Any, annotation: str) -> None:
+def check_type(opening: str, value: object, hint: object, annotation: str) -> None:
     """Refuse ``value`` unless beartype finds it of type ``hint`` (written ``annotation``), every element of a
     container included: a bool is not an ``int`` here (``discovery = true`` is a mistake, not 1), a string is never
     a bool, and a string is not a collection of strings.
@@ -235,7 +236,7 @@ def check_type(opening: str, value: Any, hint: Any, annotation: str) -> None:
                             f"({type(value).__name__}).")
 
 
-def check_fields(instance: Any, ranges: bool = True) -> None:
+def check_fields(instance: object, ranges: bool = True) -> None:
     """Every field of a dataclass instance against its annotation (beartype) and, with ``ranges``,
     :data:`BOUNDS` (call from ``__post_init__``)."""
     cls: type = type(instance)
