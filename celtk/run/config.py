@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import date
 from pathlib import Path
@@ -24,6 +25,7 @@ from celtk.run.options import RUN
 from celtk.run.presets import check_paper_data, preset_names, preset_values
 from celtk.run.registry import SCREENS
 from celtk.search.registry import TIE_BREAKS
+from celtk.store.files import JsonObject
 from celtk.tasks import get_task, task_names
 
 CHAT_DATE = RUN.chat_date  # celtk.evaluation.prompts.CHAT_DATE's value (evaluation sits below run; a test compares)
@@ -39,7 +41,7 @@ class _PresetFills(type):
     set; the preset is chosen for the task the call gives. :func:`dataclasses.replace` gives every field, so
     a copy keeps its values (a recorded config is never filled again)."""
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __call__(cls, *args: object, **kwargs: object) -> object:
         names = [f.name for f in fields(cast("type[RunConfig]", cls))]
         given = dict(zip(names, args, strict=False)) | kwargs
         preset, task = given.get("preset"), given.get("task")
@@ -111,6 +113,7 @@ class RunConfig(metaclass=_PresetFills):
     def from_dict(cls, values: dict[str, Any], where: str = "config") -> RunConfig:
         """Defaults updated with ``values`` (a ``preset`` among them fills the keys they lack, as in
         ``RunConfig(...)``); unknown keys are refused, naming the valid ones."""
+        # values untyped: each is checked against its field's annotation (check_type) before RunConfig(**values)
         known = set(cls.keys())
         unknown = sorted(set(values) - known)
         if unknown:
@@ -155,7 +158,7 @@ class RunConfig(metaclass=_PresetFills):
                               f"got {self.chat_date!r}.") from None
         return self
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> JsonObject:
         """The settings as written beside results (``config.json``, ``screen.json``, ...): every field, except
         ``ablation`` when it is the paper's zero, ``tie_break`` when it is the default numeric and ``positions`` when
         it is all, so that such runs' files stay as they were before the setting."""
@@ -174,13 +177,13 @@ NEUTRAL_SETTINGS = ("batch_size", "device", "preset", "celtk_version")
 SEARCH_SETTINGS = ("p", "k")
 
 
-def differing_settings(stored: dict[str, Any], now: dict[str, Any], ignore: tuple[str, ...] = NEUTRAL_SETTINGS
-                       ) -> list[str]:
+def differing_settings(stored: Mapping[str, object], now: Mapping[str, object],
+                       ignore: tuple[str, ...] = NEUTRAL_SETTINGS) -> list[str]:
     """The keys of two recorded settings (:meth:`RunConfig.recorded`) whose values differ, ``ignore`` aside."""
     return sorted(k for k in set(stored) | set(now) if k not in ignore and stored.get(k) != now.get(k))
 
 
-def as_flags(values: dict[str, Any], keys: list[str]) -> str:
+def as_flags(values: Mapping[str, object], keys: list[str]) -> str:
     """``keys`` of recorded settings as the command-line flags that give them (``--discovery 100 --no-chat``)."""
     shown = []
     for key in keys:
@@ -194,8 +197,8 @@ def as_flags(values: dict[str, Any], keys: list[str]) -> str:
     return " ".join(shown)
 
 
-def describe_differences(stored: dict[str, Any], now: dict[str, Any], keys: list[str], *, then: str = "stored",
-                         given: str = "now") -> str:
+def describe_differences(stored: Mapping[str, object], now: Mapping[str, object], keys: list[str], *,
+                         then: str = "stored", given: str = "now") -> str:
     """``"discovery: stored 100, now 200; seed: stored 1, now 0"`` for ``keys`` (a setting the record leaves out is
     its default, as :meth:`RunConfig.recorded` leaves out the default ablation and tie-break)."""
     default = RunConfig()
@@ -203,7 +206,7 @@ def describe_differences(stored: dict[str, Any], now: dict[str, Any], keys: list
                      f"{given} {now.get(k, getattr(default, k, None))!r}" for k in keys)
 
 
-def check_type(key: str, value: Any, annotation: str, where: str = "config") -> None:
+def check_type(key: str, value: object, annotation: str, where: str = "config") -> None:
     """Refuse ``value`` of setting ``key`` unless it has the type its field is annotated with
     (``annotation``, written as in :class:`RunConfig`), by beartype (:func:`celtk.boundary.check_type`).
 
