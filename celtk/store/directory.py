@@ -19,12 +19,12 @@ its bytes are the ones celtk wrote: ``digests.json``) and its held-out log
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from celtk.errors import ConfigError, RunStoreError, SplitError, suggest
 from celtk.heads import HeadSet
@@ -310,7 +310,7 @@ class RunDirectory:
         return selection.heads if selection is not None else None
 
     # -- finished stages, as stored --------------------------------------------------------
-    def stored_selection(self, strategy: str, k: int, options: dict[str, object], heldout: int | None = None
+    def stored_selection(self, strategy: str, k: int, options: Mapping[str, object], heldout: int | None = None
                          ) -> SelectionDocument | None:
         """The frozen selection when it was searched with ``strategy``, ``k`` and ``options`` (as
         ``strategy_options`` records them), froze ``heldout`` examples (when given), and on this directory's screen
@@ -535,7 +535,7 @@ class RunDirectory:
         selection = self.load_if(SelectionDocument)
         return selection.heldout if selection else None
 
-    def heldout_overrides(self, heldout: int | None = None) -> dict[str, Any]:
+    def heldout_overrides(self, heldout: int | None = None) -> dict[str, int]:
         """Session overrides that draw the contract's held-out set; ``heldout`` must equal its size."""
         contract = self.contract()
         if contract is None:

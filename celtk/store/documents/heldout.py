@@ -12,6 +12,7 @@ from celtk.heads import HeadSet
 from celtk.store.documents.base import Document, Record
 from celtk.store.documents.codecs import CORRECTNESS, HEADS, Correctness, coded, optional, rows
 from celtk.store.documents.selection import LookRecord
+from celtk.store.files import JsonObject
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +122,7 @@ class AblationKindsDocument(Document):
     intact_accuracy: float
     intact_correct: Correctness = coded(CORRECTNESS)
     heldout_hash: str
-    reference: dict[str, Any]  # what mean and resample were measured on (the discovery set), and how
+    reference: JsonObject  # what mean and resample were measured on (the discovery set), and how
     n_boot: int
     ci_level: float
     kinds: list[KindRow] = rows(KindRow)
@@ -141,7 +142,7 @@ class EvalExample(Record):
     id: str
     correct: bool
     logprob: float | list[float] | None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,7 +170,7 @@ class EvalDocument(Document):
     # the standard error of the accuracy, as lm-eval's acc_stderr: sqrt(acc (1 - acc) / (n - 1)); None for n < 2
     accuracy_stderr: float | None = optional()
     examples: list[EvalExample] = rows(EvalExample)
-    config: dict[str, Any]
+    config: dict[str, object]
     held_back: list[HeldBack] = rows(HeldBack)  # rows no split holds, each with its reason (the CLI prints the count)
 
     def correct(self) -> Bool[np.ndarray, " example"]:

@@ -28,7 +28,7 @@ from celtk.store.documents.codecs import (
     optional_record,
     rows,
 )
-from celtk.store.files import read_json
+from celtk.store.files import JsonObject, read_json
 from celtk.tasks import SplitManifest
 
 
@@ -86,7 +86,7 @@ class ScreenDocument(Document):
     shard: list[int] | None
     config: dict[str, Any]  # RunConfig fields and celtk_version
     heads: list[ScreenRow] = rows(ScreenRow)
-    null_ablation: dict[str, Any] | None = optional()  # fixes, damage, max_abs_logprob_diff (0, 0, ~0 expected)
+    null_ablation: JsonObject | None = optional()  # fixes, damage, max_abs_logprob_diff (0, 0, ~0 expected)
     layers: list[int] | None = optional()  # a quick look screened only these layers (run_screen(layers=...))
     racing: RacingRecord | None = optional_record(RacingRecord)  # a racing screen (config screen = "racing")
 
@@ -173,7 +173,7 @@ class AltscreenDocument(Document):
 
     method: str
     comparison: dict[str, Any]  # overlap, chance_overlap, jaccard, spearman, pools, n_evaluations
-    details: dict[str, Any]
+    details: dict[str, object]
     scores: dict[str, float]
     exhaustive_evaluations: int
     seconds: float = field(default=0.0, metadata={"stored": False})

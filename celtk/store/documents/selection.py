@@ -22,6 +22,7 @@ from celtk.store.documents.codecs import (
     optional,
     rows,
 )
+from celtk.store.files import JsonObject
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,13 +89,13 @@ class SelectionDocument(Document):
     intact_discovery_accuracy: float
     model: ModelRecord = coded(MODEL)
     task: TaskRecord = coded(TASK)
-    config: dict[str, Any]
+    config: JsonObject
     discovery_ids: list[str]
     discovery_hashes: list[str]
     discovery_hash: str
     shots: list[str]
     strategy: str
-    strategy_options: dict[str, Any]
+    strategy_options: JsonObject
     k: int
     n_evaluations: int
     rounds: list[list[HeadSet]] = coded(SET_NAME, depth=2)  # per round, the sets kept (greedy, beam)
