@@ -58,6 +58,7 @@ from celtk.run.test import score_kinds
 from celtk.stats import bootstrap_chunks, compare_paired
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import AblationKindsDocument, Correctness, KindRow, TestDocument
+from celtk.store.files import JsonObject
 
 if TYPE_CHECKING:
     from celtk.evaluation.results import EvalResult
@@ -285,9 +286,9 @@ def _bootstrap_ci(differences: Float[np.ndarray, " example"], n_boot: int, seed:
     return [float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))]
 
 
-def _reference(session: Session, ablations: Sequence[Ablation], draws: int = 1) -> dict[str, Any]:
+def _reference(session: Session, ablations: Sequence[Ablation], draws: int = 1) -> JsonObject:
     """What mean and resample were measured on: the run's discovery set, prompted as the held-out examples."""
-    out: dict[str, Any] = {"set": "discovery", "n": len(session.splits.discovery)}
+    out: JsonObject = {"set": "discovery", "n": len(session.splits.discovery)}
     for ablation in ablations:
         if ablation.kind.name == "mean":
             out["mean"] = "per head, z averaged over every position of every reference sequence (prompt + answer)"

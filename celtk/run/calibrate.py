@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 from jaxtyping import Int
@@ -47,6 +47,17 @@ from celtk.store.directory import RunDirectory
 from celtk.store.documents import CalibrationDocument, ScreenDocument, SelectionDocument
 
 Progress = Callable[[str, int, int], None]
+class _Shared(TypedDict):
+    """The fields of a :class:`CalibrationDocument` every null fills alike."""
+
+    null: str
+    repeats: int
+    seed: int
+    set_size: int
+    observed_discovery_gain: float
+    observed_heldout_gain: float | None
+
+
 NULLS = ("search", "permutation", "random-heads")
 MAX_RANDOM_SETS = 1_000_000  # random head sets one calibration may draw (Algorithm 1's limit of subsets)
 MAX_RELABELLED = 20_000_000  # relabelled gains the permutation null holds at once (three 8-byte arrays: ~0.5 GB)
@@ -113,8 +124,8 @@ def run_calibration(out: Path, *, null: str = CALIBRATE.null, repeats: int = CAL
         sel, test = admitted.frozen, admitted.test
         n_disc = len(sel.discovery_ids)
         observed = sel.discovery_gain
-        base: dict[str, Any] = dict(null=null, repeats=repeats, seed=seed, set_size=len(sel.heads),
-                                    observed_discovery_gain=observed, observed_heldout_gain=test.gain if test else None)
+        base = _Shared(null=null, repeats=repeats, seed=seed, set_size=len(sel.heads),
+                       observed_discovery_gain=observed, observed_heldout_gain=test.gain if test else None)
         if null == "permutation":
             n_held = test.n if test else sel.heldout.n
             discordant = _discordant(rd, sel)
@@ -136,7 +147,7 @@ def run_calibration(out: Path, *, null: str = CALIBRATE.null, repeats: int = CAL
         return _random_heads(rd, sel, base, n_candidates, model, progress)
 
 
-def _search(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any], *, n_held: int,
+def _search(rd: RunDirectory, sel: SelectionDocument, base: _Shared, *, n_held: int,
             progress: Progress | None = None) -> CalibrationDocument:
     """The search null: Algorithm 1 rerun on relabelled outcomes from the screen's per-example discordance."""
     if sel.strategy != "algorithm1" or sel.p is None:
@@ -190,7 +201,7 @@ def screen_discordant(screen: ScreenDocument) -> dict[HeadSet, int]:
             for r in screen.heads}
 
 
-def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: dict[str, Any], n_candidates: int | None,
+def _random_heads(rd: RunDirectory, sel: SelectionDocument, base: _Shared, n_candidates: int | None,
                   model: Model | None, progress: Progress | None) -> CalibrationDocument:
     """The random-heads null (or control) per repeat: the best set on discovery, then on held-out."""
     repeats, seed = base["repeats"], base["seed"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.boundary import public
@@ -228,7 +228,7 @@ def accuracy_stderr(accuracy: float, n: int) -> float | None:
 
 
 def _document(model: Model, task: Task, heads: HeadSet, result: EvalResult, splits: Splits,
-              settings: dict[str, Any]) -> EvalDocument:
+              settings: Mapping[str, object]) -> EvalDocument:
     return EvalDocument(
         model=model.name, task=task.full_name, heads=heads, n=len(result.examples), accuracy=result.accuracy,
         accuracy_stderr=accuracy_stderr(result.accuracy, len(result.examples)),

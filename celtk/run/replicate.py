@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from scipy.stats import t as student
@@ -30,7 +30,7 @@ from celtk.run.full import run_all, stored_run
 from celtk.run.options import REPLICATE
 from celtk.stats import holm
 from celtk.store.documents import HEADS, Document, Record, ScreenDocument, coded, optional, rows
-from celtk.store.files import locked
+from celtk.store.files import JsonObject, locked
 
 Progress = Callable[[str, int, int], None]
 
@@ -62,7 +62,7 @@ class ReplicateDocument(Document):
     model: str
     task: str
     seeds: list[int]
-    config: dict[str, Any]  # the settings every seed shares (its own seed aside)
+    config: JsonObject  # the settings every seed shares (its own seed aside)
     per_seed: list[ReplicateRow] = rows(ReplicateRow)
     alpha: float
     n_tested: int

@@ -27,7 +27,7 @@ from celtk.run.session import Session
 from celtk.search.scores import HeadScore
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
-from celtk.store.files import check_fingerprint, locked, read_json, write_csv, write_json
+from celtk.store.files import JsonObject, check_fingerprint, locked, read_json, write_csv, write_json
 from celtk.store.integrity import check_screen_complete
 from celtk.store.memo import WORK_SCALE, per_mille
 
@@ -61,7 +61,7 @@ class ScreenOutcome:
     """What a registered screen (:data:`celtk.run.registry.SCREENS`) returns to :func:`run_screen`."""
 
     intact: Any  # celtk.evaluation.results.EvalResult of the intact model
-    null_ablation: dict[str, Any]  # null_control()
+    null_ablation: JsonObject  # null_control()
     rows: list[ScreenRow]  # one per head screened, in head order
     racing: RacingRecord | None = None
     evaluated: int = 0  # heads scored by this call (fewer on a resume)
@@ -237,7 +237,7 @@ def _check_intact(directory: Path, intact: EvalResult) -> None:
         write_json(path, current)
 
 
-def null_control(intact: EvalResult, null: EvalResult) -> dict[str, Any]:
+def null_control(intact: EvalResult, null: EvalResult) -> JsonObject:
     """The null ablation (no head) scored through the ablated path against the intact pass:
     fixes = damage = 0 and log-probabilities equal up to float error when the two paths agree."""
     score = HeadScore.compare(HeadSet(), null.correct, intact.correct)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from celtk.store.documents import (
     SelectionDocument,
     TestDocument,
 )
+from celtk.store.files import JsonObject
 from celtk.store.ledger import Ledger
 
 Progress = Callable[[str, int, int], None]
@@ -100,7 +100,7 @@ def stored_selection(out: Path, *, p: int | None = None, k: int | None = None, s
     return RunDirectory(out).stored_selection(*search_options(strategy, k, p, width, tie_break), heldout)
 
 
-def search_options(strategy: str, k: int, p: int, width: int, tie_break: str) -> tuple[str, int, dict[str, Any]]:
+def search_options(strategy: str, k: int, p: int, width: int, tie_break: str) -> tuple[str, int, JsonObject]:
     """The strategy, ``k`` and options a selection searched so records (``strategy``, ``k``,
     ``strategy_options``): beam of width 1 is greedy."""
     named = "greedy" if strategy == "beam" and width == 1 else strategy

@@ -149,7 +149,7 @@ class Session:
             return "generation"
         return "bridge" if fused_layers(self.model) is None else "fused"
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         """What results depend on (not batch size or device, which must not change them); the
         hash of the discovery prompts' token ids refuses any change of prompt (template, date, shot text)."""
         c = self.config
@@ -192,7 +192,7 @@ def task_for(config: RunConfig) -> Task:
     return task
 
 
-def neutral_overrides(device: str | None = None, batch_size: int | str | None = None) -> dict[str, Any]:
+def neutral_overrides(device: str | None = None, batch_size: int | str | None = None) -> dict[str, int | str]:
     """The settings a stage may take other values of than the run recorded (they cannot change a result): those
     given."""
     return {k: v for k, v in (("device", device), ("batch_size", batch_size)) if v is not None}
