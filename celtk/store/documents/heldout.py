@@ -122,7 +122,7 @@ class AblationKindsDocument(Document):
     intact_accuracy: float
     intact_correct: Correctness = coded(CORRECTNESS)
     heldout_hash: str
-    reference: JsonObject  # what mean and resample were measured on (the discovery set), and how
+    reference: dict[str, Any]  # what mean and resample were measured on (the discovery set), and how
     n_boot: int
     ci_level: float
     kinds: list[KindRow] = rows(KindRow)
@@ -170,7 +170,7 @@ class EvalDocument(Document):
     # the standard error of the accuracy, as lm-eval's acc_stderr: sqrt(acc (1 - acc) / (n - 1)); None for n < 2
     accuracy_stderr: float | None = optional()
     examples: list[EvalExample] = rows(EvalExample)
-    config: dict[str, object]
+    config: dict[str, Any]
     held_back: list[HeldBack] = rows(HeldBack)  # rows no split holds, each with its reason (the CLI prints the count)
 
     def correct(self) -> Bool[np.ndarray, " example"]:
