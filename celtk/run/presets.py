@@ -13,11 +13,9 @@ MBPP test).
 
 from __future__ import annotations
 
-from typing import Any
-
 from celtk.errors import ConfigError
 
-PAPER: dict[str, dict[str, Any]] = {
+PAPER: dict[str, dict[str, int | str]] = {
     # 2,000 / 1,000, disjoint, from the official validation rows (pass their local copy as data)
     "arithmetic": {"task": "arithmetic", "discovery": 2000, "heldout": 1000, "fewshot": 0},
     "boolq": {"task": "boolq", "discovery": 2000, "heldout": 3270, "fewshot": 0},  # full validation
@@ -30,7 +28,7 @@ def preset_names() -> list[str]:
     return ["paper"] + [f"paper:{family}" for family in PAPER]
 
 
-def preset_values(name: str, task: str | None) -> dict[str, Any]:
+def preset_values(name: str, task: str | None) -> dict[str, int | str]:
     """The settings preset ``name`` gives a run of ``task`` (its ``task`` key only for ``paper:FAMILY``).
 
     Raises:
