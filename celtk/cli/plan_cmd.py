@@ -160,11 +160,15 @@ PLANNED = ("model", "task", "discovery", "heldout", "fewshot", "batch_size", "de
               help="Sustained FLOP/s of the device (overrides --gpu's; on cpu, gives a time).")
 @click.option("--device-memory", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Usable device memory in bytes (overrides --gpu's or this machine's).")
+@click.option("--json", "as_json", is_flag=True, default=False,
+              help="Print the plan as JSON (the settings, the device and each stage's FLOPs, bytes and seconds) "
+                   "instead of the table.")
 def plan_cmd(preset: str | None, config_file: str | None, model_config: str | None, model: str | None,
              task: str | None, discovery: int | None, heldout: int | None, fewshot: int | None,
              prompt_tokens: int | None, mean_prompt_tokens: int | None, chat_tokens: int, fewshot_tokens: int | None,
              batch_size: int | None, p: int | None, k: int | None, rows_per_pass: int | None, dtype: str | None,
-             device: str | None, gpu: str, device_flops: float | None, device_memory: float | None) -> None:
+             device: str | None, gpu: str, device_flops: float | None, device_memory: float | None,
+             as_json: bool) -> None:
     """Estimate FLOPs, peak memory and time of screen, select and test of the run these settings describe, before
     any work (the settings mean and default to what they do on `celtk run`)."""
     from dataclasses import replace
@@ -195,6 +199,17 @@ def plan_cmd(preset: str | None, config_file: str | None, model_config: str | No
     planned = _device(config.device, gpu, device_flops, device_memory)
     stages = plan_run(_config_of(model_config, config.model), size, planned, batch_size=config.batch_size,
                       rows_per_pass=rows_per_pass, dtype=config.dtype, pool=config.p, k=config.k)
+    if as_json:
+        import json
+
+        settings = {"model": model_config or config.model, "task": config.task, "discovery": size.n_discovery,
+                    "heldout": size.n_heldout, "fewshot": config.fewshot, "batch_size": config.batch_size,
+                    "dtype": config.dtype, "p": config.p, "k": config.k, "prompt_tokens": size.prompt_tokens,
+                    "mean_prompt_tokens": size.mean_prompt_tokens, "shared_prefix": size.shared_prefix,
+                    "continuation_tokens": size.continuation_tokens}
+        click.echo(json.dumps({"settings": settings, "device": vars(planned),
+                               "stages": [{**vars(s), "peak_bytes": s.peak_bytes} for s in stages]}, indent=1))
+        return
     speed = ("no time without --device-flops" if planned.flops_per_second is None
              else f"{_size(planned.flops_per_second, 'FLOP')}/s")
     table = Table(title=f"{model_config or config.model} · {config.task} ({size.n_discovery}/{size.n_heldout}, "

@@ -68,3 +68,25 @@ def test_the_paper_preset_plans_the_papers_sizes():
     code, shown = plan("--model-config", str(CONFIGS / "Llama-3.2-3B-Instruct.json"), "--task", "hellaswag",
                        "--preset", "paper", "--device", "cuda", "--dtype", "bfloat16", "--batch-size", "8")
     assert code == 0 and "(2000/10042, 0 shots)" in shown and "4.39 h" in shown, shown  # docs/planning.md's row
+
+
+def test_json_holds_what_the_table_shows(gpt2):
+    """``--json`` is the table's plan, machine-readable: the same stages, FLOPs and bytes, and seconds = FLOPs over
+    the device's rate."""
+    from celtk.cli.plan_cmd import _size
+
+    code, table = plan("--model-config", str(gpt2), "--device-flops", "2e11", "--discovery", "50", "--heldout", "70")
+    assert code == 0, table
+    cells = " ".join(table.replace("│", " ").split())
+    result = CliRunner().invoke(main, ["plan", "--model-config", str(gpt2), "--device-flops", "2e11", "--discovery",
+                                       "50", "--heldout", "70", "--json"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.output)
+    assert planned["settings"]["discovery"] == 50 and planned["settings"]["heldout"] == 70
+    assert planned["device"]["flops_per_second"] == 2e11
+    assert [s["stage"] for s in planned["stages"]] == ["screen", "select", "test"]
+    for stage in planned["stages"]:
+        assert stage["seconds"] == pytest.approx(stage["flops"] / 2e11)
+        assert stage["peak_bytes"] == stage["weight_bytes"] + stage["activation_bytes"]
+        shown = f"{stage['stage']} {stage['evaluations']} {_size(stage['flops'], 'FLOP')} "
+        assert shown + f"{_size(stage['weight_bytes'], 'B')} {_size(stage['activation_bytes'], 'B')}" in cells
