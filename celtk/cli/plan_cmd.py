@@ -125,7 +125,7 @@ PLANNED = ("model", "task", "discovery", "heldout", "fewshot", "batch_size", "de
 @click.option("--model", default=None, help="Alias, HF directory or hub id; only its config is read (default "
               f"{RUN.model}, as on `celtk run`).")
 @click.option("--task", default=None, help=f"Task, as on `celtk run` (default {RUN.task}); its family's token "
-              "estimates (arithmetic, boolq, hellaswag, mbpp) are used.")
+              "estimates (arithmetic, boolq, hellaswag, mbpp, humaneval) are used.")
 @click.option("--discovery", type=click.IntRange(min=1), default=None,
               help=f"Discovery examples (default {RUN.discovery}; the "
               "paper's with --preset paper).")
@@ -176,19 +176,19 @@ def plan_cmd(preset: str | None, config_file: str | None, model_config: str | No
     from rich.table import Table
 
     from celtk.errors import ConfigError, suggest
-    from celtk.planning.plan import PAPER_TASKS, plan_run
+    from celtk.planning.plan import TASK_SIZES, plan_run
 
     config = _run_settings(config_file, preset, dict(model=model, task=task, discovery=discovery, heldout=heldout,
                                                      fewshot=fewshot, batch_size=batch_size, device=device,
                                                      dtype=dtype, p=p, k=k))
     family = config.task.split(":", 1)[0]
-    if family not in PAPER_TASKS:
-        raise ConfigError(f"celtk plan knows the token lengths of {config.task!r} only if it is a paper task."
-                          f"{suggest(family, PAPER_TASKS)}")
+    if family not in TASK_SIZES:
+        raise ConfigError(f"celtk plan knows the token lengths of {config.task!r} only if it is a paper task or "
+                          f"humaneval ({', '.join(TASK_SIZES)}).{suggest(family, TASK_SIZES)}")
     if not isinstance(config.batch_size, int):
         raise ConfigError("celtk plan needs a whole batch size (--batch-size N): 'auto' is sized on the device at "
                           "run time.")
-    size = PAPER_TASKS[family]
+    size = TASK_SIZES[family]
     base = prompt_tokens or size.prompt_tokens
     shot = (mean_prompt_tokens or prompt_tokens or size.mean_prompt) + size.continuation_tokens
     shots = fewshot_tokens if fewshot_tokens is not None else max(0, config.fewshot - size.shots_included) * shot

