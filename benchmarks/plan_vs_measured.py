@@ -54,9 +54,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "plan_vs_measured")
     parser.add_argument("--shared", default="", help="what else ran on the machine (recorded beside the times)")
+    parser.add_argument("--replan", action="store_true",
+                        help="plan finished measurements again with this checkout's `celtk plan` (at the rate "
+                             "recorded before each run), keeping what was measured: every row then prices with one "
+                             "cost model")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = [measure(model, args) for model in args.model]
+    if args.replan:
+        results = [replan(result, args.out) for result in results]
     print(report(results))
 
 
@@ -81,9 +87,7 @@ def measure(model: str, args: argparse.Namespace) -> dict[str, Any]:
     rate_after = matmul_gflops()
     bounds = stage_bounds(run, rate=rate_before)
     lengths = token_lengths(run)
-    fitted = plan([*settings, "--fewshot-tokens", str(lengths["shared_prefix"]), "--prompt-tokens",
-                   str(lengths["longest_prompt"] - lengths["shared_prefix"]), "--mean-prompt-tokens",
-                   str(max(1, round(lengths["mean_prompt"]) - lengths["shared_prefix"]))], rate_before)
+    fitted = plan(with_lengths(settings, lengths), rate_before)
     result = {"model": model, "task": args.task, "discovery": args.discovery, "heldout": args.heldout,
               "seed": args.seed, "gflop_per_s_before": rate_before, "gflop_per_s_after": rate_after,
               "threads": bounds["threads"], "shared": args.shared, "floor_rss_bytes": floor, "peak_rss_bytes": peak,
@@ -94,6 +98,27 @@ def measure(model: str, args: argparse.Namespace) -> dict[str, Any]:
     part.write_text(json.dumps(result, indent=1) + "\n")
     part.replace(done)
     return result
+
+
+def replan(result: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``result`` with both plans made again by this checkout's ``celtk plan``, written back in place."""
+    settings = ["--model", result["model"], "--task", result["task"], "--discovery", str(result["discovery"]),
+                "--heldout", str(result["heldout"])]
+    lengths, rate = result["token_lengths"], result["gflop_per_s_before"]
+    result = {**result, "plan": plan(settings, rate),
+              "plan_with_measured_lengths": plan(with_lengths(settings, lengths), rate)}
+    done = out / f"{result['model']}-{result['task'].replace(':', '-')}.json"
+    part = done.with_name(done.name + ".part")
+    part.write_text(json.dumps(result, indent=1) + "\n")
+    part.replace(done)
+    return result
+
+
+def with_lengths(settings: list[str], lengths: dict[str, Any]) -> list[str]:
+    """``celtk plan``'s flags for the prompts' measured lengths (shots, longest and mean prompt beside them)."""
+    shared = lengths["shared_prefix"]
+    return [*settings, "--fewshot-tokens", str(shared), "--prompt-tokens", str(lengths["longest_prompt"] - shared),
+            "--mean-prompt-tokens", str(max(1, round(lengths["mean_prompt"]) - shared))]
 
 
 def peak_rss(command: list[str], env: dict[str, str] | None = None) -> tuple[int, int]:

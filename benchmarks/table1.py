@@ -17,7 +17,8 @@ job shares the machine: the record keeps it and the page marks that job's wall t
 ``runs/table1/`` with its own held-out ledger (``runs/table1/ledger.jsonl``), so these runs' frozen sets are
 guarded among themselves and do not collide with other work on this machine. ``write`` regenerates the page:
 every (model, task) row, finished or not (a pending row says what is still to run), with the sweep it was chosen
-from and the machine it ran on.
+from and the machine it ran on, and the plan against measured runs that ``benchmarks/plan_vs_measured.py`` left in
+``runs/plan_vs_measured/`` (the scale section: the 1.5B model's memory and stage times beside the plan's).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from peers import matmul_gflops  # noqa: E402  (this machine's float32 matmul ra
 OUT = ROOT / "runs" / "table1"
 DOC = ROOT / "docs" / "table1.md"
 DATA = ROOT / "docs" / "table1.json"
+SCALE = ROOT / "runs" / "plan_vs_measured"  # benchmarks/plan_vs_measured.py's results
 CELTK = [sys.executable, "-m", "celtk.cli"]
 
 MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m")
@@ -293,6 +295,10 @@ def markdown(data: dict) -> str:
                   "beside the measured wall time per seed in the table above.", ""]
         for alias, task, text in plans:
             lines += [f"### {alias}, {task}", "", "```", text, "```", ""]
+    if data.get("scale"):
+        lines += scale_section(data["scale"])
+    if data.get("humaneval_plan"):
+        lines += humaneval_section(data["humaneval_plan"])
     shared = [(r["model"], r["task"], x) for r in data["rows"] for x in r.get("shared") or []]
     if shared:
         lines += ["", "## Jobs that shared the machine", "",
@@ -303,12 +309,99 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
+def scale() -> list[dict]:
+    """The finished measurements of ``benchmarks/plan_vs_measured.py`` (``runs/plan_vs_measured``), smallest model
+    first."""
+    found = [read(path) for path in sorted(SCALE.glob("*.json"))]
+    return sorted(found, key=lambda r: r["measured"]["screen"]["gflop"] / r["heads"])
+
+
+def scale_section(results: list[dict]) -> list[str]:
+    from plan_vs_measured import report
+
+    first = results[0]
+    return ["", "## Scale: `celtk plan` against a measured run", "",
+            f"One `celtk run` per model ({first['task']}, discovery {first['discovery']}, held-out "
+            f"{first['heldout']}, seed {first['seed']}, otherwise the settings above), each beside `celtk plan --json` "
+            "for the same settings at the matmul rate measured just before it, by `benchmarks/plan_vs_measured.py` "
+            "(`runs/plan_vs_measured/`). *plan (task estimates)* is what a user sees before the run (the task "
+            "family's token lengths); *plan (measured lengths)* is given the prompts' real lengths, so its ratio to "
+            "the measured time is the cost model's own error. *Share of bound* is the stage's FLOPs counted from its "
+            "real tokens (`benchmarks/stage_bounds.py`) at the measured matmul rate, over its wall time. The peak is "
+            "the run process's `ru_maxrss`; *floor* is that of a process that only imports torch, transformers, "
+            "TransformerLens and celtk (the plan counts weights and activations only).", "",
+            report(results), "", *scale_reading(results), "",
+            "What shared the machine: " + "; ".join(sorted({r["shared"] or "nothing" for r in results})) + ".", ""]
+
+
+HUMANEVAL = {"model": "qwen2.5-coder-0.5b", "task": "humaneval", "fewshot": 0, "discovery": 64, "heldout": 100}
+
+
+def humaneval_plans(gflops: float | None) -> dict:
+    """`celtk plan` for HumanEval on Qwen2.5-Coder-0.5B (164 problems: 64 discovery, 100 held-out, 0-shot): on this
+    machine at ``gflops`` (float32) and on one H100 (bfloat16, the plan's assumed sustained rate)."""
+    flags = [f"--{key}={value}" for key, value in HUMANEVAL.items()]
+    def plan(*more: str) -> dict:
+        return json.loads(subprocess.run([*CELTK, "plan", *flags, *more, "--json"], check=True, capture_output=True,
+                                         text=True).stdout)
+
+    plans = {"cpu": plan("--device-flops", f"{gflops * 1e9:.6g}")} if gflops else {}
+    return plans | {"h100": plan("--device", "cuda", "--gpu", "h100", "--dtype", "bfloat16")}
+
+
+def humaneval_section(plans: dict) -> list[str]:
+    def hours(stages: list[dict]) -> str:
+        return ", ".join(f"{s['stage']} {s['seconds'] / 3600:.2f} h" for s in stages)
+
+    lines = ["", "## HumanEval on Qwen2.5-Coder-0.5B: the plan only", "",
+             f"HumanEval (164 problems: discovery {HUMANEVAL['discovery']}, held-out {HUMANEVAL['heldout']}, 0-shot, "
+             "pass@1, generation priced at lm-eval's cap of 1,024 new tokens) does not fit this machine's time, so "
+             f"it was not run; `celtk plan --model {HUMANEVAL['model']} --task humaneval --fewshot 0 --discovery "
+             f"{HUMANEVAL['discovery']} --heldout {HUMANEVAL['heldout']} --json` gives:", ""]
+    if "cpu" in plans:
+        cpu = plans["cpu"]
+        total = sum(s["seconds"] for s in cpu["stages"]) / 3600
+        lines.append(f"- this machine, float32 at {cpu['device']['flops_per_second'] / 1e9:.0f} GFLOP/s (the rate "
+                     f"measured beside the Qwen2.5-Coder-0.5B scale run above): {hours(cpu['stages'])}; "
+                     f"**{total:.1f} h** in all, peak {max(s['peak_bytes'] for s in cpu['stages']) / 1e9:.1f} GB;")
+    h100 = plans["h100"]
+    minutes = sum(s["seconds"] for s in h100["stages"]) / 60
+    lines += [f"- one H100, bfloat16 at the plan's assumed sustained {h100['device']['flops_per_second'] / 1e12:.0f} "
+              f"TFLOP/s: **{minutes:.1f} min** of arithmetic in all, peak "
+              f"{max(s['peak_bytes'] for s in h100['stages']) / 1e9:.1f} GB. Token-by-token generation at batch 32 "
+              "is bound by memory bandwidth on a GPU, not by arithmetic, so this is a floor, not an estimate of the "
+              "wall time.", ""]
+    return lines
+
+
+def scale_reading(results: list[dict]) -> list[str]:
+    """What the scale table says about the largest model, in numbers read from it."""
+    big = results[-1]
+    fitted = {s["stage"]: s for s in big["plan_with_measured_lengths"]["stages"]}
+    ratio = {s: big["measured"][s]["wall_s"] / fitted[s]["seconds"] for s in ("screen", "select", "test")}
+    peak = (big["peak_rss_bytes"] - big["floor_rss_bytes"]) / max(s["peak_bytes"] for s in fitted.values())
+    low, high = sorted((big["gflop_per_s_before"], big["gflop_per_s_after"]))
+    return [f"For {big['model']}: the measured peak above the import floor is {peak:.2f}× the plan's peak (weights "
+            f"and activations). The plan's times are FLOPs at the given rate, here the 2048² matmul rate measured "
+            f"before the run ({big['gflop_per_s_before']:.0f} GFLOP/s): the screen took {ratio['screen']:.2f}×, select "
+            f"{ratio['select']:.2f}× and the test {ratio['test']:.2f}× the plan's time, so at that rate the plan is a "
+            f"floor, and an estimate wants `--device-flops` at the share of the matmul rate the stages reach (the "
+            f"table's last column). The matmul rate itself moved from {low:.0f} to {high:.0f} GFLOP/s between the "
+            f"two measurements around the run: at {min(big['gflop_per_s_before'], big['gflop_per_s_after']):.0f} the "
+            f"screen's ratio would be {ratio['screen'] * low / big['gflop_per_s_before']:.2f}×. The screen's seconds "
+            "per head grow more slowly than its FLOPs per head (last table): the cached screener's share of the "
+            "bound rises with the model's size rather than falling."]
+
+
 def write() -> dict:
     swept = read(OUT / "sweep.json")
     order = jobs(swept) if swept else [DEMO]
     data = {"settings": SETTINGS, "seeds": list(SEEDS), "band": list(BAND), "sweep": swept,
             "chosen": chosen(swept) if swept else {}, "rows": [row(a, t, swept) for a, t in order],
-            "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, torch CPU float32"}
+            "machine": f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, torch CPU float32",
+            "scale": scale()}
+    qwen = [r for r in data["scale"] if r["model"] == HUMANEVAL["model"]]
+    data["humaneval_plan"] = humaneval_plans(qwen[0]["gflop_per_s_before"] if qwen else None)
     write_atomic(DATA, data)
     write_atomic(DOC, markdown(data))
     return data
