@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import click
 
@@ -75,6 +75,19 @@ def progress_settings() -> ProgressSettings:
     return ctx.meta.get("celtk.progress", ProgressSettings()) if ctx is not None else ProgressSettings()
 
 
+class _Stage(TypedDict):
+    """What :class:`ProgressLines` keeps of one stage: where it started (clock time, steps done), its total, the
+    steps done, when it last wrote a line and took a step, and whether its end was written."""
+
+    start: float
+    start_done: int
+    total: int
+    done: int
+    last: float | None
+    step: NotRequired[float]
+    reported_end: NotRequired[bool]
+
+
 class ProgressLines:
     """``progress(stage, done, total)`` as lines for a log: a stage's first call, then at most one
     line every ``every`` seconds, and its last step, each with the rate and the time left.
@@ -94,7 +107,7 @@ class ProgressLines:
         self.write, self.every, self.json_lines, self.clock = write, every, json_lines, clock
         self.units = {**UNITS, **(units or {})}
         self.per_unit = per_unit or {}
-        self.stages: dict[str, dict[str, Any]] = {}
+        self.stages: dict[str, _Stage] = {}
         self.silence = every if every > 0 else HEARTBEAT  # the longest a log waits for a line
         self.started = self.last_line = clock()
         self.current: str | None = None  # the stage called last
