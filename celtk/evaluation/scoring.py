@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TypedDict, cast
 
 import numpy as np
 import torch
@@ -34,6 +34,13 @@ from celtk.evaluation.results import EvalResult, ExampleResult
 from celtk.heads import HeadSet
 from celtk.models import Model
 from celtk.tasks import Example, Task
+
+
+class _Where(TypedDict, total=False):
+    """Where an ablation replaces z, when not at every position (:class:`Ablation`'s ``positions``, ``prefix``)."""
+
+    positions: str
+    prefix: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -260,7 +267,7 @@ def ablation_for(model: Model, kind: AblationKind | str, task: Task, reference: 
         >>> evaluate(model, task, splits.heldout, splits.shots, HeadSet.parse("L1H2"), ablation=mean)  # doctest: +SKIP
     """
     kind = AblationKind.parse(kind)
-    where: dict[str, Any] = {}
+    where: _Where = {}
     if check_positions(positions) != "all":
         where = {"positions": positions, "prefix": prompt_prefix(model, task, shots, chat, chat_date)}
     if check_reference_shots(reference_shots) != "fixed" and not kind.needs_reference:
