@@ -81,7 +81,7 @@ class Task:
     def load_pools(self) -> Pools:
         raise NotImplementedError
 
-    def config(self) -> dict[str, Any]:
+    def config(self) -> dict[str, object]:
         return {"task": self.full_name, "kind": self.kind, "data_path": self.data_path}
 
     def grade_generation(self, example: Example, text: str, allow_code: bool) -> bool:

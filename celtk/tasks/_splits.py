@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 from celtk.boundary import public
 from celtk.errors import SplitError
+from celtk.store.files import JsonObject
 from celtk.tasks._base import Example, Task, draw_shots
 
 
@@ -25,11 +25,11 @@ class SplitManifest:
     heldout_hash: str
     shot_ids: list[str]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> SplitManifest:
+    def from_json(cls, data: object) -> SplitManifest:
         """Read a manifest as a run file holds it; a malformed one raises ``ValueError`` naming what is wrong."""
         names = [f.name for f in fields(cls)]
         if not isinstance(data, dict) or set(data) != set(names):
