@@ -15,9 +15,11 @@ import torch
 from jaxtyping import Bool, Float, Int
 
 from celtk.ablation import ablate, as_ablation
+from celtk.ablation_kinds import Ablation, AblationKind
 from celtk.boundary import public
 from celtk.errors import CeltkError, ConfigError
 from celtk.evaluation.prompts import prepared_hash
+from celtk.evaluation.results import EvalResult
 from celtk.heads import HeadSet
 from celtk.models import Model, load_model
 from celtk.run.options import TRANSFER
@@ -173,7 +175,7 @@ def check_heldout_size(variants: Iterable[Variant], heldout: int | None, *, flag
 
 
 def heldout_pass(session: Session, sets: list[HeadSet], progress: Progress | None = None, stage: str = "held-out work",
-                 *, share: tuple[int, int] = (0, 1)) -> tuple[Any, dict[HeadSet, Any]]:
+                 *, share: tuple[int, int] = (0, 1)) -> tuple[EvalResult, dict[HeadSet, EvalResult]]:
     """``session.screener("heldout").run(sets)`` (the intact result and each set's), reporting
     ``progress(stage, done, WORK_SCALE)`` after the intact pass and every forward of a group of sets over a
     batch (a generation-graded task's: after every layer's sets), in thousandths of the work, as the screen
@@ -311,6 +313,7 @@ def _rows(comparisons: list[Comparison], n_boot: int, seed: int) -> list[Transfe
     return rows
 
 
+# the tokenizer is a Hugging Face one (Model.tokenizer), untyped: it has no type stubs
 def bos_id(tokenizer: Any) -> int | None:
     """The BOS token the tokenizer puts before a text (``None``: it adds none, e.g. GPT-2, SmolLM2)."""
     with_special = tokenizer("a").input_ids
@@ -358,7 +361,7 @@ def read_plain_text(path: str | Path) -> str:
 
 
 def lm_loss(model: Model, heads: HeadSet, text: str, *, source: str = "text", window: int = 128, n_boot: int = 10_000,
-            level: float = 0.95, seed: int = 0, ablation: Any = None,
+            level: float = 0.95, seed: int = 0, ablation: Ablation | AblationKind | str | None = None,
             progress: Callable[[int, int], None] | None = None) -> LanguageModelLoss:
     """Mean token NLL on ``text``, intact against ``heads`` ablated (as ``ablation`` says, default zero; resample,
     which needs a reference example per row, is refused), with a paired bootstrap CI over windows.
