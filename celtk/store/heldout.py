@@ -168,7 +168,7 @@ class HeldoutLog:
         Ledger().check_log(self.directory, [text for text, _ in parsed])
         return parsed
 
-    def _check_head(self, parsed: list[tuple[str, dict[str, Any]]]) -> None:
+    def _check_head(self, parsed: Sequence[tuple[str, object]]) -> None:
         if not self.head_path.exists():
             if parsed:
                 raise self._broken("has lines but heldout_log.head is missing")

@@ -85,6 +85,7 @@ class Codec:
 
     kind: type
     shape: str
+    # untyped: each codec parses to its own kind (a Codec is not generic over it)
     encode: Callable[[Any], Any]
     decode: Callable[[Any], Any]
 
@@ -110,7 +111,7 @@ class _Facts:
     accessors. ``REQUIRED`` are the keys every one has."""
 
     REQUIRED: ClassVar[tuple[str, ...]] = ()
-    facts: dict[str, Any]
+    facts: dict[str, Any]  # untyped values: the accessors below convert the ones they name
 
     def __post_init__(self) -> None:
         if not isinstance(self.facts, dict):
@@ -120,11 +121,11 @@ class _Facts:
             raise ValueError(f"{type(self).__name__} needs the keys {', '.join(self.REQUIRED)}; "
                              f"{', '.join(missing)} missing")
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> object:
         """A fact this record's accessors do not name (``None`` when absent)."""
         return self.facts.get(key, default)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dict(self.facts)
 
 
@@ -177,6 +178,9 @@ SPLITS = Codec(SplitManifest, "a split manifest (Splits.manifest())", SplitManif
 KEYS = -1  # a coded field's depth for an object whose keys are the coded values (e.g. a frequency per head)
 
 
+# The field markers (coded, rows, optional) give a dataclasses Field where a field's value belongs, as
+# dataclasses.field does; untyped where no argument names the value's type, or where it is a list (the tests'
+# run-time type check would refuse a Field returned as a list).
 def coded(codec: Codec, *, depth: int = 0, omit_none: bool = False, default_factory: Any = MISSING) -> Any:
     """A field holding parsed values (:class:`Head`, :class:`HeadSet`, :class:`Correctness`): one, lists
     nested ``depth`` deep, or (``depth=KEYS``) the keys of an object whose values are kept as they are.
@@ -188,7 +192,7 @@ def coded(codec: Codec, *, depth: int = 0, omit_none: bool = False, default_fact
     return field(metadata=metadata, default_factory=default_factory)
 
 
-def _map(function: Callable[[Any], Any], value: Any, depth: int) -> Any:
+def _map(function: Callable[[object], object], value: object, depth: int) -> object:
     if value is None:
         return None
     if depth == KEYS:
@@ -227,9 +231,9 @@ def optional() -> Any:
     return field(default=None, metadata={"omit_none": True})
 
 
-def optional_record(kind: type) -> Any:
+def optional_record(kind: type[T]) -> T | None:
     """A field holding one ``kind`` record, left out of the file when it is ``None``."""
-    return field(default=None, metadata={"omit_none": True, "record": kind})
+    return field(default=None, metadata={"omit_none": True, "record": kind})  # a Field, typed as its default
 
 
 def short(value: object) -> str:
