@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head
@@ -22,6 +22,7 @@ from celtk.store.documents import (
 )
 
 MOVED = {"run_attributes": "celtk.run.analyses", "run_compare": "celtk.run.analyses"}
+T = TypeVar("T")
 
 
 def __getattr__(name: str) -> NoReturn:
@@ -32,6 +33,7 @@ def __getattr__(name: str) -> NoReturn:
     raise AttributeError(f"module 'celtk.analysis' has no attribute {name!r}")
 
 
+# untyped: as int the tests' run-time type check would refuse the Field it returns
 def _unwritten_version() -> Any:
     """Both files were written before documents carried schema_version: it is not written (layout 1, as
     Document.from_json reads a file without one), so they stay byte for byte what they were; a new
@@ -39,9 +41,10 @@ def _unwritten_version() -> Any:
     return field(default=SCHEMA_VERSION, metadata={"stored": False})
 
 
-def _record(kind: type) -> Any:
+def _record(kind: type[T]) -> T:
     """A field holding one ``kind`` record (decoded by ``from_json``)."""
-    return field(metadata={"record": kind})
+    marker: T = field(metadata={"record": kind})  # a Field, typed as the record it stands for (field() is untyped)
+    return marker
 
 
 # ---------------------------------------------------------------------------------------------

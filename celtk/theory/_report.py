@@ -51,7 +51,7 @@ class TheoryConfig(Record):
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "") -> TheoryConfig:
         """The file holds JSON lists where the config holds tuples."""
-        def tuples(value: Any) -> Any:
+        def tuples(value: object) -> object:
             return tuple(tuples(v) for v in value) if isinstance(value, list) else value
 
         return super().from_json({name: tuples(value) for name, value in data.items()}, where)
