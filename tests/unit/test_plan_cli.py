@@ -75,10 +75,10 @@ def test_json_holds_what_the_table_shows(gpt2):
     the device's rate."""
     from celtk.cli.plan_cmd import _size
 
-    shown = CliRunner().invoke(main, ["plan", "--model-config", str(gpt2), "--device-flops", "2e11", "--discovery",
-                                      "50", "--heldout", "70"], env={"COLUMNS": "300"})  # no cell wrapped
-    assert shown.exit_code == 0, shown.output
-    cells = " ".join(shown.output.replace("│", " ").split())
+    wide = CliRunner().invoke(main, ["plan", "--model-config", str(gpt2), "--device-flops", "2e11", "--discovery",
+                                     "50", "--heldout", "70"], env={"COLUMNS": "300"})  # no cell wrapped
+    assert wide.exit_code == 0, wide.output
+    cells = " ".join(wide.output.replace("│", " ").split())
     result = CliRunner().invoke(main, ["plan", "--model-config", str(gpt2), "--device-flops", "2e11", "--discovery",
                                        "50", "--heldout", "70", "--json"])
     assert result.exit_code == 0, result.output
