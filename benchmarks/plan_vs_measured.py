@@ -94,9 +94,7 @@ def measure(model: str, args: argparse.Namespace) -> dict[str, Any]:
               "token_lengths": lengths, "plan": planned, "plan_with_measured_lengths": fitted,
               "measured": {s: bounds["stages"].get(s, {}) for s in (*STAGES, "load")},
               "heads": heads_screened(run)}
-    part = done.with_name(done.name + ".part")
-    part.write_text(json.dumps(result, indent=1) + "\n")
-    part.replace(done)
+    save(done, result)
     return result
 
 
@@ -108,9 +106,7 @@ def replan(result: dict[str, Any], out: Path) -> dict[str, Any]:
     result = {**result, "plan": plan(settings, rate),
               "plan_with_measured_lengths": plan(with_lengths(settings, lengths), rate)}
     done = out / f"{result['model']}-{result['task'].replace(':', '-')}.json"
-    part = done.with_name(done.name + ".part")
-    part.write_text(json.dumps(result, indent=1) + "\n")
-    part.replace(done)
+    save(done, result)
     return result
 
 
@@ -129,10 +125,22 @@ def peak_rss(command: list[str], env: dict[str, str] | None = None) -> tuple[int
     return child.returncode, usage.ru_maxrss * 1024
 
 
-def plan(settings: list[str], gflops: float) -> dict[str, Any]:
-    out = subprocess.run([*CELTK, "plan", *settings, "--device-flops", f"{gflops * 1e9:.6g}", "--json"], check=True,
-                         capture_output=True, text=True).stdout
+def plan_json(*flags: str) -> dict[str, Any]:
+    """``celtk plan FLAGS --json``, parsed."""
+    out = subprocess.run([*CELTK, "plan", *flags, "--json"], check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out))
+
+
+def plan(settings: list[str], gflops: float) -> dict[str, Any]:
+    """The plan of ``settings`` on this machine at ``gflops``."""
+    return plan_json(*settings, "--device-flops", f"{gflops * 1e9:.6g}")
+
+
+def save(path: Path, result: dict[str, Any]) -> None:
+    """Write ``result`` whole or not at all."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(result, indent=1) + "\n")
+    part.replace(path)
 
 
 def token_lengths(run: Path) -> dict[str, Any]:

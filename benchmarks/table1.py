@@ -340,13 +340,13 @@ HUMANEVAL = {"model": "qwen2.5-coder-0.5b", "task": "humaneval", "fewshot": 0, "
 def humaneval_plans(gflops: float | None) -> dict:
     """`celtk plan` for HumanEval on Qwen2.5-Coder-0.5B (164 problems: 64 discovery, 100 held-out, 0-shot): on this
     machine at ``gflops`` (float32) and on one H100 (bfloat16, the plan's assumed sustained rate)."""
-    flags = [f"--{key}={value}" for key, value in HUMANEVAL.items()]
-    def plan(*more: str) -> dict:
-        return json.loads(subprocess.run([*CELTK, "plan", *flags, *more, "--json"], check=True, capture_output=True,
-                                         text=True).stdout)
+    from plan_vs_measured import plan, plan_json
 
-    plans = {"cpu": plan("--device-flops", f"{gflops * 1e9:.6g}")} if gflops else {}
-    return plans | {"h100": plan("--device", "cuda", "--gpu", "h100", "--dtype", "bfloat16")}
+    flags = [f"--{key}={value}" for key, value in HUMANEVAL.items()]
+    # the machine's total memory, not what is free at write time: a rewrite of finished work changes nothing
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    plans = {"cpu": plan([*flags, f"--device-memory={total}"], gflops)} if gflops else {}
+    return plans | {"h100": plan_json(*flags, "--device", "cuda", "--gpu", "h100", "--dtype", "bfloat16")}
 
 
 def humaneval_section(plans: dict) -> list[str]:
