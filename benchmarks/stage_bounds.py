@@ -3,6 +3,7 @@ tokens each stage computes, the shared few-shot prefix counted once per pass) at
 
     .venv/bin/python benchmarks/stage_bounds.py runs/demo                  # measures the matmul rate first
     .venv/bin/python benchmarks/stage_bounds.py runs/demo --rate 315 --markdown
+    .venv/bin/python benchmarks/stage_bounds.py runs/demo --write docs/performance.md   # the page's stage table
 
 FLOPs (a multiply-add is 2): per token and decoder layer, 2 × the layer's matrix weights plus causal attention,
 4 × n_heads × d_head × (keys attended: the position + 1); the unembedding, 2 × d_model × vocab, only at scored
@@ -45,11 +46,20 @@ def main() -> None:
                         help="a stage's wall time in seconds, overriding what the run directory records")
     parser.add_argument("--markdown", action="store_true", help="print docs/performance.md's stage table")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON report here too")
+    parser.add_argument("--write", type=Path, default=None, metavar="PAGE",
+                        help="write the stage table into PAGE between its stage-table markers")
     args = parser.parse_args()
     report = stage_bounds(args.run, rate=args.rate, seconds=_overrides(args.seconds))
-    print(markdown(report) if args.markdown else json.dumps(report, indent=1))
+    print(markdown(report) if args.markdown or args.write else json.dumps(report, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
+    if args.write:
+        from page_markers import write_between
+
+        write_between(args.write, MARKERS[0], MARKERS[1], markdown(report), "stage table")
+
+
+MARKERS = ("<!-- stage table: benchmarks/stage_bounds.py RUN --write PAGE -->", "<!-- /stage table -->")
 
 
 def _overrides(items: list[str]) -> dict[str, float]:
@@ -202,6 +212,12 @@ def markdown(report: dict[str, Any]) -> str:
         if row is not None:
             lines.append(f"| {stage} | {number(row['wall_s'])} | {number(row['gflop'])} | "
                          f"{number(row.get('bound_s'), 2)} | {number(row.get('share'), 2)} | {row['wall_source']} |")
+    timed = [row for row in report["stages"].values() if row.get("wall_s") is not None]
+    if len(timed) > 1:
+        wall, bound = sum(r["wall_s"] for r in timed), sum(r.get("bound_s") or 0.0 for r in timed)
+        lines.append(f"| all | {number(wall)} | {number(sum(r['gflop'] or 0.0 for r in timed))} | "
+                     f"{number(bound, 2)} | {number(bound / wall, 2)} | the rows above (a stage without a bound adds "
+                     "its wall time only) |")
     test = report["stages"].get("test")
     if test is not None:
         lines += ["", f"The test's plain path (every prompt whole) would compute {test['plain_gflop']:,.1f} GFLOP; "
