@@ -39,6 +39,7 @@ from peers import matmul_gflops  # noqa: E402  (this machine's float32 matmul ra
 OUT = ROOT / "runs" / "table1"
 DOC = ROOT / "docs" / "table1.md"
 DATA = ROOT / "docs" / "table1.json"
+FIGURE = ROOT / "docs" / "table1.png"
 SCALE = ROOT / "runs" / "plan_vs_measured"  # benchmarks/plan_vs_measured.py's results
 CELTK = [sys.executable, "-m", "celtk.cli"]
 
@@ -223,9 +224,10 @@ def row(alias: str, task: str, swept: dict) -> dict:
             "intact_accuracy": intact, "ablated_accuracy": ablated, "mean_gain": replicate["mean_gain"],
             "mean_gain_ci": replicate["mean_gain_ci"], "relative_error_reduction": rer,
             "n_significant": replicate["n_significant"], "head_frequency": replicate["head_frequency"],
-            # a job still running has recorded no session yet: its finished seeds' own wall times, so far
-            "wall_seconds": round(sum(s["seconds"] for s in job.get("sessions", [])) if job.get("sessions")
-                                  else sum(s["wall_seconds"] or 0 for s in seeds), 1),
+            # both are lower bounds: a session cut short (the machine restarted) records no time of its own, and a
+            # resumed seed's run_timing.json counts its last invocation only; the larger is kept
+            "wall_seconds": round(max(sum(s["seconds"] for s in job.get("sessions", [])),
+                                      sum(s["wall_seconds"] or 0 for s in seeds)), 1),
             "running": not job.get("finished") and not job.get("sessions"),
             "gflops": [min(rates), max(rates)] if rates else None, "plan": job.get("plan"),
             "shared": [x["shared"] for x in job.get("sessions", []) if x.get("shared")]}
@@ -243,7 +245,9 @@ def markdown(data: dict) -> str:
              f"{SETTINGS['fewshot']} shots, zero ablation, p {SETTINGS['p']}, k {SETTINGS['k']} (the demo's settings), "
              "float32 on CPU. Accuracies are held-out, in %, means over the tested seeds; the gain's interval is a t "
              "interval over seeds; *significant* counts seeds whose McNemar p, Holm-adjusted over the seeds, is "
-             "below 0.05; *relative error reduction* is (ablated − intact) / (1 − intact).", "",
+             "below 0.05; *relative error reduction* is (ablated − intact) / (1 − intact). *Wall time* is the larger "
+             "of the job's recorded sessions and its seeds' own `run_timing.json`: both miss a session cut short by "
+             "a machine restart (the job resumes where its files stop), so a resumed job's time is a lower bound.", "",
              "## Results", "",
              "| model | task | intact → ablated | gain (95 % CI over seeds) | rel. error red. | significant | "
              "most frequent heads | wall time | matmul GFLOP/s |",
@@ -263,6 +267,10 @@ def markdown(data: dict) -> str:
                      f"{gain} | {pct(r['relative_error_reduction'], True)} | {r['n_significant']}/{r['n_tested']} | "
                      f"{heads} | {r['wall_seconds'] / 60:.0f} min{' so far (running)' if r.get('running') else ''}"
                      f"{' (shared)' if r.get('shared') else ''} | {rate} |")
+    lines += ["", "![Held-out gain per seed and per row](table1.png)", "",
+              "*The figure* (`docs/table1.png`, drawn by the same command): each row's held-out gain in points, "
+              "every tested seed as a dot with its paired bootstrap 95 % interval, and the mean over seeds as a "
+              "diamond with its t interval; the vertical line is no gain."]
     lines += ["", "## Every seed", "",
               "| model | task | seed | selection | discovery gain | held-out intact → ablated | gain [95 % CI] | "
               "McNemar p | Holm p | wall |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -393,6 +401,52 @@ def scale_reading(results: list[dict]) -> list[str]:
             "bound rises with the model's size rather than falling."]
 
 
+def figure(data: dict) -> bytes:
+    """The forest plot of the results: per row (model × task), each tested seed's held-out gain with its bootstrap
+    interval and the mean over seeds with its t interval, as PNG bytes (no date or version stamped in them, so a
+    rerun on the same data writes the same file)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in data["rows"] if r["status"] != "pending" and r["n_tested"]]
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.75 * max(len(rows), 1)))
+    labels = []
+    for y, r in enumerate(reversed(rows)):
+        tested = [s for s in r["seeds"] if s["status"] == "tested"]
+        for i, s in enumerate(tested):
+            dy = (i - (len(tested) - 1) / 2) * 0.12
+            low, high = s["gain_ci"]
+            xerr = [[(s["gain"] - low) * 100], [(high - s["gain"]) * 100]]
+            ax.errorbar([s["gain"] * 100], [y + 0.18 + dy], xerr=xerr, fmt="o", color="0.55", markersize=4,
+                        capsize=2, linewidth=1)
+        ci = r["mean_gain_ci"]
+        xerr = [[(r["mean_gain"] - ci[0]) * 100], [(ci[1] - r["mean_gain"]) * 100]] if ci else None
+        ax.errorbar([r["mean_gain"] * 100], [y - 0.18], xerr=xerr, fmt="D", color="black", markersize=6, capsize=3)
+        labels.append(f"{r['model']}\n{r['task']} ({r['n_tested']} seed{'s' if r['n_tested'] != 1 else ''})")
+    ax.axvline(0, color="0.3", linewidth=0.8, linestyle="--")
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel("held-out gain, points (ablated − intact accuracy)")
+    ax.set_title("Held-out gain of the selected heads: seeds (dots) and their mean (diamonds)", fontsize=9)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    if path.exists() and path.read_bytes() == data:
+        return  # a rerun of finished work changes nothing
+    part = path.with_name(path.name + ".part")
+    part.write_bytes(data)
+    part.replace(path)
+
+
 def write() -> dict:
     swept = read(OUT / "sweep.json")
     order = jobs(swept) if swept else [DEMO]
@@ -404,6 +458,7 @@ def write() -> dict:
     data["humaneval_plan"] = humaneval_plans(qwen[0]["gflop_per_s_before"] if qwen else None)
     write_atomic(DATA, data)
     write_atomic(DOC, markdown(data))
+    write_bytes_atomic(FIGURE, figure(data))
     return data
 
 
