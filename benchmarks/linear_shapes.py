@@ -12,21 +12,13 @@ so these rates are the products' best case.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-
-def rate(rows: int, width_in: int, width_out: int, repeats: int) -> float:
-    """GFLOP/s of one ``rows × width_in`` by ``width_in → width_out`` product, the best of ``repeats``."""
-    x, weight = torch.randn(rows, width_in), torch.randn(width_out, width_in)
-    torch.nn.functional.linear(x, weight)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.nn.functional.linear(x, weight)
-        best = min(best, time.perf_counter() - start)
-    return 2 * rows * width_in * width_out / best / 1e9
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_speed import gemm_rate  # noqa: E402  (benchmarks/replay_speed.py: the same timing)
 
 
 def main() -> None:
@@ -45,7 +37,8 @@ def main() -> None:
     print("| rows | " + " | ".join(shapes) + " |")
     print("|---:|" + "---:|" * len(shapes))
     for rows in (int(r) for r in args.rows.split(",")):
-        print(f"| {rows} | " + " | ".join(f"{rate(rows, i, o, args.repeats):.0f}" for i, o in shapes.values()) + " |")
+        rates = [gemm_rate(rows, i, o, args.repeats) for i, o in shapes.values()]
+        print(f"| {rows} | " + " | ".join(f"{r:.0f}" for r in rates) + " |")
 
 
 if __name__ == "__main__":
