@@ -420,11 +420,12 @@ def figure(data: dict) -> bytes:
         for i, s in enumerate(tested):
             dy = (i - (len(tested) - 1) / 2) * 0.12
             low, high = s["gain_ci"]
-            xerr = [[(s["gain"] - low) * 100], [(high - s["gain"]) * 100]]
+            # a percentile interval may miss its point estimate: a side that would be negative is drawn as zero
+            xerr = [[max(s["gain"] - low, 0) * 100], [max(high - s["gain"], 0) * 100]]
             ax.errorbar([s["gain"] * 100], [y + 0.18 + dy], xerr=xerr, fmt="o", color="0.55", markersize=4,
                         capsize=2, linewidth=1)
         ci = r["mean_gain_ci"]
-        xerr = [[(r["mean_gain"] - ci[0]) * 100], [(ci[1] - r["mean_gain"]) * 100]] if ci else None
+        xerr = [[max(r["mean_gain"] - ci[0], 0) * 100], [max(ci[1] - r["mean_gain"], 0) * 100]] if ci else None
         ax.errorbar([r["mean_gain"] * 100], [y - 0.18], xerr=xerr, fmt="D", color="black", markersize=6, capsize=3)
         labels.append(f"{r['model']}\n{r['task']} ({r['n_tested']} seed{'s' if r['n_tested'] != 1 else ''})")
     ax.axvline(0, color="0.3", linewidth=0.8, linestyle="--")

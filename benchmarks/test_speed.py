@@ -72,15 +72,23 @@ def test_once(run: Path, scratch: Path, plain: bool, ledger: Path | None, thread
     return json.loads(done.stdout.strip().splitlines()[-1]), (copy / "test.json").read_bytes()
 
 
+def _numbers(value: float | list[float] | None) -> list[float]:
+    """A log-probability as test.json stores it: one number, one per choice, or none (graded by generation)."""
+    return [] if value is None else [value] if isinstance(value, (int, float)) else list(value)
+
+
 def differences(results: list[bytes]) -> dict[str, object]:
-    """How the test.json files differ from the first: the largest per-example log-probability difference and the
-    number of examples whose verdict (intact or ablated) differs."""
+    """How each test.json file differs from the first: the largest per-example log-probability difference and the
+    number of (file, example) pairs whose verdict, intact or ablated, differs."""
     first = json.loads(results[0])["examples"]
     largest, verdicts = 0.0, 0
     for other in results[1:]:
+        if other == results[0]:
+            continue
         for a, b in zip(first, json.loads(other)["examples"], strict=True):
-            largest = max(largest, abs(a["intact_logprob"] - b["intact_logprob"]),
-                          abs(a["ablated_logprob"] - b["ablated_logprob"]))
+            for key in ("intact_logprob", "ablated_logprob"):
+                pairs = zip(_numbers(a[key]), _numbers(b[key]), strict=True)
+                largest = max([largest, *(abs(x - y) for x, y in pairs)])
             verdicts += (a["intact_correct"], a["ablated_correct"]) != (b["intact_correct"], b["ablated_correct"])
     return {"max_abs_logprob_difference": largest, "verdicts_differing": verdicts}
 
@@ -99,6 +107,7 @@ def main() -> None:
     before = matmul_gflops()
     times: dict[str, list[dict[str, float]]] = {"plain": [], "shared": []}
     results: list[bytes] = []
+    order: list[tuple[str, int]] = []  # (arm, round) of each result
     with tempfile.TemporaryDirectory(prefix="celtk-test-speed-") as tmp:
         if args.keep is not None:
             args.keep.mkdir(parents=True, exist_ok=True)
@@ -108,6 +117,7 @@ def main() -> None:
                 timed, result = test_once(args.run, Path(tmp), plain, args.ledger, args.threads)
                 times["plain" if plain else "shared"].append(timed)
                 results.append(result)
+                order.append(("plain" if plain else "shared", round_))
                 print(f"round {round_}: {'plain' if plain else 'shared'} run_test {timed['seconds']:.1f} s, "
                       f"passes {timed['passes']:.1f} s", flush=True)
     after = matmul_gflops()
@@ -115,8 +125,12 @@ def main() -> None:
     def ratio(key: str) -> float:
         return sum(t[key] for t in times["plain"]) / sum(t[key] for t in times["shared"])
 
+    by_arm = {arm: [r for r, (a, _) in zip(results, order, strict=True) if a == arm] for arm in ("plain", "shared")}
     summary = {"plain": times["plain"], "shared": times["shared"], "run_test_ratio": ratio("seconds"),
                "passes_ratio": ratio("passes"), "test_json_identical": len(set(results)) == 1,
+               # whether an arm repeats itself: a difference between the arms is then the path's, not run-to-run
+               "identical_within_plain": len(set(by_arm["plain"])) == 1,
+               "identical_within_shared": len(set(by_arm["shared"])) == 1,
                **differences(results), "threads": args.threads or "torch default",
                "gflops_before": round(before), "gflops_after": round(after)}
     print(json.dumps(summary, indent=1))
