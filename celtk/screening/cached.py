@@ -51,7 +51,14 @@ from celtk.heads import HeadSet
 from celtk.models import CACHE_KEYWORDS, Model
 from celtk.screening.fused import FUSED_LAYERS, FusedLayer, fused_layers, has_hooks
 from celtk.screening.kv_stand_ins import PrefixKV, RecordKV, StandInCache, TreeKV
-from celtk.screening.layer_replay import LayerKwargs, call_layer, capture_forward, check_cache_filled, expand_rows
+from celtk.screening.layer_replay import (
+    LayerKwargs,
+    call_layer,
+    capture_forward,
+    capture_inputs,
+    check_cache_filled,
+    expand_rows,
+)
 from celtk.screening.plain import screen_plain as screen_plain  # re-exported: the benchmarks import it from here
 from celtk.screening.prefix_tree import Node, prefix_tree
 from celtk.screening.row_ablations import RowAblations
@@ -223,17 +230,23 @@ class CachedScreener:
                                  prefix.values[index].expand(rows, -1, -1, -1), index)
                 mask = torch.cat([torch.ones(rows, prefix.length, dtype=torch.long), batch.attention_mask], dim=1)
                 inputs = dict(input_ids=batch.input_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
-            resid, kwargs, final = capture_forward(self.model, **inputs)
-            if prefix is not None:
-                check_cache_filled(self.model, cache, prefix.length + batch.input_ids.shape[1])
+            # the fused replay computes every layer from layer 0's input: the decoder's own layers need not run
+            captured = capture_inputs(self.model, **inputs) if self.fused is not None else None
+            if captured is not None:
+                first, kwargs = captured
+            else:
+                resid, kwargs, final = capture_forward(self.model, **inputs)
+                first = resid[0]
+                if prefix is not None:
+                    check_cache_filled(self.model, cache, prefix.length + batch.input_ids.shape[1])
             for kw in kwargs:
                 for keyword in (*CACHE_KEYWORDS, "use_cache"):
                     kw.pop(keyword, None)
             if self.fused is not None:  # intact and ablated scores from one arithmetic (see CachedScreener)
-                final = self._replay_intact(prefix, resid[0], kwargs)
+                final = self._replay_intact(prefix, first, kwargs)
             blp, bgreedy = score_hidden(self.model, final, batch)
             lp[batch.request_ids], greedy[batch.request_ids] = blp.numpy(), bgreedy.numpy()
-            states.append(_BatchState(batch, resid[0], kwargs))
+            states.append(_BatchState(batch, first, kwargs))
         return states, aggregate(self.prepared, lp, greedy)
 
     def _replay_intact(self, prefix: _Prefix | None, resid: Float[Tensor, "batch pos d_model"],

@@ -82,6 +82,46 @@ def capture_forward(model: Model, **inputs: object
     return cast("list[Tensor]", resid), cast("list[LayerKwargs]", kwargs_seen), out.last_hidden_state
 
 
+class _Captured(BaseException):
+    """Raised by :func:`capture_inputs`'s hook once layer 0's call is recorded, so no layer runs. A
+    ``BaseException``, so that no ``except Exception`` between the hook and the caller takes it for an error."""
+
+
+def uniform_layers(model: Model) -> bool:
+    """Whether every decoder layer receives the same keyword arguments: the config names one attention type (or
+    none) for all its layers. Layers of different types (sliding-window and full attention) get different masks."""
+    kinds = getattr(getattr(model.hf_model, "config", None), "layer_types", None)
+    return kinds is None or len(set(kinds)) <= 1
+
+
+def capture_inputs(model: Model, **inputs: object
+                   ) -> tuple[Float[Tensor, "batch pos d_model"], list[LayerKwargs]] | None:
+    """Layer 0's input and the keyword arguments every layer receives, without running any layer: the decoder
+    is stopped in layer 0's pre-hook. What a replay from layer 0 needs, at the cost of the embedding alone
+    (:func:`capture_forward` runs every layer). ``None`` when the layers' keyword arguments differ
+    (:func:`uniform_layers`) or the decoder never called layer 0: capture the whole forward then."""
+    if not uniform_layers(model):
+        return None
+    layers = decoder_layers(model)
+    seen: list[tuple[Tensor, LayerKwargs]] = []
+
+    def pre_hook(module: torch.nn.Module, args: tuple[object, ...], kwargs: LayerKwargs) -> None:
+        seen.append(model.arch.layer_call(args, kwargs))
+        raise _Captured
+
+    handle = layers[0].register_forward_pre_hook(pre_hook, with_kwargs=True)
+    try:
+        model.arch.decoder(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    if not seen:
+        return None
+    resid, kwargs = seen[0]
+    return resid, [dict(kwargs) for _ in layers]
+
+
 def expand_rows(value: T, batch: int, copies: int) -> T:
     """Repeat every per-row tensor (leading dim == batch, ndim >= 2) ``copies`` times: ``batch … -> (batch g) …``."""
     if copies == 1:

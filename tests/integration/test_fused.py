@@ -144,3 +144,63 @@ def test_a_llama4_query_scale_is_left_to_the_bridge(smol_tokenizer):
                                              "original_max_position_embeddings": 8})
     model = wrap_hf_model(tf.AutoModelForCausalLM.from_config(config).eval(), smol_tokenizer, name="tiny-llama4-scale")
     assert fused_layers(model) is None  # the bridge scales queries by position; the fused layer would not
+
+
+def test_a_replay_from_layer_zero_runs_no_decoder_layer_to_get_its_inputs(fused_model, monkeypatch):
+    """``capture_inputs`` stops the decoder in layer 0's pre-hook: layer 0's input and every layer's keyword
+    arguments are what ``capture_forward`` records after running all layers, no layer's forward runs, and the
+    cached screener scores every set to the same bits whichever capture feeds its intact pass."""
+    from celtk.evaluation.prompts import prepare
+    from celtk.heads import HeadSet, all_heads
+    from celtk.screening import layer_replay
+    from celtk.screening.layer_replay import capture_inputs, decoder_layers
+    from celtk.tasks import get_task, make_splits
+
+    task = get_task("arithmetic")
+    splits = make_splits(task, 8, 0, fewshot=2, seed=3)
+    prepared = prepare(fused_model, task, splits.discovery, splits.shots)
+    ids = torch.tensor([list(prepared.requests[0].context)] * 2)
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0  # a right-padded row: the mask differs by row
+    ran: list[int] = []
+    handles = [layer.register_forward_hook(lambda *_, i=i: ran.append(i))
+               for i, layer in enumerate(decoder_layers(fused_model))]
+    try:
+        first, kwargs = not_none(capture_inputs(fused_model, input_ids=ids, attention_mask=mask, use_cache=False))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert ran == []
+    resid, every, _ = capture_forward(fused_model, input_ids=ids, attention_mask=mask, use_cache=False)
+    assert torch.equal(first, resid[0]) and len(kwargs) == len(every) == fused_model.n_layers
+    for mine, theirs in zip(kwargs, every, strict=True):
+        assert mine.keys() == theirs.keys()
+        for key in ("attention_mask", "position_embeddings", "position_ids"):
+            a, b = mine.get(key), theirs.get(key)
+            assert (a is None) == (b is None), key
+            if isinstance(a, tuple):
+                assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), key
+            elif a is not None:
+                assert torch.equal(a, b), key
+
+    sets = [HeadSet((h,)) for h in all_heads(fused_model.n_layers, fused_model.n_heads)] + [HeadSet()]
+    for share in (False, True):
+        fast = CachedScreener(fused_model, prepared, batch_size=3, share_prefix=share).run(sets)
+        with monkeypatch.context() as patch:  # every layer run by the decoder, as before
+            patch.setattr("celtk.screening.cached.capture_inputs", lambda *a, **k: None)
+            whole = CachedScreener(fused_model, prepared, batch_size=3, share_prefix=share).run(sets)
+        assert [e.logprob for e in fast[0].examples] == [e.logprob for e in whole[0].examples]
+        for s in sets:
+            assert [e.logprob for e in fast[1][s].examples] == [e.logprob for e in whole[1][s].examples], s
+    assert layer_replay.uniform_layers(fused_model)
+
+
+def test_layers_of_different_attention_types_are_captured_whole(smol_tokenizer):
+    """Sliding-window and full layers get different masks, so layer 0's keyword arguments do not stand for every
+    layer's: ``capture_inputs`` declines."""
+    from celtk.screening.layer_replay import capture_inputs, uniform_layers
+
+    model = make_tiny("gemma3", smol_tokenizer)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    assert not uniform_layers(model)
+    assert capture_inputs(model, input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False) is None
