@@ -178,10 +178,10 @@ def test_a_replay_from_layer_zero_runs_no_decoder_layer_to_get_its_inputs(fused_
         for key in ("attention_mask", "position_embeddings", "position_ids"):
             a, b = mine.get(key), theirs.get(key)
             assert (a is None) == (b is None), key
-            if isinstance(a, tuple):
+            if isinstance(a, tuple) and isinstance(b, tuple):
                 assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), key
             elif a is not None:
-                assert torch.equal(a, b), key
+                assert isinstance(b, torch.Tensor) and torch.equal(a, b), key
 
     sets = [HeadSet((h,)) for h in all_heads(fused_model.n_layers, fused_model.n_heads)] + [HeadSet()]
     for share in (False, True):
