@@ -128,7 +128,7 @@ def test_guard_fires_when_layers_take_the_cache_under_another_keyword(tiny_llama
         CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4, replay="bridge").run([HeadSet.parse("L1H0")])
 
 
-def test_guard_fires_when_one_layer_ignores_the_decoders_cache(tiny_llama, monkeypatch):
+def test_a_layer_ignoring_the_decoders_cache_trips_the_bridge_guard_not_the_fused_scores(tiny_llama, monkeypatch):
     from transformers import DynamicCache
 
     layer = tiny_llama.arch.blocks[1].original_component  # the HF layer inside the bridge block
@@ -139,11 +139,21 @@ def test_guard_fires_when_one_layer_ignores_the_decoders_cache(tiny_llama, monke
             kwargs["past_key_values"] = None
         return forward(*args, **kwargs)
 
+    sets = [HeadSet.parse("L1H0")]
+    clean_intact, clean = CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4).run(sets)
     monkeypatch.setattr(layer, "forward", ignore_dynamic_cache)
+    # the bridge replay runs the decoder's own layers over the shared prefix's cache: the guard names the layer
     with pytest.raises(KVCacheIgnoredError, match="Decoder layer 1 of"):
-        CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4).run([HeadSet.parse("L1H0")])
+        CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4, replay="bridge").run(sets)
+    # the fused replay never hands the decoder's layers that cache (its intact pass stops the decoder before layer 0
+    # and recomputes every layer itself), so the broken layer cannot drop the prefix from its scores
+    screener = CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4)
+    assert screener.replay == "fused" and screener.prefix_len > 0
+    intact, results = screener.run(sets)
+    assert np.array_equal(_logprobs(intact), _logprobs(clean_intact))
+    assert np.array_equal(_logprobs(results[sets[0]]), _logprobs(clean[sets[0]]))
     monkeypatch.undo()
-    intact, _ = CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4).run([HeadSet.parse("L1H0")])
+    intact, _ = CachedScreener(tiny_llama, _arithmetic(tiny_llama), batch_size=4, replay="bridge").run(sets)
     assert len(intact.examples) == 4  # the intact layer passes the guard
 
 
