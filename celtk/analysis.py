@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, TypeVar
+from typing import Any, ClassVar, NoReturn
 
 from celtk.errors import RunStoreError
 from celtk.heads import Head
@@ -18,11 +18,11 @@ from celtk.store.documents import (
     Record,
     coded,
     optional_record,
+    record,
     rows,
 )
 
 MOVED = {"run_attributes": "celtk.run.analyses", "run_compare": "celtk.run.analyses"}
-T = TypeVar("T")
 
 
 def __getattr__(name: str) -> NoReturn:
@@ -39,12 +39,6 @@ def _unwritten_version() -> Any:
     Document.from_json reads a file without one), so they stay byte for byte what they were; a new
     layout writes it."""
     return field(default=SCHEMA_VERSION, metadata={"stored": False})
-
-
-def _record(kind: type[T]) -> T:
-    """A field holding one ``kind`` record (decoded by ``from_json``)."""
-    marker: T = field(metadata={"record": kind})  # a Field, typed as the record it stands for (field() is untyped)
-    return marker
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,7 +65,7 @@ class HeadAttributesDocument(Document):
     model: str
     n_layers: int
     n_heads: int
-    probe: AttributeProbe = _record(AttributeProbe)
+    probe: AttributeProbe = record(AttributeProbe)
     scores: dict[str, list[list[float]]]  # detector -> [layer][head]
     selected: dict[str, dict[str, float]]  # each selected head -> detector -> score (the selection's order)
 
@@ -162,14 +156,14 @@ class CompareDocument(Document):
     source: str
     n_circuit_heads: int
     population: int  # heads in the model
-    selection: Overlap = _record(Overlap)
+    selection: Overlap = record(Overlap)
     top: int  # how many of the screen's best heads are compared (the key of screen_top)
-    screen_top: Overlap = _record(Overlap)
+    screen_top: Overlap = record(Overlap)
     circuit_head_ranks: dict[str, int | None]
     mean_rank_of_circuit_heads: float | None  # None: no circuit head ranked, or a racing screen
     mean_rank_by_chance: float | None
     by_role: dict[str, RoleRanks]
-    critical_vs_enhancing: CriticalAndEnhancing | None = _record(CriticalAndEnhancing)  # None: racing screens
+    critical_vs_enhancing: CriticalAndEnhancing | None = record(CriticalAndEnhancing)  # None: racing screens
     racing: RacingNote | None = optional_record(RacingNote)
     run_selection: list[str]
 

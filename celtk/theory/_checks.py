@@ -13,35 +13,22 @@ has in ``theory.json``, in that order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
 
 import numpy as np
 from jaxtyping import Bool, Float, Int
 from scipy import stats
 
 from celtk.stats import holm
-from celtk.store.documents import Record, optional
+from celtk.store.documents import Record, optional, record
+from celtk.store.documents import rows as record_rows  # the document has a field named rows
 from celtk.theory._model import Setting
 from celtk.theory._train import delete_head, event_e, winners
 
-T = TypeVar("T")
 MIN_SEEDS = 20  # fewer qualifying seeds than this and a check reports "insufficient", never a pass
 SHARE = 0.95  # a winner carries at least this share of Σ_h |c_hj|
 RELATIVE_TOL = 0.10  # localised: |c_win − w*_j| ≤ this · w*_j; deletion: mean effect within this of the prediction
 TIE_BREAK = 1e-6  # relative perturbation that decides the winner among exactly shared heads
-
-
-def record(kind: type[T]) -> T:
-    """A field holding one ``kind`` record (decoded by ``from_json``)."""
-    marker: T = field(metadata={"record": kind})  # a Field, typed as the record it stands for (field() is untyped)
-    return marker
-
-
-# untyped: as list[kind] the tests' run-time type check would refuse the Field it returns
-def records(kind: type) -> Any:
-    """A field holding a list of ``kind`` records."""
-    return field(metadata={"rows": kind})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,7 +145,7 @@ class Trajectory(Record):
     """The deletion check along training; ``settled_step``: the first checkpoint from which it passes
     at every later one (None if it never settles), the theorem's "after a checkpoint"."""
 
-    rows: list[TrajectoryRow] = records(TrajectoryRow)
+    rows: list[TrajectoryRow] = record_rows(TrajectoryRow)
     settled_step: int | None
     relative_tol: float
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
-from celtk.store.documents import Record, optional
-from celtk.theory._checks import PrE, record, symmetry
+from celtk.store.documents import Record, optional, record
+from celtk.theory._checks import PrE, symmetry
 from celtk.theory._model import Setting, coefficients
 from celtk.theory._train import Deletion, TrainResult, delete_head, event_e, init, train, winners
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from celtk.store.documents import SCHEMA_VERSION, Document, Record, optional
+from celtk.store.documents import SCHEMA_VERSION, Document, Record, optional, record
 from celtk.theory import _plots
 from celtk.theory._checks import (
     NullControls,
@@ -15,7 +15,6 @@ from celtk.theory._checks import (
     Verdicts,
     deletion_trajectory,
     null_controls,
-    record,
     verdicts,
 )
 from celtk.theory._experiments import (

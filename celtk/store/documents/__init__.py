@@ -32,6 +32,7 @@ from celtk.store.documents.codecs import (
     coded,
     optional,
     optional_record,
+    record,
     rows,
     short,
 )
@@ -79,6 +80,6 @@ __all__ = [
     "HeldoutContract", "Interaction", "KindRow", "LanguageModelLoss", "LookRecord", "ModelRecord", "RacingRecord",
     "RankedSet", "Record", "ScreenDocument", "ScreenRow", "SelectionDocument", "StabilityDocument", "StableSelection",
     "TaskRecord", "TestDocument", "TestExample", "TransferDocument", "TransferRow", "book_digests", "check_digest",
-    "check_recorded", "coded", "optional", "optional_record", "parse_digests", "read_digests", "record_digest", "rows",
-    "short",
+    "check_recorded", "coded", "optional", "optional_record", "parse_digests", "read_digests", "record",
+    "record_digest", "rows", "short",
 ]

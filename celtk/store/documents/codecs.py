@@ -231,6 +231,12 @@ def optional() -> Any:
     return field(default=None, metadata={"omit_none": True})
 
 
+def record(kind: type[T]) -> T:
+    """A field holding one ``kind`` record (decoded by ``from_json``)."""
+    marker: T = field(metadata={"record": kind})  # a Field, typed as the record it stands for (field() is untyped)
+    return marker
+
+
 def optional_record(kind: type[T]) -> T | None:
     """A field holding one ``kind`` record, left out of the file when it is ``None``."""
     return field(default=None, metadata={"omit_none": True, "record": kind})  # a Field, typed as its default
