@@ -60,6 +60,11 @@ def _layer_output(out: object) -> Float[Tensor, "rows pos d_model"]:
     return cast(Tensor, out[0] if isinstance(out, tuple) else out)  # a decoder layer's hidden states
 
 
+def _on_device(model: Model, inputs: dict[str, object]) -> dict[str, object]:
+    """The decoder's inputs with every tensor moved to the model's device."""
+    return {k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()}
+
+
 def capture_forward(model: Model, **inputs: object
                      ) -> tuple[list[Float[Tensor, "batch pos d_model"]], list[LayerKwargs],
                                 Float[Tensor, "batch pos d_model"]]:
@@ -74,7 +79,7 @@ def capture_forward(model: Model, **inputs: object
             resid[index], kwargs_seen[index] = model.arch.layer_call(args, kwargs)
         handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
     try:
-        out = model.arch.decoder(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
+        out = model.arch.decoder(**_on_device(model, inputs))
     finally:
         for handle in handles:
             handle.remove()
@@ -111,7 +116,7 @@ def capture_inputs(model: Model, **inputs: object
 
     handle = layers[0].register_forward_pre_hook(pre_hook, with_kwargs=True)
     try:
-        model.arch.decoder(**{k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in inputs.items()})
+        model.arch.decoder(**_on_device(model, inputs))
     except _Captured:
         pass
     finally:
