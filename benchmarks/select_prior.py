@@ -30,13 +30,8 @@ def pool_cost(layers: list[int], n_layers: int, k: int) -> int:
     return layer_evaluations([HeadSet(c) for s in range(2, k + 1) for c in combinations(pool, s)], n_layers)
 
 
-def prior(n_layers: int, p: int, fraction: float) -> list[int]:
-    """The plan's pool: ``p`` heads spread evenly over the lower ``fraction`` of ``n_layers`` layers."""
-    return [int((i + 0.5) * n_layers * fraction / p) for i in range(p)]
-
-
 def main() -> None:
-    from celtk.planning.plan import POOL_DEPTH
+    from celtk.planning.plan import POOL_DEPTH, prior_pool_layers
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("root", type=Path, nargs="?", default=Path("runs"))
@@ -56,7 +51,7 @@ def main() -> None:
         real = pool_cost(layers, n_layers, k)
         cells = []
         for f in fractions:
-            ratio = real / pool_cost(prior(n_layers, len(layers), f), n_layers, k)
+            ratio = real / pool_cost(prior_pool_layers(n_layers, len(layers), f), n_layers, k)
             ratios[f].append(ratio)
             cells.append(f"{ratio:.2f}")
         print(f"| {path.parent.relative_to(args.root)} | {n_layers} | {', '.join(map(str, layers))} | "

