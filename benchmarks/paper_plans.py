@@ -18,16 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from page_markers import write_between  # noqa: E402
 
+from celtk.cli.plan_cmd import _duration as duration  # noqa: E402  (a time as `celtk plan` prints it)
+
 MODELS = ("Llama-3.2-3B-Instruct", "Qwen2.5-3B-Instruct", "SmolLM3-3B")
 TASKS = ("arithmetic", "boolq", "hellaswag", "mbpp")
 PAGE = ROOT / "docs" / "planning.md"
 START, END = "<!-- paper plans: benchmarks/paper_plans.py -->", "<!-- /paper plans -->"
-
-
-def duration(seconds: float) -> str:
-    """As `celtk plan` prints a time."""
-    return (f"{seconds / 3600:.2f} h" if seconds >= 3600
-            else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s")
 
 
 def row(model: str, task: str) -> str:
