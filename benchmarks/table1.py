@@ -64,11 +64,15 @@ def read(path: Path) -> dict:
 
 def write_atomic(path: Path, data: dict | str) -> None:
     text = data if isinstance(data, str) else json.dumps(data, indent=1, sort_keys=True) + "\n"
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    if path.exists() and path.read_bytes() == data:
         return  # a rerun of finished work changes nothing
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
-    part.write_text(text, encoding="utf-8")
+    part.write_bytes(data)
     part.replace(path)
 
 
@@ -438,14 +442,6 @@ def figure(data: dict) -> bytes:
     fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
     return buffer.getvalue()
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    if path.exists() and path.read_bytes() == data:
-        return  # a rerun of finished work changes nothing
-    part = path.with_name(path.name + ".part")
-    part.write_bytes(data)
-    part.replace(path)
 
 
 def write() -> dict:
