@@ -43,7 +43,18 @@ def _outputs(notebook) -> list[list[dict]]:
         text = "".join(output.get("text", ""))
         return {"type": output["output_type"], "name": output.get("name"), "text": TIMING.sub("T", text),
                 "data": {k: TIMING.sub("T", v) if isinstance(v, str) else v for k, v in data.items()}}
-    return [[clean(o) for o in cell.outputs] for cell in notebook.cells if cell.cell_type == "code"]
+    def merged(outputs) -> list[dict]:
+        """Adjacent writes to one stream as one output, as Jupyter saves them: the kernel flushes
+        stdout on a timer, so one print can arrive as two messages in one execution and one in the next."""
+        out: list[dict] = []
+        for o in outputs:
+            o = dict(o, text="".join(o.get("text", ""))) if o["output_type"] == "stream" else o
+            if out and o["output_type"] == "stream" == out[-1]["output_type"] and o["name"] == out[-1]["name"]:
+                out[-1] = dict(out[-1], text=out[-1]["text"] + o["text"])
+            else:
+                out.append(o)
+        return out
+    return [[clean(o) for o in merged(cell.outputs)] for cell in notebook.cells if cell.cell_type == "code"]
 
 
 def _execute(path: Path, cwd: Path):
