@@ -96,9 +96,21 @@ def sweep_model(alias: str) -> dict[str, dict]:
     return found
 
 
+def on_page() -> dict:
+    """What ``docs/table1.json`` holds: the record of finished work in a checkout whose ``runs/`` is gone (``runs/``
+    is git-ignored, so a fresh clone or a new machine has the page but not the run directories behind it)."""
+    return read(DATA)
+
+
+def page_row(alias: str, task: str) -> dict | None:
+    """The page's row for (alias, task) where it is finished there, else None."""
+    found = [r for r in on_page().get("rows", []) if (r["model"], r["task"]) == (alias, task)]
+    return found[0] if found and found[0]["status"] == "finished" else None
+
+
 def sweep() -> dict:
     path = OUT / "sweep.json"
-    done = read(path)
+    done = read(path) or on_page().get("sweep", {})  # a checkout without runs/ starts from the page's sweep
     for alias in MODELS:
         if alias in done:
             continue
@@ -158,6 +170,8 @@ def run_job(alias: str, task: str) -> dict:
     record = read(record_path)
     if (directory / "replicate.json").exists() and record.get("finished"):
         return record
+    if not (directory / "replicate.json").exists() and page_row(alias, task):
+        return {"finished": True, "from_page": True}  # finished before this checkout: the page keeps its row
     gflops = matmul_gflops()
     estimate = plan(alias, task, gflops)
     print(f"== {alias} {task}: matmul {gflops:.0f} GFLOP/s\n{estimate}", flush=True)
@@ -212,6 +226,9 @@ def row(alias: str, task: str, swept: dict) -> dict:
     directory = job_dir(alias, task)
     job, replicate = read(directory / "table1_job.json"), read(directory / "replicate.json")
     if not replicate:
+        kept = page_row(alias, task)
+        if kept:  # its run directory is not in this checkout: the page's row stands as it was written
+            return kept
         return {"model": alias, "task": task, "status": "pending", **band}
     status = "finished" if replicate["seeds"] == list(SEEDS) else "partial"  # seeds finished so far
     tested = [r for r in replicate["per_seed"] if r["status"] == "tested"]
@@ -265,7 +282,8 @@ def markdown(data: dict) -> str:
             task += f" (seeds {', '.join(str(x['seed']) for x in r['seeds'])} of {', '.join(map(str, SEEDS))} so far)"
         ci = r["mean_gain_ci"]
         gain = pct(r["mean_gain"], True) + (f" [{pct(ci[0], True)}, {pct(ci[1], True)}]" if ci else "")
-        heads = ", ".join(f"{h} ({v:.0%})" for h, v in list(r["head_frequency"].items())[:3]) or "–"
+        top = sorted(r["head_frequency"].items(), key=lambda hv: (-hv[1], hv[0]))[:3]  # the JSON keeps no order
+        heads = ", ".join(f"{h} ({v:.0%})" for h, v in top) or "–"
         rate = f"{r['gflops'][0]:.0f}–{r['gflops'][1]:.0f}" if r["gflops"] else "–"
         lines.append(f"| {r['model']} | {task} | {pct(r['intact_accuracy'])} → {pct(r['ablated_accuracy'])} | "
                      f"{gain} | {pct(r['relative_error_reduction'], True)} | {r['n_significant']}/{r['n_tested']} | "
@@ -325,6 +343,8 @@ def scale() -> list[dict]:
     """The finished measurements of ``benchmarks/plan_vs_measured.py`` (``runs/plan_vs_measured``), smallest model
     first."""
     found = [read(path) for path in sorted(SCALE.glob("*.json"))]
+    if not found:  # runs/plan_vs_measured is not in this checkout: the page's measurements stand
+        return list(on_page().get("scale", []))
     return sorted(found, key=lambda r: r["measured"]["screen"]["gflop"] / r["heads"])
 
 
@@ -355,8 +375,9 @@ def humaneval_plans(gflops: float | None) -> dict:
     from plan_vs_measured import plan, plan_json
 
     flags = [f"--{key}={value}" for key, value in HUMANEVAL.items()]
-    # the machine's total memory, not what is free at write time: a rewrite of finished work changes nothing
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # the machine's total memory, not what is free at write time, floored to 256 MiB (two machines of one kind differ
+    # by a few pages): a rewrite of finished work changes nothing
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**28 * 2**28
     plans = {"cpu": plan([*flags, f"--device-memory={total}"], gflops)} if gflops else {}
     return plans | {"h100": plan_json(*flags, "--device", "cuda", "--gpu", "h100", "--dtype", "bfloat16")}
 
@@ -445,7 +466,7 @@ def figure(data: dict) -> bytes:
 
 
 def write() -> dict:
-    swept = read(OUT / "sweep.json")
+    swept = read(OUT / "sweep.json") or on_page().get("sweep", {})
     order = jobs(swept) if swept else [DEMO]
     data = {"settings": SETTINGS, "seeds": list(SEEDS), "band": list(BAND), "sweep": swept,
             "chosen": chosen(swept) if swept else {}, "rows": [row(a, t, swept) for a, t in order],
