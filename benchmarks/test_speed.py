@@ -46,7 +46,7 @@ def timed(*args, **kwargs):
         passes[0] += time.perf_counter() - start
 stage.score_streaming = timed
 out = Path(sys.argv[1])
-config = json.loads((out / "config.json").read_text())
+config = json.loads((out / "selection.json").read_text())["config"]  # any selected run (config.json: celtk run's only)
 model = load_model(config["model"], device="cpu", dtype=config.get("dtype", "float32"))
 start = time.perf_counter()
 run_test(out, model=model)
