@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from peers import matmul_gflops  # noqa: E402  (this machine's float32 matmul rate, the yardstick beside every time)
 
+from celtk.run.options import REPLICATE  # noqa: E402
+
 OUT = ROOT / "runs" / "table1"
 DOC = ROOT / "docs" / "table1.md"
 DATA = ROOT / "docs" / "table1.json"
@@ -102,12 +104,6 @@ def on_page() -> dict:
     return read(DATA)
 
 
-def page_row(alias: str, task: str) -> dict | None:
-    """The page's row for (alias, task) where it is finished there, else None."""
-    found = [r for r in on_page().get("rows", []) if (r["model"], r["task"]) == (alias, task)]
-    return found[0] if found and found[0]["status"] == "finished" else None
-
-
 def sweep() -> dict:
     path = OUT / "sweep.json"
     done = read(path) or on_page().get("sweep", {})  # a checkout without runs/ starts from the page's sweep
@@ -170,7 +166,9 @@ def run_job(alias: str, task: str) -> dict:
     record = read(record_path)
     if (directory / "replicate.json").exists() and record.get("finished"):
         return record
-    if not (directory / "replicate.json").exists() and page_row(alias, task):
+    done_before = {s["seed"] for s in carried(alias, task).get("seeds", [])}  # on the page, not in this checkout
+    todo = [seed for seed in SEEDS if seed not in done_before]
+    if not todo:
         return {"finished": True, "from_page": True}  # finished before this checkout: the page keeps its row
     gflops = matmul_gflops()
     estimate = plan(alias, task, gflops)
@@ -180,11 +178,12 @@ def run_job(alias: str, task: str) -> dict:
     write_atomic(record_path, {**record, "model": alias, "task": task, "plan": estimate, "finished": False,
                                "sessions": record.get("sessions", [])})
     start = time.time()
-    # one seed more per replicate call (seeds 1; 1, 2; 1, 2, 3): the finished seeds are read back, not redone, and
-    # replicate.json summarises the seeds finished so far, so a job cut short still shows its finished seeds
-    for count in range(1, len(SEEDS) + 1):
+    # one seed more per replicate call (seeds 1; 1, 2; 1, 2, 3; those the page carries left out): the finished seeds
+    # are read back, not redone, and replicate.json summarises the seeds finished so far, so a job cut short still
+    # shows its finished seeds
+    for count in range(1, len(todo) + 1):
         command = [*CELTK, "replicate", "--model", alias, "--task", task,
-                   "--seeds", ",".join(map(str, SEEDS[:count])),
+                   "--seeds", ",".join(map(str, todo[:count])),
                    "--discovery", str(SETTINGS["discovery"]), "--heldout", str(SETTINGS["heldout"]),
                    "--fewshot", str(SETTINGS["fewshot"]), "--p", str(SETTINGS["p"]), "--k", str(SETTINGS["k"]),
                    "--out", str(directory)]
@@ -221,37 +220,67 @@ def finish(alias: str, task: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------- write
+def carried(alias: str, task: str) -> dict:
+    """The page's row for (alias, task), finished or partial, cut to the seeds whose run directories this checkout
+    lacks (``runs/`` does not travel with the repository): those seeds stand as the page recorded them, and are not
+    run again. Empty when the page has no such seed."""
+    found = [r for r in on_page().get("rows", []) if (r["model"], r["task"]) == (alias, task)
+             and r["status"] != "pending"]
+    if not found:
+        return {}
+    seeds = [s for s in found[0]["seeds"] if not (job_dir(alias, task) / s["run"]).exists()]
+    return {**found[0], "seeds": seeds} if seeds else {}
+
+
+def summarised(alias: str, task: str, seeds: list[dict], alpha: float) -> dict:
+    """``celtk replicate``'s summary (``celtk.run.replicate.summarise``: Holm over the tested seeds, the t interval,
+    head frequencies) over seeds some of which the page carries and some of which ran here."""
+    from celtk.run.config import RunConfig
+    from celtk.run.replicate import ReplicateRow, summarise
+
+    rows = [ReplicateRow.from_json({k: v for k, v in s.items() if k != "wall_seconds"}) for s in seeds]
+    document = summarise(RunConfig(model=alias, task=task), [s["seed"] for s in seeds], rows, alpha).to_json()
+    walls = {s["seed"]: s["wall_seconds"] for s in seeds}
+    return {**document, "per_seed": [{**r, "wall_seconds": walls[r["seed"]]} for r in document["per_seed"]]}
+
+
 def row(alias: str, task: str, swept: dict) -> dict:
     band = {"in_band": in_band(swept, alias, task)}
     directory = job_dir(alias, task)
     job, replicate = read(directory / "table1_job.json"), read(directory / "replicate.json")
-    if not replicate:
-        kept = page_row(alias, task)
-        if kept:  # its run directory is not in this checkout: the page's row stands as it was written
-            return kept
-        return {"model": alias, "task": task, "status": "pending", **band}
-    status = "finished" if replicate["seeds"] == list(SEEDS) else "partial"  # seeds finished so far
-    tested = [r for r in replicate["per_seed"] if r["status"] == "tested"]
-    seeds = []
-    for r in replicate["per_seed"]:
+    kept = carried(alias, task)
+    if kept and [s["seed"] for s in kept["seeds"]] == list(SEEDS):
+        return {k: v for k, v in kept.items()}  # every seed from the page: its row stands as it was written
+    seeds = list(kept.get("seeds", []))
+    for r in replicate.get("per_seed", []):
         timing = read(directory / r["run"] / "run_timing.json")
         seeds.append({**r, "wall_seconds": timing.get("wall_seconds")})
+    if not seeds:
+        return {"model": alias, "task": task, "status": "pending", **band}
+    seeds.sort(key=lambda r: r["seed"])
+    summary = summarised(alias, task, seeds, replicate.get("alpha", REPLICATE.alpha)) if kept else replicate
+    if kept:
+        seeds = summary["per_seed"]
+    status = "finished" if [r["seed"] for r in seeds] == list(SEEDS) else "partial"  # seeds finished so far
+    tested = [r for r in seeds if r["status"] == "tested"]
     mean = lambda key: sum(r[key] for r in tested) / len(tested) if tested else None  # noqa: E731
     intact, ablated = mean("intact_accuracy"), mean("ablated_accuracy")
     rer = (ablated - intact) / (1 - intact) if tested and intact is not None and intact < 1 else None
     rates = [s[k] for s in job.get("sessions", []) for k in ("gflops_before", "gflops_after")]
+    rates += kept.get("gflops") or []
     return {"model": alias, "task": task, "status": status, **band, "seeds": seeds,
-            "n_tested": replicate["n_tested"],
-            "intact_accuracy": intact, "ablated_accuracy": ablated, "mean_gain": replicate["mean_gain"],
-            "mean_gain_ci": replicate["mean_gain_ci"], "relative_error_reduction": rer,
-            "n_significant": replicate["n_significant"], "head_frequency": replicate["head_frequency"],
+            "n_tested": summary["n_tested"],
+            "intact_accuracy": intact, "ablated_accuracy": ablated, "mean_gain": summary["mean_gain"],
+            "mean_gain_ci": summary["mean_gain_ci"], "relative_error_reduction": rer,
+            "n_significant": summary["n_significant"], "head_frequency": summary["head_frequency"],
             # both are lower bounds: a session cut short (the machine restarted) records no time of its own, and a
-            # resumed seed's run_timing.json counts its last invocation only; the larger is kept
-            "wall_seconds": round(max(sum(s["seconds"] for s in job.get("sessions", [])),
+            # resumed seed's run_timing.json counts its last invocation only; the larger is kept (a carried seed's
+            # share: the page's time for the row)
+            "wall_seconds": round(max(sum(x["seconds"] for x in job.get("sessions", [])) + kept.get("wall_seconds", 0),
                                       sum(s["wall_seconds"] or 0 for s in seeds)), 1),
             "running": not job.get("finished") and not job.get("sessions"),
-            "gflops": [min(rates), max(rates)] if rates else None, "plan": job.get("plan"),
-            "shared": [x["shared"] for x in job.get("sessions", []) if x.get("shared")]}
+            "gflops": [min(rates), max(rates)] if rates else None, "plan": job.get("plan") or kept.get("plan"),
+            "shared": kept.get("shared", []) + [x["shared"] for x in job.get("sessions", []) if x.get("shared")]}
 
 
 def pct(x: float | None, sign: bool = False) -> str:

@@ -1,0 +1,63 @@
+"""benchmarks/table1.py in a checkout without ``runs/`` (git-ignored, so a fresh clone has the page but not the run
+directories behind it): the page's seeds stand, are not run again, and combine with seeds run here into the same
+row ``celtk replicate`` would have summarised over all of them."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from celtk.run.config import RunConfig
+from celtk.run.replicate import ReplicateRow, summarise
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # table1.py imports its neighbours
+_SPEC = importlib.util.spec_from_file_location("table1", BENCHMARKS / "table1.py")
+assert _SPEC and _SPEC.loader
+table1 = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(table1)
+
+PAGE = json.loads(table1.DATA.read_text(encoding="utf-8"))
+FINISHED = [(r["model"], r["task"]) for r in PAGE["rows"] if r["status"] == "finished" and r["n_tested"] >= 2]
+
+
+def _page_row(alias: str, task: str) -> dict:
+    return next(r for r in PAGE["rows"] if (r["model"], r["task"]) == (alias, task))
+
+
+def _run_here(out: Path, alias: str, task: str, seeds: list[dict]) -> None:
+    """What ``celtk replicate --seeds`` leaves for ``seeds``: their run directories and its summary of them."""
+    directory = out / alias / task.replace(":", "-")
+    directory.mkdir(parents=True)
+    rows = [ReplicateRow.from_json({k: v for k, v in s.items() if k != "wall_seconds"}) for s in seeds]
+    document = summarise(RunConfig(model=alias, task=task), [s["seed"] for s in seeds], rows, 0.05)
+    (directory / "replicate.json").write_text(json.dumps(document.to_json()))
+    for s in seeds:
+        (directory / s["run"]).mkdir()
+        (directory / s["run"] / "run_timing.json").write_text(json.dumps({"wall_seconds": s["wall_seconds"]}))
+    (directory / "table1_job.json").write_text(json.dumps({"finished": True, "sessions": []}))
+
+
+@pytest.mark.parametrize(("alias", "task"), FINISHED[:2])
+def test_seeds_on_the_page_and_seeds_run_here_make_the_pages_row(tmp_path, monkeypatch, alias, task):
+    monkeypatch.setattr(table1, "OUT", tmp_path)
+    old = _page_row(alias, task)
+    _run_here(tmp_path, alias, task, [s for s in old["seeds"] if s["seed"] != 1])
+    assert [s["seed"] for s in table1.carried(alias, task)["seeds"]] == [1]
+    new = table1.row(alias, task, PAGE["sweep"])
+    # Holm over all three seeds, the t interval, head frequencies and the time: as the page has them
+    assert {k: v for k, v in new.items() if k != "running"} == {k: v for k, v in old.items() if k != "running"}
+
+
+def test_a_row_the_page_finished_is_kept_and_not_run_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(table1, "OUT", tmp_path)
+    alias, task = FINISHED[0]
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a finished row was run again")
+    monkeypatch.setattr(table1.subprocess, "run", no_run)
+    monkeypatch.setattr(table1, "matmul_gflops", no_run)
+    assert table1.run_job(alias, task)["finished"]
+    assert table1.row(alias, task, PAGE["sweep"]) == _page_row(alias, task)
+    assert not (tmp_path / alias).exists()  # nothing written for it
