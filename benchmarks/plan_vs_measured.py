@@ -138,9 +138,9 @@ def plan(settings: list[str], gflops: float) -> dict[str, Any]:
 
 def save(path: Path, result: dict[str, Any]) -> None:
     """Write ``result`` whole or not at all."""
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(result, indent=1) + "\n")
-    part.replace(path)
+    from celtk.store.files import atomic_write_text
+
+    atomic_write_text(path, json.dumps(result, indent=1) + "\n")
 
 
 def token_lengths(run: Path) -> dict[str, Any]:

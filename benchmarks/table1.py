@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from peers import matmul_gflops  # noqa: E402  (this machine's float32 matmul rate, the yardstick beside every time)
 
 from celtk.run.options import REPLICATE  # noqa: E402
+from celtk.store.files import atomic_write_bytes  # noqa: E402
 
 OUT = ROOT / "runs" / "table1"
 DOC = ROOT / "docs" / "table1.md"
@@ -72,10 +73,7 @@ def write_atomic(path: Path, data: dict | str) -> None:
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     if path.exists() and path.read_bytes() == data:
         return  # a rerun of finished work changes nothing
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    part.write_bytes(data)
-    part.replace(path)
+    atomic_write_bytes(path, data)
 
 
 # ---------------------------------------------------------------------------------------------------------- sweep
