@@ -132,10 +132,12 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
         document = replace(_screen_document(session, outcome.intact, outcome.rows, shard),
                            null_ablation=outcome.null_ablation, racing=outcome.racing,
                            layers=sorted(set(layers)) if layers is not None else None)
-        rd.save(document)
+        # screen.json last: it marks the stage finished (a rerun returns it without taking the lock that sweeps a
+        # killed writer's temporary files), so a kill before it leaves no finished-looking screen without its csv
         _write_screen_csv(directory / "screen.csv", outcome.rows)
         write_json(directory / "timing.json", {"screen_seconds": round(time.time() - started, 2),
                                                "heads": outcome.evaluated, "replay": session.replay()})
+        rd.save(document)
         return document
 
 
@@ -331,6 +333,6 @@ def _merge_shards(out: Path) -> ScreenDocument:
     merged = replace(docs[0], shard=None, heads=rows)
     check_screen_complete(out, merged)
     check_fingerprint(out / "fingerprint.json", prints[0], source="the shards")
-    merged.save(out)
     _write_screen_csv(out / "screen.csv", rows)
+    merged.save(out)  # last: screen.json marks the merge finished
     return merged

@@ -3,6 +3,7 @@ resume == uninterrupted, shards merged == one run, mismatches refused."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,6 +195,35 @@ def test_sigkill_at_random_point_then_resume_equals_uninterrupted(planted, unint
     assert [h.head for h in resumed.heads] == [h.head for h in full.heads]  # none lost, none twice
     assert resumed.heads == full.heads
     assert (out / "screen.json").read_text() == full_text
+    assert not list(out.rglob(".*.partial"))
+
+
+@pytest.mark.parametrize("dies_in", ["_write_screen_csv", "write_json"])
+def test_a_screen_killed_after_scoring_leaves_no_finished_looking_screen(planted, uninterrupted, tmp_path,
+                                                                       monkeypatch, dies_in):
+    """Killed while writing screen.csv or timing.json (after every head is scored): screen.json, which marks the
+    stage finished, is not there yet, so the rerun takes the lock, sweeps the killed writer's temporary files and
+    writes every file; it does not return a stored screen with its csv missing."""
+    import celtk.run.screen as stage
+
+    model, _ = planted
+    config, full, full_text, _ = uninterrupted
+    out = tmp_path / "killed"
+    real = getattr(stage, dies_in)
+
+    def killed(path, *args, **kwargs):
+        if Path(path).name in ("screen.csv", "timing.json"):
+            (Path(path).parent / f".{Path(path).name}.x.partial").write_text("half")  # what a kill mid-write leaves
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(stage, dies_in, killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_screen(config, out, model=model)
+    assert not (out / "screen.json").exists()
+    monkeypatch.setattr(stage, dies_in, real)
+    assert run_screen(config, out, model=model).heads == full.heads
+    assert (out / "screen.json").read_text() == full_text
+    assert (out / "screen.csv").exists() and (out / "timing.json").exists()
     assert not list(out.rglob(".*.partial"))
 
 
