@@ -39,10 +39,10 @@ from celtk.store.documents import (
     TaskRecord,
     TestDocument,
     parse_digests,
+    write_recorded,
 )
 from celtk.store.files import (
     JsonValue,
-    atomic_write_bytes,
     bytes_digest,
     compare_fingerprint,
     locked,
@@ -207,11 +207,8 @@ class RunDirectory:
         (:meth:`celtk.store.documents.Document.save`), keeping what was written as read."""
         name = name or document.file_name()
         data = document.encode()
-        atomic_write_bytes(self.path / name, data)
-        digest = bytes_digest(data)
-        table = dict(self.digests() or {})
-        table[name] = digest
-        write_json(self.path / DIGESTS, table)
+        table = write_recorded(self.path / name, data, self.digests())
+        digest = table[name]
         if self._held is not None:
             self._held.data[name], self._held.hashes[name] = data, digest
             self._held.documents.pop(name, None)  # parsed again from these bytes when read: what a reader gets

@@ -1,12 +1,17 @@
 """Atomic writes, locks, fingerprints and corrupted files."""
 
 import errno
+import json
 import os
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
 from celtk.errors import RunStoreError
-from celtk.store.files import atomic_write_text, check_fingerprint, locked, read_json, write_json
+from celtk.store.directory import RunDirectory
+from celtk.store.documents import Document
+from celtk.store.files import atomic_write_bytes, atomic_write_text, check_fingerprint, locked, read_json, write_json
 
 
 def test_atomic_write_and_read(tmp_path):
@@ -73,3 +78,59 @@ def test_fingerprint_mismatch_names_keys(tmp_path):
     check_fingerprint(tmp_path / "fp.json", {"model": "a", "seed": 1})
     with pytest.raises(RunStoreError, match="seed: stored 1, now 2"):
         check_fingerprint(tmp_path / "fp.json", {"model": "a", "seed": 2})
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Note(Document):
+    FILE: ClassVar[str] = "note.json"
+    text: str
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first write", "rewrite"])
+@pytest.mark.parametrize("stopped_at", [1, 2, 3], ids=["announcing", "replacing", "recording"])
+def test_a_save_stopped_at_any_step_leaves_a_directory_that_reads(tmp_path, monkeypatch, first, stopped_at):
+    """A document's save announces its digest, replaces the file, then records the digest. Stopped (a kill) before
+    any of the three, the directory still reads: the old document (or none) until the file was replaced, the new one
+    after, never a refusal as an edited file; and the next save leaves digests.json as an uninterrupted one does."""
+    from celtk.store.documents import digests
+
+    whole = tmp_path / "whole"
+    if not first:
+        RunDirectory(whole).save(_Note(text="old"))
+    RunDirectory(whole).save(_Note(text="new"))
+    out = tmp_path / "stopped"
+    if not first:
+        RunDirectory(out).save(_Note(text="old"))
+    calls = [0]
+
+    def step(real):
+        def stopped(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == stopped_at:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+        return stopped
+    monkeypatch.setattr(digests, "write_json", step(write_json))  # the writers the save calls, as digests imports them
+    monkeypatch.setattr(digests, "atomic_write_bytes", step(atomic_write_bytes))
+    with pytest.raises(KeyboardInterrupt):
+        RunDirectory(out).save(_Note(text="new"))
+    monkeypatch.undo()
+    replaced = stopped_at == 3
+    if replaced or not first:
+        assert RunDirectory(out).load(_Note).text == ("new" if replaced else "old")
+        assert _Note.load(out).text == ("new" if replaced else "old")
+    else:
+        assert not RunDirectory(out).has(_Note)
+    RunDirectory(out).save(_Note(text="new"))
+    assert (out / "digests.json").read_bytes() == (whole / "digests.json").read_bytes()
+    assert RunDirectory(out).load(_Note).text == "new"
+
+
+def test_a_document_matching_neither_digest_is_still_refused(tmp_path):
+    """The announcement admits only the announced bytes: an edit after a stopped save is refused as before."""
+    RunDirectory(tmp_path).save(_Note(text="old"))
+    table = json.loads((tmp_path / "digests.json").read_text())
+    (tmp_path / "digests.json").write_text(json.dumps({**table, "writing:note.json": "0" * 64}))
+    (tmp_path / "note.json").write_text((tmp_path / "note.json").read_text().replace("old", "odd"))
+    with pytest.raises(RunStoreError, match="changed after celtk wrote it"):
+        RunDirectory(tmp_path).load(_Note)

@@ -43,7 +43,7 @@ from celtk.store.documents.digests import (
     check_recorded,
     parse_digests,
     read_digests,
-    record_digest,
+    write_recorded,
 )
 from celtk.store.documents.heldout import (
     AblationKindsDocument,
@@ -81,5 +81,5 @@ __all__ = [
     "RankedSet", "Record", "ScreenDocument", "ScreenRow", "SelectionDocument", "StabilityDocument", "StableSelection",
     "TaskRecord", "TestDocument", "TestExample", "TransferDocument", "TransferRow", "book_digests", "check_digest",
     "check_recorded", "coded", "optional", "optional_record", "parse_digests", "read_digests", "record",
-    "record_digest", "rows", "short",
+    "write_recorded", "rows", "short",
 ]

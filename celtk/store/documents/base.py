@@ -16,9 +16,8 @@ from typing import Any, ClassVar, TypeVar
 
 from celtk.errors import ArgumentError, HeadError, RunStoreError
 from celtk.store.documents.codecs import SCHEMA_VERSION, _check, _map, _where, short
-from celtk.store.documents.digests import book_digests, check_recorded, record_digest
+from celtk.store.documents.digests import DIGESTS, book_digests, check_recorded, read_digests, write_recorded
 from celtk.store.files import (
-    atomic_write_bytes,
     bytes_digest,
     dumps,
     parse_json,
@@ -126,8 +125,8 @@ class Document(Record):
         what it keeps beside (:meth:`save_beside`). In a run directory a stage writes through
         :meth:`celtk.store.directory.RunDirectory.save` instead, which keeps what it has read up to date."""
         path = Path(directory) / (name or self.file_name())
-        atomic_write_bytes(path, self.encode())
-        record_digest(path)
+        book = path.parent / DIGESTS
+        write_recorded(path, self.encode(), read_digests(book) if book.exists() else None)
         for beside, value in self.beside().items():
             write_json(Path(directory) / beside, value)
 

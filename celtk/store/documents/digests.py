@@ -8,6 +8,8 @@ from pathlib import Path
 from celtk.errors import RunStoreError
 from celtk.store.files import (
     MAX_FILE_BYTES,
+    atomic_write_bytes,
+    bytes_digest,
     file_digest,
     parse_json,
     read_bounded,
@@ -19,12 +21,37 @@ _DIGESTS_ADVICE = ("it records the SHA-256 of every document celtk wrote in {} a
                    "start a new run directory.")
 
 
-def record_digest(path: Path) -> None:
-    """Record ``path``'s SHA-256 in ``digests.json`` beside it (written by the stage that wrote the file)."""
-    book = Path(path).parent / DIGESTS
-    digests = read_digests(book) if book.exists() else {}
-    digests[Path(path).name] = file_digest(path)
-    write_json(book, digests)
+# digests.json's key for a document being written: its name after this prefix (no document's name has a colon)
+WRITING = "writing:"
+
+
+def write_recorded(path: Path, data: bytes, table: dict[str, str] | None) -> dict[str, str]:
+    """Write a document's bytes to ``path`` and record their SHA-256 in ``digests.json`` (``table``: what it holds
+    now) so that a kill at any moment leaves a directory celtk reads: the digest is announced first (under
+    ``writing:NAME``), then the file is replaced, then the digest is recorded and the announcement dropped. Until
+    the file is replaced the old one keeps its recorded digest; after, a read accepts the new bytes by the announced
+    digest (:func:`check_recorded`), and the next write of the document completes the record. Returns the table
+    written last."""
+    path = Path(path)
+    book = path.parent / DIGESTS
+    digest = bytes_digest(data)
+    table = _settled(path.parent, dict(table or {}))
+    write_json(book, {**table, WRITING + path.name: digest})
+    atomic_write_bytes(path, data)
+    table.pop(WRITING + path.name, None)
+    table[path.name] = digest
+    write_json(book, table)
+    return table
+
+
+def _settled(directory: Path, table: dict[str, str]) -> dict[str, str]:
+    """``table`` with the announcements of writes that were stopped resolved: recorded where the file holds the
+    announced bytes (stopped after replacing it), dropped where it does not (stopped before)."""
+    for key in [k for k in table if k.startswith(WRITING)]:
+        name, digest = key.removeprefix(WRITING), table.pop(key)
+        if (directory / name).is_file() and file_digest(directory / name) == digest:
+            table[name] = digest
+    return table
 
 
 def read_digests(book: Path) -> dict[str, str]:
@@ -68,6 +95,8 @@ def check_recorded(path: Path, digest: str | None, table: dict[str, str] | None,
                             "it writes there. Without it an edited or copied document cannot be told from celtk's, so "
                             "nothing in the directory is read: restore digests.json, or start a new run directory.")
     recorded = table.get(path.name)
+    if digest is not None and digest == table.get(WRITING + path.name):
+        return  # celtk replaced the file and was stopped before it recorded the digest it had announced
     if recorded is None:
         raise RunStoreError(f"{path} has no digest in {book}: celtk did not write it in this directory (copied in "
                             "from another run, or written by hand). Rerun the stage that writes it, in a new run "
