@@ -28,7 +28,7 @@ from celtk.store.documents import (
     SelectionDocument,
     TestDocument,
 )
-from celtk.store.files import JsonObject
+from celtk.store.files import JsonObject, sweep_if_idle
 from celtk.store.ledger import Ledger
 
 Progress = Callable[[str, int, int], None]
@@ -61,6 +61,7 @@ def run_select(out: Path, *, p: int | None = None, k: int | None = None, strateg
     rd = RunDirectory(out)  # the one this call reads through
     stored = None if force else rd.stored_selection(*search_options(strategy, k, p, width, tie_break), heldout)
     if stored is not None:
+        sweep_if_idle(out)
         return stored
     with rd.lock():
         whole = None if strategy == "algorithm1" else f"{strategy} search"
@@ -78,12 +79,15 @@ def run_select(out: Path, *, p: int | None = None, k: int | None = None, strateg
         if prior or rd.has(TestDocument):
             document = replace(document, forced_after_test=True, prior_looks=[record(look) for look in prior])
             rd.log.note("select-forced", heads=document.heads.names(), after_looks=[look.seq for look in prior])
-        rd.save(document)
-        rd.save(_diagnostics_document(result))
+        # the ledger first: selection.json marks the stage finished, and a rerun returns it without recording
+        # anything, so a kill after it must not leave the frozen held-out set out of the ledger (a record of a
+        # selection a kill then kept from its file only makes the ledger guard that split earlier)
         splits = run.session.splits
         Ledger().record_frozen(out, weights=run.session.model.weight_hash, task=run.session.task.full_name,
                                heldout_hash=splits.manifest().heldout_hash,
                                examples=[e.content_hash for e in splits.heldout], heads=str(document.heads))
+        rd.save(document)
+        rd.save(_diagnostics_document(result))
         return document
 
 
