@@ -27,7 +27,15 @@ from celtk.run.session import Session
 from celtk.search.scores import HeadScore
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import Correctness, ModelRecord, RacingRecord, ScreenDocument, ScreenRow, TaskRecord
-from celtk.store.files import JsonObject, check_fingerprint, locked, read_json, write_csv, write_json
+from celtk.store.files import (
+    JsonObject,
+    check_fingerprint,
+    locked,
+    read_json,
+    sweep_if_idle,
+    write_csv,
+    write_json,
+)
 from celtk.store.integrity import check_screen_complete
 from celtk.store.memo import WORK_SCALE, per_mille
 
@@ -101,6 +109,7 @@ def run_screen(config: RunConfig, out: Path, *, shard: tuple[int, int] | None = 
     recomputed or rewritten, and no model is loaded for it."""
     stored = stored_screen(config, out, shard=shard, layers=layers, model=model)
     if stored is not None:
+        sweep_if_idle(shard_dir(Path(out), shard))
         return stored
     directory = shard_dir(Path(out), shard)
     check_recorded_settings(directory, config)  # an interrupted screen of other settings, before any model loads

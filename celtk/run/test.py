@@ -24,6 +24,7 @@ from celtk.store.documents import (
     TestDocument,
     TestExample,
 )
+from celtk.store.files import sweep_if_idle
 from celtk.store.ledger import Ledger
 
 Progress = Callable[[str, int, int], None]
@@ -47,6 +48,7 @@ def run_test(out: Path, *, heldout: int | None = None, model: Model | None = Non
     out = Path(out)
     stored = None if force else stored_test(out, heldout)
     if stored is not None:
+        sweep_if_idle(out)
         return stored
     rd = RunDirectory(out)
     with rd.lock():

@@ -191,8 +191,7 @@ def locked(directory: Path) -> Iterator[None]:
         handle.truncate()
         handle.write(f"celtk pid {os.getpid()}")
         handle.flush()
-        for stale in directory.rglob(".*.partial"):  # temp files of a writer that was killed mid-write
-            stale.unlink(missing_ok=True)
+        _sweep(directory)
         yield
     except BaseException:
         handle.close()
@@ -200,6 +199,31 @@ def locked(directory: Path) -> Iterator[None]:
         raise
     finally:
         handle.close()
+
+
+def _sweep(directory: Path) -> None:
+    """Remove the temporary files of a writer that was killed mid-write (called holding the directory's lock)."""
+    for stale in directory.rglob(".*.partial"):
+        stale.unlink(missing_ok=True)
+
+
+def sweep_if_idle(directory: Path) -> None:
+    """:func:`locked`'s sweep for a reader: a stage found finished is returned without the lock, so the temporary
+    files of a writer killed after its last document (its digest's, say) would stay. Swept only when no writer holds
+    the lock (one that does may be writing them); nothing else is touched."""
+    directory = Path(directory)
+    if not (directory / ".lock").exists() or not any(directory.rglob(".*.partial")):
+        return
+    try:
+        handle = open(directory / ".lock", "a")
+    except OSError:
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by a writer
+            return
+        _sweep(directory)
 
 
 def _remove_if_unused(made: list[Path]) -> None:

@@ -227,6 +227,31 @@ def test_a_screen_killed_after_scoring_leaves_no_finished_looking_screen(planted
     assert not list(out.rglob(".*.partial"))
 
 
+def test_a_screen_killed_recording_its_digest_is_read_back_and_leaves_no_temporary_file(planted, uninterrupted,
+                                                                                         tmp_path, monkeypatch):
+    """Killed after screen.json was replaced, while digests.json was rewritten to record it: the rerun reads the
+    screen by the digest its save announced, and sweeps the killed write's temporary file though it takes no lock."""
+    from celtk.store import files
+    from celtk.store.documents import digests
+
+    model, _ = planted
+    config, full, full_text, _ = uninterrupted
+    out = tmp_path / "killed"
+
+    def killed(path, obj):
+        if Path(path).name == "digests.json" and (Path(path).parent / "screen.json").exists():
+            (Path(path).parent / ".digests.json.x.partial").write_text("{half")
+            raise KeyboardInterrupt
+        return files.write_json(path, obj)
+    monkeypatch.setattr(digests, "write_json", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_screen(config, out, model=model)
+    monkeypatch.undo()
+    assert (out / "screen.json").read_text() == full_text
+    assert run_screen(config, out, model=model).heads == full.heads
+    assert not list(out.rglob(".*.partial"))
+
+
 def test_second_process_on_same_directory_is_refused(planted, uninterrupted, tmp_path):
     import os
     import signal

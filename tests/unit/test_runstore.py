@@ -11,7 +11,15 @@ import pytest
 from celtk.errors import RunStoreError
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import Document
-from celtk.store.files import atomic_write_bytes, atomic_write_text, check_fingerprint, locked, read_json, write_json
+from celtk.store.files import (
+    atomic_write_bytes,
+    atomic_write_text,
+    check_fingerprint,
+    locked,
+    read_json,
+    sweep_if_idle,
+    write_json,
+)
 
 
 def test_atomic_write_and_read(tmp_path):
@@ -71,6 +79,20 @@ def test_stale_partial_files_are_removed_under_lock(tmp_path):
     stale.write_text("{half")
     with locked(tmp_path):
         assert not stale.exists()
+
+
+def test_a_reader_sweeps_a_killed_writers_files_only_when_no_writer_holds_the_lock(tmp_path):
+    """A finished stage is returned without the lock: its reader sweeps what a writer killed after the stage's last
+    document left, but never while a writer holds the lock (it may be writing them)."""
+    stale = tmp_path / ".digests.json.abc.partial"
+    with locked(tmp_path):
+        stale.write_text("{being written")
+        sweep_if_idle(tmp_path)
+        assert stale.exists()  # a writer holds the lock: untouched
+    (tmp_path / "keep.json").write_text("{}")
+    sweep_if_idle(tmp_path)
+    assert not stale.exists() and (tmp_path / "keep.json").exists()
+    sweep_if_idle(tmp_path / "never-run")  # no directory: nothing to do, no error
 
 
 def test_fingerprint_mismatch_names_keys(tmp_path):
