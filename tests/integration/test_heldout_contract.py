@@ -44,6 +44,29 @@ def run_copy(selected_run, tmp_path):
     return out
 
 
+def test_a_select_killed_before_its_file_is_written_has_already_put_its_heldout_set_in_the_ledger(
+        screened_run, planted, tmp_path, monkeypatch):
+    """selection.json marks the stage finished and a rerun returns it without recording anything, so the ledger
+    records the frozen held-out set first: a kill while the file is written leaves the split guarded."""
+    from celtk.store.ledger import Ledger
+
+    model, _ = planted
+    out = tmp_path / "run"
+    shutil.copytree(screened_run, out)
+    real = RunDirectory.save
+
+    def killed(self, document, name=None):
+        if document.file_name() == "selection.json":
+            raise KeyboardInterrupt
+        return real(self, document, name)
+    monkeypatch.setattr(RunDirectory, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_select(out, p=4, k=2, model=model)
+    assert not (out / "selection.json").exists()
+    frozen = [e for e in Ledger().entries() if e.get("event") == "frozen" and e["run"] == str(out.resolve())]
+    assert len(frozen) == 1 and frozen[0]["examples"]
+
+
 def test_selection_freezes_its_heldout_set(run_copy, planted):
     model, _ = planted
     selection = json.loads((run_copy / "selection.json").read_text())
