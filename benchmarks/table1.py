@@ -155,7 +155,8 @@ def plan(alias: str, task: str, gflops: float) -> str:
                "--p", str(SETTINGS["p"]), "--k", str(SETTINGS["k"]), "--batch-size", "32",
                "--device-flops", str(gflops * 1e9), "--device-memory", str(20 * 2**30)]
     done = subprocess.run(command, capture_output=True, text=True, env={**ledger_env(), "COLUMNS": "120"})
-    return (done.stdout + done.stderr).strip()
+    # the table only: stderr holds progress (a first load dequantizes the GGUF), and errors when it failed
+    return (done.stdout if done.returncode == 0 else done.stdout + done.stderr).strip()
 
 
 def run_job(alias: str, task: str) -> dict:
