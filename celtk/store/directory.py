@@ -261,6 +261,8 @@ class RunDirectory:
         the log recorded last for it (or that the log records no test writing)."""
         test = self.file(TestDocument.FILE)
         last = self._last_digest(TestDocument.FILE)
+        if test.exists() and self.digest(TestDocument.FILE) != last and self._log_cut_test():
+            last = self._last_digest(TestDocument.FILE)
         if test.exists() and last is None:
             raise RunStoreError(f"{test} exists, but the held-out log records no test that wrote it; every test is "
                                 "logged before it scores the held-out set. It was copied in or the log was replaced: "
@@ -272,6 +274,42 @@ class RunDirectory:
         if not test.exists() and last is not None:
             raise RunStoreError(f"{test} was deleted, but the held-out log records it as written; the first test is "
                                 "the run's result and cannot be removed. Restore it, or start a new run directory.")
+
+    def _log_cut_test(self) -> bool:
+        """Log the result lines of a test killed after it wrote its files and before it logged them, and say whether
+        it did: the log's last look is that test, and ``test.json`` (its bytes celtk's, by ``digests.json``) records
+        that look as complete, with the file it wrote. The lines are appended holding the directory's lock (taken
+        here when the caller does not hold it; when another process holds it, nothing is done)."""
+        looks = self.log.looks()
+        if not looks or looks[-1].what != "test":
+            return False
+        seq = looks[-1].seq
+        try:
+            test = self.load(TestDocument)  # refused unless celtk wrote these bytes in this directory
+        except RunStoreError:
+            return False
+        record = next((r for r in test.looks or [] if r.seq == seq and r.complete and r.result), None)
+        if record is None or record.result is None:
+            return False
+        names = list(dict.fromkeys([record.result, TestDocument.FILE]))  # a forced repeat wrote its own file first
+        logged = {entry["file"] for _, entry in self.log.lines()
+                  if entry["event"] == "result" and entry.get("look") == seq}
+        missing = [name for name in names if name not in logged]
+        if not missing or not all(self.has_file(name) for name in names):
+            return False
+        if self._held is None:
+            try:
+                with self.lock():
+                    return self._log_cut_test()
+            except RunStoreError:  # another process holds the directory: its own check decides
+                return False
+        try:
+            for name in missing:
+                self.load(TestDocument, name)  # each file's bytes celtk's
+        except RunStoreError:
+            return False
+        self.log.complete(seq, *(self.path / name for name in missing), digests=[self.digest(n) for n in missing])
+        return True
 
     def _last_digest(self, name: str) -> str | None:
         digest = None

@@ -67,6 +67,58 @@ def test_a_select_killed_before_its_file_is_written_has_already_put_its_heldout_
     assert len(frozen) == 1 and frozen[0]["examples"]
 
 
+def _killed_before_logging(monkeypatch):
+    """The next test stops (a kill) after writing its files and before the log's result lines."""
+    def killed(self, seq, *files, digests=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(HeldoutLog, "complete", killed)
+
+
+def test_a_test_killed_between_its_files_and_their_log_lines_is_read_back_as_the_result(run_copy, planted,
+                                                                                      monkeypatch):
+    """test.json written, the log's result line not: the test look is the log's last, and test.json (celtk's bytes,
+    by digests.json) records that look complete, so the rerun logs the line under the lock and returns the stored
+    result; no second look, nothing scored again."""
+    model, _ = planted
+    _killed_before_logging(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        run_test(run_copy, model=model, n_boot=100)
+    monkeypatch.undo()
+    written = (run_copy / "test.json").read_bytes()
+    assert run_test(run_copy, model=model, n_boot=100) == TestDocument.load(run_copy)
+    assert (run_copy / "test.json").read_bytes() == written
+    looks = RunDirectory(run_copy).looks()
+    assert [(look.what, look.complete) for look in looks] == [("test", True)]
+    RunDirectory(run_copy).verify()
+
+
+def test_a_forced_repeat_killed_before_logging_leaves_the_first_test_the_result(run_copy, planted, monkeypatch):
+    model, _ = planted
+    first = run_test(run_copy, model=model, n_boot=100)
+    _killed_before_logging(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        run_test(run_copy, model=model, n_boot=100, force=True)
+    monkeypatch.undo()
+    stored = run_test(run_copy, model=model, n_boot=100)
+    assert (stored.gain, stored.heldout_hash) == (first.gain, first.heldout_hash)
+    looks = RunDirectory(run_copy).looks()
+    assert [look.complete for look in looks] == [True, True]
+    assert (run_copy / f"test-repeat-{looks[1].seq}.json").exists()
+
+
+def test_a_cut_test_whose_file_was_then_edited_is_refused(run_copy, planted, monkeypatch):
+    model, _ = planted
+    _killed_before_logging(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        run_test(run_copy, model=model, n_boot=100)
+    monkeypatch.undo()
+    edited = json.loads((run_copy / "test.json").read_text())
+    (run_copy / "test.json").write_text(json.dumps({**edited, "gain": 0.5}))  # by hand: digests.json not updated
+    with pytest.raises(RunStoreError, match="test.json"):
+        run_test(run_copy, model=model, n_boot=100)
+    assert [look.complete for look in HeldoutLog(run_copy).looks()] == [False]  # nothing logged for edited bytes
+
+
 def test_selection_freezes_its_heldout_set(run_copy, planted):
     model, _ = planted
     selection = json.loads((run_copy / "selection.json").read_text())
