@@ -33,7 +33,7 @@ from celtk.store.documents import (
     StabilityDocument,
     TestDocument,
 )
-from celtk.store.files import atomic_write_text, locked
+from celtk.store.files import atomic_write_text
 from celtk.store.heldout import Look
 from celtk.store.integrity import check_screen_fingerprint, check_selection_matches_screen, check_test_matches_selection
 
@@ -156,8 +156,8 @@ def write_report(out: Path, target: Path | None = None) -> Path:
     out = Path(out)
     if not out.is_dir():
         raise RunStoreError(f"{out} is not a run directory; give the --out of a screened run.")
-    with locked(out):
-        RunDirectory(out).verify()  # an edited or truncated held-out log, or an edited test.json, is refused
+    with RunDirectory(out).lock() as rd:
+        rd.verify()  # an edited or truncated held-out log, or an edited test.json, is refused
         return _write_report(out, target)
 
 

@@ -20,7 +20,7 @@ its bytes are the ones celtk wrote: ``digests.json``) and its held-out log
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -277,38 +277,43 @@ class RunDirectory:
 
     def _log_cut_test(self) -> bool:
         """Log the result lines of a test killed after it wrote its files and before it logged them, and say whether
-        it did: the log's last look is that test, and ``test.json`` (its bytes celtk's, by ``digests.json``) records
-        that look as complete, with the file it wrote. The lines are appended holding the directory's lock (taken
-        here when the caller does not hold it; when another process holds it, nothing is done)."""
+        it did. Only what ``run_test`` wrote for the log's last look qualifies: that look is a test; ``test.json``
+        (and a forced repeat's own file), celtk's bytes by ``digests.json``, give it as their look, with its heads and
+        held-out hash, which are the frozen selection's; and ``test.json`` lists this log's looks as they stand,
+        that one complete. The lines are appended holding the directory's lock (taken here when the caller does not
+        hold it; when another process holds it, nothing is done)."""
         looks = self.log.looks()
         if not looks or looks[-1].what != "test":
             return False
-        seq = looks[-1].seq
+        look = looks[-1]
         try:
-            test = self.load(TestDocument)  # refused unless celtk wrote these bytes in this directory
+            test, selection = self.load(TestDocument), self.load(SelectionDocument)
+            record = next((r for r in test.looks or [] if r.seq == look.seq and r.complete), None)
+            if record is None or record.result is None or not self.has_file(record.result):
+                return False
+            result = self.load(TestDocument, record.result)  # test.json itself, or the repeat's file
         except RunStoreError:
             return False
-        record = next((r for r in test.looks or [] if r.seq == seq and r.complete and r.result), None)
-        if record is None or record.result is None:
+        written = [replace(r, complete=True, result=record.result) if r.seq == look.seq else r
+                   for r in self.look_records()]
+        if (result.look != look.seq or look.heads != [result.heads] or look.heads != [selection.heads]
+                or not look.heldout_hash == result.heldout_hash == selection.heldout.hash or test.looks != written):
             return False
         names = list(dict.fromkeys([record.result, TestDocument.FILE]))  # a forced repeat wrote its own file first
         logged = {entry["file"] for _, entry in self.log.lines()
-                  if entry["event"] == "result" and entry.get("look") == seq}
+                  if entry["event"] == "result" and entry.get("look") == look.seq}
         missing = [name for name in names if name not in logged]
-        if not missing or not all(self.has_file(name) for name in names):
+        if not missing:
             return False
         if self._held is None:
-            try:
-                with self.lock():
-                    return self._log_cut_test()
-            except RunStoreError:  # another process holds the directory: its own check decides
-                return False
-        try:
-            for name in missing:
-                self.load(TestDocument, name)  # each file's bytes celtk's
-        except RunStoreError:
-            return False
-        self.log.complete(seq, *(self.path / name for name in missing), digests=[self.digest(n) for n in missing])
+            with ExitStack() as stack:
+                try:
+                    stack.enter_context(self.lock())
+                except RunStoreError:  # another process holds the directory: its own check decides
+                    return False
+                return self._log_cut_test()
+        self.log.complete(look.seq, *(self.path / name for name in missing),
+                          digests=[self.digest(name) for name in missing])
         return True
 
     def _last_digest(self, name: str) -> str | None:

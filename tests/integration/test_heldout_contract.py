@@ -14,7 +14,7 @@ from celtk.report import write_report
 from celtk.run import run_screen, run_select, run_stability, run_test
 from celtk.run.eval import run_eval
 from celtk.store.directory import RunDirectory
-from celtk.store.documents import TestDocument
+from celtk.store.documents import SelectionDocument, TestDocument
 from celtk.store.heldout import HeldoutLog
 
 
@@ -92,6 +92,18 @@ def test_a_test_killed_between_its_files_and_their_log_lines_is_read_back_as_the
     RunDirectory(run_copy).verify()
 
 
+def test_the_report_of_a_test_killed_before_logging_logs_it_and_shows_it_as_the_result(run_copy, planted,
+                                                                                     monkeypatch):
+    """The report holds the run's lock while it reads: the repair is made under that same lock."""
+    model, _ = planted
+    _killed_before_logging(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        run_test(run_copy, model=model, n_boot=100)
+    monkeypatch.undo()
+    page = write_report(run_copy).read_text()
+    assert "the result" in page and [look.complete for look in HeldoutLog(run_copy).looks()] == [True]
+
+
 def test_a_forced_repeat_killed_before_logging_leaves_the_first_test_the_result(run_copy, planted, monkeypatch):
     model, _ = planted
     first = run_test(run_copy, model=model, n_boot=100)
@@ -103,7 +115,40 @@ def test_a_forced_repeat_killed_before_logging_leaves_the_first_test_the_result(
     assert (stored.gain, stored.heldout_hash) == (first.gain, first.heldout_hash)
     looks = RunDirectory(run_copy).looks()
     assert [look.complete for look in looks] == [True, True]
-    assert (run_copy / f"test-repeat-{looks[1].seq}.json").exists()
+    lines = [entry for _, entry in HeldoutLog(run_copy).lines() if entry["event"] == "result"]
+    # as an uninterrupted repeat logs them: its own file first, then test.json (which keeps the first result)
+    assert [(e["look"], e["file"]) for e in lines] == [(looks[0].seq, "test.json"),
+                                                        (looks[1].seq, f"test-repeat-{looks[1].seq}.json"),
+                                                        (looks[1].seq, "test.json")]
+
+
+def test_a_test_json_copied_from_a_run_that_froze_another_heldout_set_is_refused_after_a_cut_test(
+        screened_run, run_copy, planted, tmp_path, monkeypatch):
+    """A test killed while it scored leaves its look incomplete with no file; test.json and digests.json copied in
+    from another run (its own held-out set frozen) are not taken for its result, and nothing is logged."""
+    import celtk.run.test as stage
+
+    model, _ = planted
+    other = tmp_path / "other"
+    shutil.copytree(screened_run, other)
+    monkeypatch.setenv("CELTK_LEDGER", str(tmp_path / "other-ledger.jsonl"))
+    run_select(other, p=4, k=2, heldout=30, model=model)
+    run_test(other, model=model, n_boot=100)
+    monkeypatch.setenv("CELTK_LEDGER", str(tmp_path / "own-ledger.jsonl"))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(stage, "score_streaming", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_test(run_copy, model=model, n_boot=100)
+    monkeypatch.setattr(stage, "score_streaming", stage.score_streaming)
+    assert TestDocument.load(other).heldout_hash != RunDirectory(run_copy).load(SelectionDocument).heldout.hash
+    log = (run_copy / "heldout_log.jsonl").read_bytes()
+    for name in ("test.json", "digests.json"):
+        shutil.copyfile(other / name, run_copy / name)
+    with pytest.raises(RunStoreError):
+        run_test(run_copy, model=model, n_boot=100)
+    assert (run_copy / "heldout_log.jsonl").read_bytes() == log  # no result line appended
 
 
 def test_a_cut_test_whose_file_was_then_edited_is_refused(run_copy, planted, monkeypatch):
