@@ -261,17 +261,18 @@ class RunDirectory:
         the log recorded last for it (or that the log records no test writing)."""
         test = self.file(TestDocument.FILE)
         last = self._last_digest(TestDocument.FILE)
-        if test.exists() and self.digest(TestDocument.FILE) != last and self._log_cut_test():
+        digest = self.digest(TestDocument.FILE) if test.exists() else None  # read and hashed once
+        if digest is not None and digest != last and self._log_cut_test():
             last = self._last_digest(TestDocument.FILE)
-        if test.exists() and last is None:
+        if digest is not None and last is None:
             raise RunStoreError(f"{test} exists, but the held-out log records no test that wrote it; every test is "
                                 "logged before it scores the held-out set. It was copied in or the log was replaced: "
                                 "restore the run's files, or start a new run directory.")
-        if test.exists() and self.digest(TestDocument.FILE) != last:
+        if digest is not None and digest != last:
             raise RunStoreError(f"{test} differs from the test.json the held-out log recorded: it was edited after the "
                                 "test. Restore it; "
                                 "a run whose test result was changed cannot be tested or reported again.")
-        if not test.exists() and last is not None:
+        if digest is None and last is not None:
             raise RunStoreError(f"{test} was deleted, but the held-out log records it as written; the first test is "
                                 "the run's result and cannot be removed. Restore it, or start a new run directory.")
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 from celtk.errors import ArgumentError, HeadError, RunStoreError
 from celtk.store.documents.codecs import SCHEMA_VERSION, _check, _map, _where, short
-from celtk.store.documents.digests import DIGESTS, book_digests, check_recorded, read_digests, write_recorded
+from celtk.store.documents.digests import book_digests, check_recorded, write_recorded
 from celtk.store.files import (
     bytes_digest,
     dumps,
@@ -125,8 +125,7 @@ class Document(Record):
         what it keeps beside (:meth:`save_beside`). In a run directory a stage writes through
         :meth:`celtk.store.directory.RunDirectory.save` instead, which keeps what it has read up to date."""
         path = Path(directory) / (name or self.file_name())
-        book = path.parent / DIGESTS
-        write_recorded(path, self.encode(), read_digests(book) if book.exists() else None)
+        write_recorded(path, self.encode(), book_digests(path.parent))
         for beside, value in self.beside().items():
             write_json(Path(directory) / beside, value)
 
