@@ -102,9 +102,14 @@ def on_page() -> dict:
     return read(DATA)
 
 
+def swept_so_far() -> dict:
+    """``runs/table1/sweep.json``; in a checkout without it, the page's sweep."""
+    return read(OUT / "sweep.json") or on_page().get("sweep", {})
+
+
 def sweep() -> dict:
     path = OUT / "sweep.json"
-    done = read(path) or on_page().get("sweep", {})  # a checkout without runs/ starts from the page's sweep
+    done = swept_so_far()
     for alias in MODELS:
         if alias in done:
             continue
@@ -249,7 +254,7 @@ def row(alias: str, task: str, swept: dict) -> dict:
     job, replicate = read(directory / "table1_job.json"), read(directory / "replicate.json")
     kept = carried(alias, task)
     if kept and [s["seed"] for s in kept["seeds"]] == list(SEEDS):
-        return {k: v for k, v in kept.items()}  # every seed from the page: its row stands as it was written
+        return kept  # every seed from the page: its row stands as it was written
     seeds = list(kept.get("seeds", []))
     for r in replicate.get("per_seed", []):
         timing = read(directory / r["run"] / "run_timing.json")
@@ -494,7 +499,7 @@ def figure(data: dict) -> bytes:
 
 
 def write() -> dict:
-    swept = read(OUT / "sweep.json") or on_page().get("sweep", {})
+    swept = swept_so_far()
     order = jobs(swept) if swept else [DEMO]
     data = {"settings": SETTINGS, "seeds": list(SEEDS), "band": list(BAND), "sweep": swept,
             "chosen": chosen(swept) if swept else {}, "rows": [row(a, t, swept) for a, t in order],
