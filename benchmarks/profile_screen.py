@@ -1,7 +1,15 @@
-"""Where a screen's time goes: torch.profiler over a small screen (SmolLM2-135M, three-shot
-arithmetic:2da), operators by self CPU time, and the share spent outside operators (Python).
+"""Where a screen's time goes: torch.profiler over a slice of the demo's screen (SmolLM2-135M, three-shot
+arithmetic:2da, the demo's split), operators by self CPU time, and the matrix products apart from the rest.
 
-    .venv/bin/python benchmarks/profile_screen.py --n 32 --layers 10,20 --out runs/bench_profile.json
+    .venv/bin/python benchmarks/profile_screen.py --layers 5 --out runs/bench_profile.json
+
+The products (``aten::mm``, ``addmm``, ``bmm``: the decoder's projections, attention's two batched products and
+the unembedding) are grouped by shape, each group with its FLOPs (2·M·K·N, from the recorded input shapes), its
+time and so its rate *in the screen*; then each shape is timed alone (random inputs of the group's most common
+size, warm, best of ``--repeats``), and a 2,048² float32 product beside them. Printed and written: the products'
+share of the wall time, their rate in the screen against alone, and what the wall time would be if every product
+ran at its rate alone and nothing else took time (the products-only floor of this computation on this CPU and
+BLAS). What the profiler cannot attribute to an operator is Python: the wall time less the operators' self time.
 """
 
 from __future__ import annotations
@@ -9,14 +17,102 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter, defaultdict
+from typing import Any
+
+PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
+
+
+def product_shape(name: str, shapes: list[list[int]]) -> tuple[int, tuple[str, int, int, int]] | None:
+    """``(flops, (op, batch, k, n))`` of one product event, the batch of ``bmm`` kept (1 otherwise); M is left
+    out of the key so one projection's calls at different row counts group together."""
+    try:
+        if name == "aten::mm":
+            (m, k), (_, n) = shapes[0], shapes[1]
+            return 2 * m * k * n, (name, 1, k, n)
+        if name == "aten::addmm":
+            (m, k), (_, n) = shapes[1], shapes[2]
+            return 2 * m * k * n, (name, 1, k, n)
+        (b, m, k), (_, _, n) = shapes[0], shapes[1]
+        return 2 * b * m * k * n, (name, b, k, n)
+    except (ValueError, IndexError):
+        return None
+
+
+def rows_of(name: str, shapes: list[list[int]]) -> int:
+    return shapes[1][0] if name == "aten::addmm" else shapes[0][-2]
+
+
+def alone(key: tuple[str, int, int, int], m: int, repeats: int) -> float:
+    """Seconds of one product of this shape at ``m`` rows, warm, best of ``repeats``."""
+    import torch
+
+    name, b, k, n = key
+    a = torch.randn(b, m, k) if name == "aten::bmm" else torch.randn(m, k)
+    w = torch.randn(b, k, n) if name == "aten::bmm" else torch.randn(n, k)
+
+    def run() -> object:
+        return torch.bmm(a, w) if name == "aten::bmm" else torch.nn.functional.linear(a, w)
+
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def matmul_rate(size: int = 2048, repeats: int = 10) -> float:
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size ** 3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def products(prof: Any, wall: float, repeats: int) -> dict[str, Any]:
+    flops: dict[tuple[str, int, int, int], float] = defaultdict(float)
+    seconds: dict[tuple[str, int, int, int], float] = defaultdict(float)
+    rows: dict[tuple[str, int, int, int], Counter[int]] = defaultdict(Counter)
+    for event in prof.events():
+        if event.name not in PRODUCTS:
+            continue
+        shaped = product_shape(event.name, event.input_shapes)
+        if shaped is None:
+            continue
+        f, key = shaped
+        flops[key] += f
+        seconds[key] += event.self_cpu_time_total / 1e6
+        rows[key][rows_of(event.name, event.input_shapes)] += 1
+    groups = []
+    for key in sorted(flops, key=lambda k: -seconds[k]):
+        m = rows[key].most_common(1)[0][0]
+        name, b, k, n = key
+        rate_alone = 2 * b * m * k * n / alone(key, m, repeats) / 1e9
+        groups.append({"op": name, "batch": b, "k": k, "n": n, "rows": m, "calls": sum(rows[key].values()),
+                       "gflop": flops[key] / 1e9, "seconds": seconds[key],
+                       "rate": flops[key] / max(seconds[key], 1e-9) / 1e9, "rate_alone": rate_alone,
+                       "seconds_alone": flops[key] / 1e9 / rate_alone})
+    total_f, total_s = sum(flops.values()) / 1e9, sum(seconds.values())
+    floor = sum(g["seconds_alone"] for g in groups)
+    return {"groups": groups, "gflop": total_f, "seconds": total_s, "share_of_wall": total_s / wall,
+            "rate": total_f / max(total_s, 1e-9), "seconds_alone": floor, "floor_share_of_wall": floor / wall}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, default=32)
-    parser.add_argument("--layers", default="10,20")
+    parser.add_argument("--n", type=int, default=100, help="discovery examples (the demo's 100)")
+    parser.add_argument("--heldout", type=int, default=300, help="held-out size of the split (the demo's 300)")
+    parser.add_argument("--seed", type=int, default=1, help="split seed (the demo's 1)")
+    parser.add_argument("--layers", default="5", help="heads of these layers are screened")
+    parser.add_argument("--repeats", type=int, default=10, help="timings of each product shape alone (best kept)")
     parser.add_argument("--out", default="runs/bench_profile.json")
     args = parser.parse_args()
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
@@ -25,12 +121,12 @@ def main() -> None:
 
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")
-    splits = make_splits(task, args.n, 0, seed=1, fewshot=3)
+    splits = make_splits(task, args.n, args.heldout, seed=args.seed, fewshot=3)
     prepared = prepare(model, task, splits.discovery, splits.shots)
     sets = [HeadSet((Head(int(l), h),)) for l in args.layers.split(",") for h in range(model.n_heads)]
     CachedScreener(model, prepared, batch_size=32).run(sets[:1])  # warm-up
     start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         CachedScreener(model, prepared, batch_size=32).run(sets)
     wall = time.perf_counter() - start
     events = prof.key_averages()
@@ -38,10 +134,21 @@ def main() -> None:
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
     rows = [{"op": e.key, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / 1e6 / total_self,
              "calls": e.count} for e in top]
-    result = {"wall_s": wall, "op_self_s": total_self, "top_ops": rows, "n_sets": len(sets), "n_examples": args.n}
+    prods = products(prof, wall, args.repeats)
+    result = {"wall_s": wall, "op_self_s": total_self, "python_s": max(wall - total_self, 0.0), "top_ops": rows,
+              "products": prods, "matmul_2048_gflops": matmul_rate(), "threads": torch.get_num_threads(),
+              "n_sets": len(sets), "n_examples": args.n, "layers": args.layers}
     for r in rows:
         print(f"{r['op']:40} {r['self_s']:8.2f} s {100 * r['share']:5.1f} %  {r['calls']} calls")
     print(f"wall {wall:.1f} s; operator self time {total_self:.1f} s (profiler overhead included)")
+    print("\nproducts by shape (K → N; rows: the most common M)   GFLOP   s in screen   GFLOP/s in screen   alone")
+    for g in prods["groups"]:
+        shape = f"{g['op'][6:]} {'' if g['batch'] == 1 else str(g['batch']) + '× '}{g['rows']}×{g['k']} → {g['n']}"
+        print(f"  {shape:42} {g['gflop']:9.1f} {g['seconds']:10.2f} {g['rate']:14.0f} {g['rate_alone']:14.0f}")
+    print(f"products: {prods['seconds']:.1f} s of the {wall:.1f} s wall ({100 * prods['share_of_wall']:.0f} %) at "
+          f"{prods['rate']:.0f} GFLOP/s; each shape at its rate alone: {prods['seconds_alone']:.1f} s "
+          f"({100 * prods['floor_share_of_wall']:.0f} % of the wall); 2048² float32: "
+          f"{result['matmul_2048_gflops']:.0f} GFLOP/s, {result['threads']} threads")
     with open(args.out, "w") as handle:
         json.dump(result, handle, indent=1)
 
