@@ -60,6 +60,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         what = "the disk is full" if error.errno == errno.ENOSPC else error.strerror
         raise RunStoreError(f"Could not write {path}: {what}. Nothing was half-written; free space or pick another "
                             "directory and rerun the same command to resume.") from None
+    sync_directory(path.parent)
+
+
+def sync_directory(directory: Path) -> None:
+    """Make the names in ``directory`` durable (a rename or a new file survives a power cut once this returns), so
+    that two writes made in order reach the disk in that order: a document before the digest that records it. A
+    file system that cannot sync a directory (some network or FUSE mounts refuse it) keeps its own guarantees."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def append_line(path: Path, text: str, advice: str) -> None:
@@ -68,7 +85,8 @@ def append_line(path: Path, text: str, advice: str) -> None:
     try:
         # O_NONBLOCK: a FIFO put in the file's place fails now (no reader: ENXIO) instead of blocking this open
         descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
             os.close(descriptor)
             raise RunStoreError(f"Could not append to {path}: it is not a regular file (a device, FIFO or directory, "
                                 f"perhaps through a link). {advice}")
@@ -78,6 +96,8 @@ def append_line(path: Path, text: str, advice: str) -> None:
             os.fsync(handle.fileno())
     except OSError as error:
         raise RunStoreError(f"Could not append to {path}: {error.strerror}. {advice}") from None
+    if status.st_size == 0:  # the log's first line (the open may have made the file): its name is durable too
+        sync_directory(path.parent)
 
 
 def dumps(obj: object) -> str:

@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import stat
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -12,6 +13,7 @@ from celtk.errors import RunStoreError
 from celtk.store.directory import RunDirectory
 from celtk.store.documents import Document
 from celtk.store.files import (
+    append_line,
     atomic_write_bytes,
     atomic_write_text,
     check_fingerprint,
@@ -156,3 +158,49 @@ def test_a_document_matching_neither_digest_is_still_refused(tmp_path):
     (tmp_path / "note.json").write_text((tmp_path / "note.json").read_text().replace("old", "odd"))
     with pytest.raises(RunStoreError, match="changed after celtk wrote it"):
         RunDirectory(tmp_path).load(_Note)
+
+
+def _record_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every fsync (of a file or of a directory) and every rename, in order."""
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(descriptor: int) -> None:
+        events.append("fsync directory" if stat.S_ISDIR(os.fstat(descriptor).st_mode) else "fsync file")
+        real_fsync(descriptor)
+
+    def replace(source: str, target: str) -> None:
+        events.append("rename")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_a_written_file_and_then_its_name_reach_the_disk_before_the_write_returns(tmp_path, monkeypatch):
+    events = _record_syncs(monkeypatch)
+    atomic_write_bytes(tmp_path / "screen.json", b"{}\n")
+    assert events == ["fsync file", "rename", "fsync directory"]
+    assert (tmp_path / "screen.json").read_bytes() == b"{}\n"
+
+
+def test_a_log_syncs_its_directory_when_its_first_line_makes_it_and_not_after(tmp_path, monkeypatch):
+    events = _record_syncs(monkeypatch)
+    append_line(tmp_path / "heldout_log.jsonl", "{}", "advice")
+    assert events == ["fsync file", "fsync directory"]
+    append_line(tmp_path / "heldout_log.jsonl", "{}", "advice")
+    assert events == ["fsync file", "fsync directory", "fsync file"]
+
+
+def test_a_directory_that_cannot_be_synced_keeps_the_write(tmp_path, monkeypatch):
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write_bytes(tmp_path / "selection.json", b"[]\n")
+    assert (tmp_path / "selection.json").read_bytes() == b"[]\n"
