@@ -7,18 +7,19 @@ Three steps, each resumable (rerun the same command after an interruption: finis
     nice .venv/bin/python benchmarks/table1.py run     # `celtk replicate` per (model, task), one at a time
     .venv/bin/python benchmarks/table1.py write        # docs/table1.json and docs/table1.md from what is finished
 
-``sweep`` scores each model, intact, on the 100 discovery examples of split seed 0 of every arithmetic subtask
-(3 shots, as the runs use) and keeps, per model, the two subtasks inside the 15–85 % band that lie closest to 50 %:
-room for ablation to help and to hurt. ``run`` then runs ``celtk replicate --seeds 1,2,3`` (discovery 100,
-held-out 300, 3 shots, zero ablation, p 10, k 3: the demo's settings) for each chosen (model, task), printing
-``celtk plan``'s estimate first and measuring this machine's float32 matmul rate beside each job; the demo's own
-(model, task) goes first, outside the band, because the demo runs it. Set ``TABLE1_SHARED="what else ran"`` when the
-job shares the machine: the record keeps it and the page marks that job's wall time. Every run directory sits under
-``runs/table1/`` with its own held-out ledger (``runs/table1/ledger.jsonl``), so these runs' frozen sets are
-guarded among themselves and do not collide with other work on this machine. ``write`` regenerates the page:
-every (model, task) row, finished or not (a pending row says what is still to run), with the sweep it was chosen
-from and the machine it ran on, and the plan against measured runs that ``benchmarks/plan_vs_measured.py`` left in
-``runs/plan_vs_measured/`` (the scale section: the 1.5B model's memory and stage times beside the plan's).
+``sweep`` scores each model, intact, on the 100 discovery examples of split seed 0 of every arithmetic subtask (3
+shots, as the runs use) and keeps, per model, the two subtasks inside the 15–85 % band that lie closest to 50 %:
+room for ablation to help and to hurt (for Qwen2.5-Coder-1.5B, the largest model this machine runs, one subtask, run
+after every other row: one of its seeds takes about 1¾ hours here). ``run`` then runs ``celtk replicate --seeds
+1,2,3`` (discovery 100, held-out 300, 3 shots, zero ablation, p 10, k 3: the demo's settings) for each chosen
+(model, task), printing ``celtk plan``'s estimate first and measuring this machine's float32 matmul rate beside each
+job; the demo's own (model, task) goes first, outside the band, because the demo runs it. Set ``TABLE1_SHARED="what
+else ran"`` when the job shares the machine: the record keeps it and the page marks that job's wall time. Every run
+directory sits under ``runs/table1/`` with its own held-out ledger (``runs/table1/ledger.jsonl``), so these runs'
+frozen sets are guarded among themselves and do not collide with other work on this machine. ``write`` regenerates
+the page: every (model, task) row, finished or not (a pending row says what is still to run), with the sweep it was
+chosen from and the machine it ran on, and the plan against measured runs that ``benchmarks/plan_vs_measured.py``
+left in ``runs/plan_vs_measured/`` (the scale section: the 1.5B model's memory and stage times beside the plan's).
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ SCALE = ROOT / "runs" / "plan_vs_measured"  # benchmarks/plan_vs_measured.py's r
 CELTK = [sys.executable, "-m", "celtk.cli"]
 
 MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m")
+# the largest model this machine runs (one seed of the demo's settings takes about 1¾ hours here): one subtask,
+# after every row above
+LARGE = ("qwen2.5-coder-1.5b",)
 SUBTASKS = ("1dc", "2da", "2dm", "2ds", "3da", "3ds", "4da", "4ds", "5da", "5ds")
 BAND = (0.15, 0.85)
-PER_MODEL = 2
+PER_MODEL = 2  # subtasks per model of MODELS; one per model of LARGE
 SEEDS = (1, 2, 3)
 SETTINGS = {"discovery": 100, "heldout": 300, "fewshot": 3, "p": 10, "k": 3}
 DEMO = ("smollm2-135m", "arithmetic:2da")  # `make demo`: seed 1 of this row must stay L1H2, L14H8, L19H4
@@ -110,7 +114,7 @@ def swept_so_far() -> dict:
 def sweep() -> dict:
     path = OUT / "sweep.json"
     done = swept_so_far()
-    for alias in MODELS:
+    for alias in MODELS + LARGE:
         if alias in done:
             continue
         done[alias] = {"subtasks": sweep_model(alias), "gflops": round(matmul_gflops(), 1)}
@@ -121,8 +125,9 @@ def sweep() -> dict:
 
 
 def chosen(swept: dict) -> dict[str, list[str]]:
-    """Per model, ``PER_MODEL`` subtasks: the demo's own for the demo's model, then those inside the band closest to
-    50 % (ties: the subtask order), then, where the band holds too few, those outside it closest to the band."""
+    """Per model, ``PER_MODEL`` subtasks (one for a model of ``LARGE``): the demo's own for the demo's model, then
+    those inside the band closest to 50 % (ties: the subtask order), then, where the band holds too few, those
+    outside it closest to the band."""
     picks = {}
     for alias, entry in swept.items():
         accuracy = {f"arithmetic:{s}": v["accuracy"] for s, v in entry["subtasks"].items()}
@@ -130,7 +135,8 @@ def chosen(swept: dict) -> dict[str, list[str]]:
         outside = sorted((min(abs(a - BAND[0]), abs(a - BAND[1])), t) for t, a in accuracy.items()
                          if not BAND[0] <= a <= BAND[1])
         first = [DEMO[1]] if alias == DEMO[0] else []
-        picks[alias] = list(dict.fromkeys(first + [t for _, t in inside] + [t for _, t in outside]))[:PER_MODEL]
+        count = 1 if alias in LARGE else PER_MODEL
+        picks[alias] = list(dict.fromkeys(first + [t for _, t in inside] + [t for _, t in outside]))[:count]
     return picks
 
 
@@ -140,11 +146,13 @@ def in_band(swept: dict, alias: str, task: str) -> bool | None:
 
 
 def jobs(swept: dict) -> list[tuple[str, str]]:
-    """The order the replicates run in: the demo's row, then each model's first task, then each model's second."""
+    """The order the replicates run in: the demo's row, then each model's first task, then each model's second, then
+    the large models' task."""
     picks = chosen(swept)
     order = [DEMO]
     for rank in range(PER_MODEL):
         order += [(alias, picks[alias][rank]) for alias in MODELS if alias in picks and len(picks[alias]) > rank]
+    order += [(alias, picks[alias][0]) for alias in LARGE if picks.get(alias)]
     return list(dict.fromkeys(order))
 
 
@@ -343,7 +351,8 @@ def markdown(data: dict) -> str:
                          f"{s['mcnemar_p']:.3g} | {s['holm_p']:.3g} | {wall} |")
     lines += ["", "## How the tasks were chosen", "",
               f"Intact accuracy on the {SWEEP_EXAMPLES} discovery examples of split seed 0, 3 shots "
-              f"(`benchmarks/table1.py sweep`). Per model {PER_MODEL} subtasks were run: for {DEMO[0]} the demo's own "
+              f"(`benchmarks/table1.py sweep`). Per model {PER_MODEL} subtasks are chosen ({', '.join(LARGE)}: "
+              f"one, run after every other row, as one seed of it takes hours here): for {DEMO[0]} the demo's own "
               f"({DEMO[1]}) first; then those inside {BAND[0]:.0%}–{BAND[1]:.0%} closest to 50 % (room for ablation to "
               "help and to hurt); where the band holds too few, those outside it closest to the band, marked "
               "*outside the band* in the results.", "",

@@ -61,3 +61,16 @@ def test_a_row_the_page_finished_is_kept_and_not_run_again(tmp_path, monkeypatch
     assert table1.run_job(alias, task)["finished"]
     assert table1.row(alias, task, PAGE["sweep"]) == _page_row(alias, task)
     assert not (tmp_path / alias).exists()  # nothing written for it
+
+
+def test_the_large_model_gets_one_subtask_and_runs_after_every_other_row() -> None:
+    accuracies = {"1dc": 0.40, "2da": 0.95, "2dm": 0.30, "2ds": 0.74, "3da": 0.62, "3ds": 0.05}
+    swept = {alias: {"subtasks": {s: {"accuracy": a} for s, a in accuracies.items()}}
+             for alias in (*table1.MODELS, *table1.LARGE)}
+    picks = table1.chosen(swept)
+    assert picks[table1.LARGE[0]] == ["arithmetic:1dc"]  # inside the band, closest to 50 %
+    assert picks["qwen2.5-coder-0.5b"] == ["arithmetic:1dc", "arithmetic:3da"]
+    assert picks[table1.DEMO[0]] == [table1.DEMO[1], "arithmetic:1dc"]  # the demo's own first
+    order = table1.jobs(swept)
+    assert order[0] == table1.DEMO and order[-1] == (table1.LARGE[0], "arithmetic:1dc")
+    assert len(order) == len(set(order)) == 2 * len(table1.MODELS) + len(table1.LARGE)  # the demo's row is its first
