@@ -40,6 +40,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and rename (:func:`atomic_write_text`): the file holds exactly
     these bytes, so their SHA-256 is the file's."""
     path = Path(path)
+    made = [d for d in (path.parent, *path.parent.parents) if not d.exists()]  # directories this write creates
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
@@ -60,21 +61,31 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         what = "the disk is full" if error.errno == errno.ENOSPC else error.strerror
         raise RunStoreError(f"Could not write {path}: {what}. Nothing was half-written; free space or pick another "
                             "directory and rerun the same command to resume.") from None
-    sync_directory(path.parent)
+    for directory in (path.parent, *(d.parent for d in made)):  # the new name, and those of new directories
+        sync_directory(directory)
+
+
+# what fsync on a directory answers where the file system cannot sync one (some network and FUSE mounts)
+_CANNOT_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EROFS, errno.EBADF, errno.EACCES}
 
 
 def sync_directory(directory: Path) -> None:
     """Make the names in ``directory`` durable (a rename or a new file survives a power cut once this returns), so
     that two writes made in order reach the disk in that order: a document before the digest that records it. A
-    file system that cannot sync a directory (some network or FUSE mounts refuse it) keeps its own guarantees."""
+    file system that cannot sync a directory keeps its own guarantees; a failing disk is a :class:`RunStoreError`."""
     try:
         descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
+    except OSError as error:
+        if error.errno in _CANNOT_SYNC:
+            return
+        raise RunStoreError(f"Could not open {directory} to make its files durable: {error.strerror}.") from None
     try:
         os.fsync(descriptor)
-    except OSError:
-        pass
+    except OSError as error:
+        if error.errno not in _CANNOT_SYNC:
+            raise RunStoreError(f"Could not make the files in {directory} durable: {error.strerror}. The disk may "
+                                "be failing; the files written are in place, check them before relying on them."
+                                ) from None
     finally:
         os.close(descriptor)
 
@@ -85,8 +96,7 @@ def append_line(path: Path, text: str, advice: str) -> None:
     try:
         # O_NONBLOCK: a FIFO put in the file's place fails now (no reader: ENXIO) instead of blocking this open
         descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             os.close(descriptor)
             raise RunStoreError(f"Could not append to {path}: it is not a regular file (a device, FIFO or directory, "
                                 f"perhaps through a link). {advice}")
@@ -96,8 +106,7 @@ def append_line(path: Path, text: str, advice: str) -> None:
             os.fsync(handle.fileno())
     except OSError as error:
         raise RunStoreError(f"Could not append to {path}: {error.strerror}. {advice}") from None
-    if status.st_size == 0:  # the log's first line (the open may have made the file): its name is durable too
-        sync_directory(path.parent)
+    sync_directory(path.parent)  # the log's name, when this line made the file (logs are appended a few times a run)
 
 
 def dumps(obj: object) -> str:

@@ -185,22 +185,47 @@ def test_a_written_file_and_then_its_name_reach_the_disk_before_the_write_return
     assert (tmp_path / "screen.json").read_bytes() == b"{}\n"
 
 
-def test_a_log_syncs_its_directory_when_its_first_line_makes_it_and_not_after(tmp_path, monkeypatch):
+def test_a_log_line_and_the_logs_name_reach_the_disk_before_the_append_returns(tmp_path, monkeypatch):
     events = _record_syncs(monkeypatch)
     append_line(tmp_path / "heldout_log.jsonl", "{}", "advice")
     assert events == ["fsync file", "fsync directory"]
-    append_line(tmp_path / "heldout_log.jsonl", "{}", "advice")
-    assert events == ["fsync file", "fsync directory", "fsync file"]
 
 
-def test_a_directory_that_cannot_be_synced_keeps_the_write(tmp_path, monkeypatch):
+def test_a_write_into_new_directories_makes_their_names_durable_too(tmp_path, monkeypatch):
+    synced: list[str] = []
     real_fsync = os.fsync
 
     def fsync(descriptor: int) -> None:
         if stat.S_ISDIR(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "Invalid argument")
+            synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
         real_fsync(descriptor)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write_bytes(tmp_path / "run" / "select_parts" / "sets.key", b"k")
+    assert synced == [str(tmp_path / "run" / "select_parts"), str(tmp_path / "run"), str(tmp_path)]
+    synced.clear()
+    atomic_write_bytes(tmp_path / "run" / "select_parts" / "sets.key", b"k2")  # nothing new but the file
+    assert synced == [str(tmp_path / "run" / "select_parts")]
+
+
+def _directory_fsync_fails(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    real_fsync = os.fsync
+
+    def fsync(descriptor: int) -> None:
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            raise OSError(code, os.strerror(code))
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_a_file_system_that_cannot_sync_a_directory_keeps_the_write(tmp_path, monkeypatch):
+    _directory_fsync_fails(monkeypatch, errno.EINVAL)
     atomic_write_bytes(tmp_path / "selection.json", b"[]\n")
     assert (tmp_path / "selection.json").read_bytes() == b"[]\n"
+
+
+def test_a_disk_error_while_syncing_the_directory_is_reported(tmp_path, monkeypatch):
+    _directory_fsync_fails(monkeypatch, errno.EIO)
+    with pytest.raises(RunStoreError, match="durable: Input/output error"):
+        atomic_write_bytes(tmp_path / "selection.json", b"[]\n")
