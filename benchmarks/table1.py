@@ -111,10 +111,10 @@ def swept_so_far() -> dict:
     return read(OUT / "sweep.json") or on_page().get("sweep", {})
 
 
-def sweep() -> dict:
+def sweep(models: tuple[str, ...] = MODELS + LARGE) -> dict:
     path = OUT / "sweep.json"
     done = swept_so_far()
-    for alias in MODELS + LARGE:
+    for alias in models:
         if alias in done:
             continue
         done[alias] = {"subtasks": sweep_model(alias), "gflops": round(matmul_gflops(), 1)}
@@ -187,6 +187,7 @@ def run_job(alias: str, task: str) -> dict:
     print(f"== {alias} {task}: matmul {gflops:.0f} GFLOP/s\n{estimate}", flush=True)
     directory.mkdir(parents=True, exist_ok=True)
     # the plan is kept before the job starts, so a job cut short still shows what was estimated for it
+    estimate = record.get("plan") or estimate  # a resumed job keeps the estimate printed before it first started
     write_atomic(record_path, {**record, "model": alias, "task": task, "plan": estimate, "finished": False,
                                "sessions": record.get("sessions", [])})
     start = time.time()
@@ -220,7 +221,9 @@ def run_job(alias: str, task: str) -> dict:
 
 def run() -> None:
     finish(*DEMO)  # needs no sweep: the demo's row first
-    for alias, task in jobs(sweep()):
+    for alias, task in jobs(sweep(MODELS)):  # the large models' sweep waits for every other row
+        finish(alias, task)
+    for alias, task in jobs(sweep()):  # finished rows are read back
         finish(alias, task)
 
 

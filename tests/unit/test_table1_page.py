@@ -74,3 +74,34 @@ def test_the_large_model_gets_one_subtask_and_runs_after_every_other_row() -> No
     order = table1.jobs(swept)
     assert order[0] == table1.DEMO and order[-1] == (table1.LARGE[0], "arithmetic:1dc")
     assert len(order) == len(set(order)) == 2 * len(table1.MODELS) + len(table1.LARGE)  # the demo's row is its first
+
+
+def test_the_large_models_sweep_waits_for_every_other_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(table1, "OUT", tmp_path)  # no sweep.json here: the page's sweep (the three small models)
+    events: list[tuple[str, ...]] = []
+
+    def sweep_model(alias):
+        events.append(("sweep", alias))
+        return {s: {"accuracy": 0.4 if s == "1dc" else 0.9} for s in table1.SUBTASKS}
+
+    monkeypatch.setattr(table1, "sweep_model", sweep_model)
+    monkeypatch.setattr(table1, "matmul_gflops", lambda: 1.0)
+    monkeypatch.setattr(table1, "finish", lambda alias, task: events.append(("finish", alias, task)))
+    table1.run()
+    large = table1.LARGE[0]
+    before = events[:events.index(("sweep", large))]
+    assert {e[1:] for e in before if e[0] == "finish"} == set(table1.jobs(PAGE["sweep"]))  # every other row
+    assert events[-1] == ("finish", large, "arithmetic:1dc")
+    assert [e for e in events if e[0] == "sweep"] == [("sweep", large)]  # the others are on the page
+
+
+def test_a_resumed_job_keeps_the_plan_printed_before_it_first_started(tmp_path, monkeypatch):
+    monkeypatch.setattr(table1, "OUT", tmp_path)
+    alias, task = table1.LARGE[0], "arithmetic:1dc"
+    monkeypatch.setattr(table1, "matmul_gflops", lambda: 1.0)
+    monkeypatch.setattr(table1, "plan", lambda *args: "the plan now")
+    monkeypatch.setattr(table1.subprocess, "run", lambda *args, **kwargs: type("Done", (), {"returncode": 1})())
+    assert table1.run_job(alias, task)["plan"] == "the plan now"  # the first session (it fails: rc 1)
+    monkeypatch.setattr(table1, "plan", lambda *args: "a later plan")
+    record = table1.run_job(alias, task)
+    assert record["plan"] == "the plan now" and len(record["sessions"]) == 2
