@@ -96,12 +96,13 @@ def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
 
 @contextmanager
 def counting_reads(out: Path) -> Iterator[Counter[str]]:
-    """Count, by path relative to ``out``, every read-only ``os.open`` of a file inside ``out`` while the block runs."""
+    """Count, by path relative to ``out``, every read-only ``os.open`` of a file inside ``out`` while the block runs
+    (a directory opened to sync it is not a read)."""
     reads: Counter[str] = Counter()
     real: Callable[..., int] = os.open
 
     def counted(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if flags & os.O_ACCMODE == os.O_RDONLY and holds(os.fsdecode(path), out):
+        if flags & os.O_ACCMODE == os.O_RDONLY and holds(os.fsdecode(path), out) and not os.path.isdir(path):
             reads[str(Path(os.fsdecode(path)).resolve().relative_to(out))] += 1
         return real(path, flags, *args, **kwargs)
 
