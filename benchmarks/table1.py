@@ -10,7 +10,7 @@ Three steps, each resumable (rerun the same command after an interruption: finis
 ``sweep`` scores each model, intact, on the 100 discovery examples of split seed 0 of every arithmetic subtask (3
 shots, as the runs use) and keeps, per model, the two subtasks inside the 15–85 % band that lie closest to 50 %:
 room for ablation to help and to hurt (for Qwen2.5-Coder-1.5B, the largest model this machine runs, one subtask, run
-after every other row: one of its seeds takes about 1¾ hours here). ``run`` then runs ``celtk replicate --seeds
+after every other row: one of its seeds takes two hours or more here). ``run`` then runs ``celtk replicate --seeds
 1,2,3`` (discovery 100, held-out 300, 3 shots, zero ablation, p 10, k 3: the demo's settings) for each chosen
 (model, task), printing ``celtk plan``'s estimate first and measuring this machine's float32 matmul rate beside each
 job; the demo's own (model, task) goes first, outside the band, because the demo runs it. Set ``TABLE1_SHARED="what
@@ -48,8 +48,8 @@ SCALE = ROOT / "runs" / "plan_vs_measured"  # benchmarks/plan_vs_measured.py's r
 CELTK = [sys.executable, "-m", "celtk.cli"]
 
 MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m")
-# the largest model this machine runs (one seed of the demo's settings takes about 1¾ hours here): one subtask,
-# after every row above
+# the largest model this machine runs (one seed of the demo's settings: 1.7 h by `celtk plan` at the 2048² rate, a
+# floor): one subtask, after every row above
 LARGE = ("qwen2.5-coder-1.5b",)
 SUBTASKS = ("1dc", "2da", "2dm", "2ds", "3da", "3ds", "4da", "4ds", "5da", "5ds")
 BAND = (0.15, 0.85)
@@ -270,8 +270,9 @@ def row(alias: str, task: str, swept: dict) -> dict:
     for r in replicate.get("per_seed", []):
         timing = read(directory / r["run"] / "run_timing.json")
         seeds.append({**r, "wall_seconds": timing.get("wall_seconds")})
-    if not seeds:
-        return {"model": alias, "task": task, "status": "pending", **band}
+    if not seeds:  # a job started and cut short before its first seed keeps the plan it printed
+        started = {"plan": job["plan"], "running": not job.get("sessions")} if job.get("plan") else {}
+        return {"model": alias, "task": task, "status": "pending", **band, **started}
     seeds.sort(key=lambda r: r["seed"])
     summary = summarised(alias, task, seeds, replicate.get("alpha", REPLICATE.alpha)) if kept else replicate
     if kept:
@@ -320,7 +321,8 @@ def markdown(data: dict) -> str:
     for r in data["rows"]:
         task = r["task"] + (" (outside the band)" if r.get("in_band") is False else "")
         if r["status"] == "pending":
-            lines.append(f"| {r['model']} | {task} | pending | | | | | | |")
+            what = "running, no seed finished yet" if r.get("running") else "pending"
+            lines.append(f"| {r['model']} | {task} | {what} | | | | | | |")
             continue
         if r["status"] == "partial":  # a job cut short: its finished seeds only, said in the row
             task += f" (seeds {', '.join(str(x['seed']) for x in r['seeds'])} of {', '.join(map(str, SEEDS))} so far)"

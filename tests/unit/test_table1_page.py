@@ -77,7 +77,9 @@ def test_the_large_model_gets_one_subtask_and_runs_after_every_other_row() -> No
 
 
 def test_the_large_models_sweep_waits_for_every_other_row(tmp_path, monkeypatch):
-    monkeypatch.setattr(table1, "OUT", tmp_path)  # no sweep.json here: the page's sweep (the three small models)
+    monkeypatch.setattr(table1, "OUT", tmp_path)  # no sweep.json here: the page's sweep, of the small models only
+    small = {alias: entry for alias, entry in PAGE["sweep"].items() if alias not in table1.LARGE}
+    monkeypatch.setattr(table1, "on_page", lambda: {**PAGE, "sweep": dict(small)})
     events: list[tuple[str, ...]] = []
 
     def sweep_model(alias):
@@ -90,7 +92,7 @@ def test_the_large_models_sweep_waits_for_every_other_row(tmp_path, monkeypatch)
     table1.run()
     large = table1.LARGE[0]
     before = events[:events.index(("sweep", large))]
-    assert {e[1:] for e in before if e[0] == "finish"} == set(table1.jobs(PAGE["sweep"]))  # every other row
+    assert {e[1:] for e in before if e[0] == "finish"} == set(table1.jobs(small))  # every other row
     assert events[-1] == ("finish", large, "arithmetic:1dc")
     assert [e for e in events if e[0] == "sweep"] == [("sweep", large)]  # the others are on the page
 
@@ -105,3 +107,15 @@ def test_a_resumed_job_keeps_the_plan_printed_before_it_first_started(tmp_path, 
     monkeypatch.setattr(table1, "plan", lambda *args: "a later plan")
     record = table1.run_job(alias, task)
     assert record["plan"] == "the plan now" and len(record["sessions"]) == 2
+
+
+def test_a_job_started_before_its_first_seed_finished_shows_its_plan(tmp_path, monkeypatch):
+    monkeypatch.setattr(table1, "OUT", tmp_path)
+    alias, task = table1.LARGE[0], "arithmetic:2dm"
+    assert table1.row(alias, task, {}) == {"model": alias, "task": task, "status": "pending",
+                                            "in_band": None}  # not swept, never started
+    directory = table1.job_dir(alias, task)
+    directory.mkdir(parents=True)
+    (directory / "table1_job.json").write_text(json.dumps({"plan": "the plan", "finished": False, "sessions": []}))
+    started = table1.row(alias, task, {})
+    assert (started["status"], started["plan"], started["running"]) == ("pending", "the plan", True)
