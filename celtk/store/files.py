@@ -40,7 +40,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and rename (:func:`atomic_write_text`): the file holds exactly
     these bytes, so their SHA-256 is the file's."""
     path = Path(path)
-    made = [d for d in (path.parent, *path.parent.parents) if not d.exists()]  # directories this write creates
+    made: list[Path] = []  # the directories this write creates: usually none, found with one stat
+    directory = path.parent
+    while not directory.exists():
+        made.append(directory)
+        directory = directory.parent
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
