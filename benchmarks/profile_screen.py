@@ -65,17 +65,6 @@ def alone(key: tuple[str, int, int, int], m: int, repeats: int) -> float:
     return best
 
 
-def matmul_rate(size: int = 2048, repeats: int = 10) -> float:
-    import torch
-
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * size ** 3 * repeats / (time.perf_counter() - start) / 1e9
-
-
 def products(prof: Any, wall: float, repeats: int) -> dict[str, Any]:
     flops: dict[tuple[str, int, int, int], float] = defaultdict(float)
     seconds: dict[tuple[str, int, int, int], float] = defaultdict(float)
@@ -115,6 +104,7 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench_profile.json")
     args = parser.parse_args()
     import torch
+    from peers import matmul_gflops  # benchmarks/peers.py: the 2048² rate every benchmark states
     from torch.profiler import ProfilerActivity, profile
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
@@ -142,7 +132,7 @@ def main() -> None:
     prods = products(prof, wall, args.repeats)
     result = {"wall_s": wall, "unprofiled_wall_s": unprofiled, "op_self_s": total_self,
               "python_s": max(wall - total_self, 0.0), "top_ops": rows,
-              "products": prods, "matmul_2048_gflops": matmul_rate(), "threads": torch.get_num_threads(),
+              "products": prods, "matmul_2048_gflops": matmul_gflops(), "threads": torch.get_num_threads(),
               "n_sets": len(sets), "n_examples": args.n, "layers": args.layers}
     for r in rows:
         print(f"{r['op']:40} {r['self_s']:8.2f} s {100 * r['share']:5.1f} %  {r['calls']} calls")
