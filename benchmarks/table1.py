@@ -221,10 +221,12 @@ def run_job(alias: str, task: str) -> dict:
 
 def run() -> None:
     finish(*DEMO)  # needs no sweep: the demo's row first
-    for alias, task in jobs(sweep(MODELS)):  # the large models' sweep waits for every other row
-        finish(alias, task)
-    for alias, task in jobs(sweep()):  # finished rows are read back
-        finish(alias, task)
+    done = [DEMO]
+    for models in (MODELS, MODELS + LARGE):  # the large models' sweep waits for every other row
+        for job in jobs(sweep(models)):
+            if job not in done:
+                finish(*job)
+                done.append(job)
 
 
 def finish(alias: str, task: str) -> None:

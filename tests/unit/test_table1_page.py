@@ -94,6 +94,8 @@ def test_the_large_models_sweep_waits_for_every_other_row(tmp_path, monkeypatch)
     before = events[:events.index(("sweep", large))]
     assert {e[1:] for e in before if e[0] == "finish"} == set(table1.jobs(small))  # every other row
     assert events[-1] == ("finish", large, "arithmetic:1dc")
+    finished = [e for e in events if e[0] == "finish"]
+    assert len(finished) == len(set(finished))  # each row once
     assert [e for e in events if e[0] == "sweep"] == [("sweep", large)]  # the others are on the page
 
 
