@@ -46,3 +46,30 @@ def test_a_projection_through_a_linear_layer_is_counted_once_at_its_rows() -> No
 def test_a_product_with_shapes_it_cannot_read_is_left_out() -> None:
     assert profile_screen.product_shape("aten::mm", []) is None
     assert profile_screen.product_shape("aten::bmm", [[3, 4], [4, 5]]) is None
+
+
+def test_the_products_are_replayed_in_the_recorded_order_at_the_recorded_sizes(monkeypatch) -> None:
+    a, w = torch.randn(7, 5), torch.randn(3, 5)
+    x, y = torch.randn(2, 4, 6), torch.randn(2, 6, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.bmm(x, y)
+        torch.mm(a[:4], w.t())
+        torch.addmm(torch.zeros(3), a, w.t())
+        torch.mm(a, w.t())
+    seen: list[tuple[str, list[tuple[int, ...]]]] = []
+
+    def recorded(name: str) -> object:
+        real = getattr(torch, name)
+
+        def call(*args: torch.Tensor) -> torch.Tensor:
+            seen.append((name, [tuple(t.shape) for t in args]))
+            return real(*args)
+        return call
+
+    for name in ("mm", "addmm", "bmm"):
+        monkeypatch.setattr(torch, name, recorded(name))
+    seconds = profile_screen.in_sequence(prof, repeats=2)
+    one = [("bmm", [(2, 4, 6), (2, 6, 8)]), ("mm", [(4, 5), (5, 3)]), ("addmm", [(3,), (7, 5), (5, 3)]),
+           ("mm", [(7, 5), (5, 3)])]
+    assert seen == one * 3  # a warm-up, then each of the two timed replays: the four calls in the profiled order
+    assert seconds > 0
