@@ -163,9 +163,11 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits
+    from celtk.cli.allocator import keep_freed_memory
     from celtk.evaluation.prompts import prepare
     from celtk.screening.cached import CachedScreener
 
+    kept = keep_freed_memory()  # as the celtk executable allocates: freed tensors' memory reused, not refaulted
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")
     splits = make_splits(task, args.n, args.heldout, seed=args.seed, fewshot=3)
@@ -193,7 +195,7 @@ def main() -> None:
               "python_s": max(wall - total_self, 0.0), "top_ops": rows,
               "products": prods, "matmul_2048_gflops": matmul_gflops(), "threads": torch.get_num_threads(),
               "n_sets": len(sets), "n_examples": args.n, "layers": None if args.pool else args.layers,
-              "pool": args.pool, "k": args.k if args.pool else None}
+              "pool": args.pool, "k": args.k if args.pool else None, "keep_freed_memory": kept}
     for r in rows:
         print(f"{r['op']:40} {r['self_s']:8.2f} s {100 * r['share']:5.1f} %  {r['calls']} calls")
     print(f"wall {wall:.1f} s under the profiler ({unprofiled:.1f} s without it); operator self time "

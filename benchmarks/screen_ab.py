@@ -6,9 +6,10 @@ alternated, and their results compared value for value before any time is.
 ``OLD_CHECKOUT`` is a directory holding another commit's ``celtk`` (``git worktree add --detach DIR REV``); the
 other arm is this checkout. Each run screens every head of ``--layers`` (SmolLM2-135M, float32, three-shot
 ``arithmetic:2da``, the demo's split and batch size) after one warm-up head, in its own process (the model's load is
-not timed). Printed and written: each arm's seconds per round, the ratio of the sums (base / this), whether every
-set's per-example results are the same in both arms (their ``repr``, so every float to the bit), and the 2,048²
-matmul rate before and after (``peers.matmul_gflops``).
+not timed), allocating as the ``celtk`` executable does (``keep_freed_memory``). Printed and written: each arm's
+seconds per round, the ratio of the sums (base / this), whether every set's per-example results are the same in both
+arms (their ``repr``, so every float to the bit), and the 2,048² matmul rate before and after
+(``peers.matmul_gflops``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def child(layers: str, n: int, heldout: int, seed: int, out: Path) -> None:
     """One arm's screen: its seconds and each set's results, written to ``out``."""
     from celtk import Head, HeadSet, get_task, load_model, make_splits
+    from celtk.cli.allocator import keep_freed_memory
     from celtk.evaluation.prompts import prepare
     from celtk.screening.cached import CachedScreener
 
+    keep_freed_memory()  # as the celtk executable allocates
     model = load_model("smollm2-135m")
     task = get_task("arithmetic:2da")
     splits = make_splits(task, n, heldout, seed=seed, fewshot=3)
