@@ -25,6 +25,7 @@ import argparse
 import json
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from itertools import combinations
 from typing import Any
 
@@ -62,6 +63,11 @@ def alone(key: tuple[str, int, int, int], m: int, repeats: int) -> float:
     def run() -> object:
         return torch.bmm(a, w) if name == "aten::bmm" else torch.nn.functional.linear(a, w)
 
+    return best_of(run, repeats)
+
+
+def best_of(run: Callable[[], object], repeats: int) -> float:
+    """Seconds of ``run()``, warm (one call first), best of ``repeats``."""
     run()
     best = float("inf")
     for _ in range(repeats):
@@ -104,13 +110,7 @@ def in_sequence(prof: Any, repeats: int) -> float:
         for op, args in sequence:
             op(*args)
 
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return best_of(run, repeats)
 
 
 def products(prof: Any, wall: float, repeats: int) -> dict[str, Any]:
