@@ -5,11 +5,11 @@ the CPU fuser torch ships) against eager torch on SmolLM2-135M's own modules, at
 
 Each piece is compiled with ``dynamic=True`` and run on the same random inputs as eager torch: printed and written,
 whether its output is the same to the bit (``torch.equal``), the largest difference, and eager time over compiled
-time (best of ``--repeats`` each, alternated). The pieces: SiLU(gate)·up (the MLP's element-wise step), the RMSNorm,
-the rotary embedding of queries and keys (transformers' ``apply_rotary_pos_emb``), the attention scores' scale,
-additive causal mask and float32 softmax, and the whole MLP (norm, the three projections, the residual add). A
-piece that changes bits cannot go into the screen: its stage files would no longer be the ones eager torch writes
-(``benchmarks/stage_parity.py``).
+time (best of ``--repeats`` each, eager first; the speeds are a side note). The pieces: SiLU(gate)·up (the MLP's
+element-wise step), the RMSNorm, the rotary embedding of queries and keys (transformers' ``apply_rotary_pos_emb``),
+the attention scores' scale, additive causal mask and float32 softmax, and the whole MLP (norm, the three
+projections, the residual add). A piece that changes bits cannot go into the screen: its stage files would no longer
+be the ones eager torch writes (``benchmarks/stage_parity.py``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ def main() -> None:
     import torch.nn.functional as F
 
     from celtk import load_model
+    from celtk.cli.allocator import keep_freed_memory
     from celtk.screening.fused import fused_layers
 
+    keep_freed_memory()  # as the celtk executable allocates
     model = load_model("smollm2-135m")
     layers = fused_layers(model)
     if layers is None:

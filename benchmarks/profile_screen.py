@@ -158,6 +158,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timings of each product shape alone (best kept)")
     parser.add_argument("--out", default="runs/bench_profile.json")
     args = parser.parse_args()
+    if args.pool and args.k < 2:
+        parser.error(f"--k is the largest subset of --pool, from 2 (select's smallest), got {args.k}")
     import torch
     from peers import matmul_gflops  # benchmarks/peers.py: the 2048² rate every benchmark states
     from torch.profiler import ProfilerActivity, profile
