@@ -16,19 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
-
-def best(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+from peers import best_of  # benchmarks/peers.py: warm, best of N
 
 
 def main() -> None:
@@ -95,8 +85,8 @@ def main() -> None:
             for name, fn in pieces.items():
                 given = inputs[name]
                 eager, fused = fn(*given), compiled[name](*given)
-                eager_s = best(lambda fn=fn, given=given: fn(*given), args.repeats)
-                compiled_s = best(lambda name=name, given=given: compiled[name](*given), args.repeats)
+                eager_s = best_of(lambda fn=fn, given=given: fn(*given), args.repeats)
+                compiled_s = best_of(lambda name=name, given=given: compiled[name](*given), args.repeats)
                 row = {"piece": name, "rows": size, "bit_identical": bool(torch.equal(eager, fused)),
                        "max_abs_difference": float((eager - fused).abs().max()), "eager_over_compiled":
                        eager_s / compiled_s}

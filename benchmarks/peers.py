@@ -21,20 +21,26 @@ import argparse
 import json
 import resource
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 
-def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
+def best_of(run: Callable[[], object], repeats: int) -> float:
+    """Seconds of ``run()``, warm (one call first), best of ``repeats``."""
+    run()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        a @ b
+        run()
         best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best / 1e9
+    return best
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    return 2 * size ** 3 / best_of(lambda: a @ b, repeats) / 1e9
 
 
 def main() -> None:

@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from itertools import combinations
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import best_of, matmul_gflops  # noqa: E402  (benchmarks/peers.py: the timing every benchmark shares)
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
 
@@ -64,17 +68,6 @@ def alone(key: tuple[str, int, int, int], m: int, repeats: int) -> float:
         return torch.bmm(a, w) if name == "aten::bmm" else torch.nn.functional.linear(a, w)
 
     return best_of(run, repeats)
-
-
-def best_of(run: Callable[[], object], repeats: int) -> float:
-    """Seconds of ``run()``, warm (one call first), best of ``repeats``."""
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def in_sequence(prof: Any, repeats: int) -> float:
@@ -161,7 +154,6 @@ def main() -> None:
     if args.pool and args.k < 2:
         parser.error(f"--k is the largest subset of --pool, from 2 (select's smallest), got {args.k}")
     import torch
-    from peers import matmul_gflops  # benchmarks/peers.py: the 2048² rate every benchmark states
     from torch.profiler import ProfilerActivity, profile
 
     from celtk import Head, HeadSet, get_task, load_model, make_splits

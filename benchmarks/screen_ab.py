@@ -32,6 +32,7 @@ def child(layers: str, n: int, heldout: int, seed: int, out: Path) -> None:
     """One arm's screen: its seconds and each set's results, written to ``out``."""
     import torch
 
+    import celtk
     from celtk import Head, HeadSet, get_task, load_model, make_splits
     from celtk.cli.allocator import keep_freed_memory
     from celtk.evaluation.prompts import prepare
@@ -47,8 +48,6 @@ def child(layers: str, n: int, heldout: int, seed: int, out: Path) -> None:
     start = time.perf_counter()
     intact, results = CachedScreener(model, prepared, batch_size=32).run(sets)
     seconds = time.perf_counter() - start
-    import celtk
-
     out.write_text(json.dumps({"seconds": seconds, "intact": repr(intact), "celtk": celtk.__file__,
                                "threads": torch.get_num_threads(), "sets": {str(s): repr(results[s]) for s in sets}}))
 

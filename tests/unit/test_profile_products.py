@@ -32,6 +32,9 @@ def test_products_count_the_flops_of_each_shape_from_the_recorded_inputs() -> No
     assert groups["aten::addmm", 1, 5, 3]["gflop"] * 1e9 == pytest.approx(2 * 7 * 5 * 3)
     assert groups["aten::bmm", 2, 6, 8]["gflop"] * 1e9 == pytest.approx(2 * 2 * 4 * 6 * 8)
     assert got["gflop"] * 1e9 == pytest.approx(2 * (18 * 15 + 7 * 15 + 2 * 4 * 48))
+    assert got["share_of_wall"] == got["seconds"]  # a wall of one second
+    assert got["seconds_alone"] == sum(g["seconds_alone"] for g in got["groups"]) > 0
+    assert got["sequence_share_of_wall"] == got["seconds_in_sequence"] > 0
 
 
 def test_a_projection_through_a_linear_layer_is_counted_once_at_its_rows() -> None:
