@@ -3,7 +3,6 @@ recorded input shapes (2·M·K·N; ``bmm`` times its batch), grouped by shape, w
 import importlib.util
 from pathlib import Path
 
-import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -28,10 +27,10 @@ def test_products_count_the_flops_of_each_shape_from_the_recorded_inputs() -> No
     assert set(groups) == {("aten::mm", 1, 5, 3), ("aten::addmm", 1, 5, 3), ("aten::bmm", 2, 6, 8)}
     mm = groups["aten::mm", 1, 5, 3]
     assert mm["calls"] == 3 and mm["rows"] == 7
-    assert mm["gflop"] * 1e9 == pytest.approx(2 * (7 + 4 + 7) * 5 * 3)
-    assert groups["aten::addmm", 1, 5, 3]["gflop"] * 1e9 == pytest.approx(2 * 7 * 5 * 3)
-    assert groups["aten::bmm", 2, 6, 8]["gflop"] * 1e9 == pytest.approx(2 * 2 * 4 * 6 * 8)
-    assert got["gflop"] * 1e9 == pytest.approx(2 * (18 * 15 + 7 * 15 + 2 * 4 * 48))
+    assert mm["gflop"] * 1e9 == 2 * (7 + 4 + 7) * 5 * 3
+    assert groups["aten::addmm", 1, 5, 3]["gflop"] * 1e9 == 2 * 7 * 5 * 3
+    assert groups["aten::bmm", 2, 6, 8]["gflop"] * 1e9 == 2 * 2 * 4 * 6 * 8
+    assert abs(got["gflop"] * 1e9 - 2 * (18 * 15 + 7 * 15 + 2 * 4 * 48)) < 1e-6
     assert got["share_of_wall"] == got["seconds"]  # a wall of one second
     assert got["seconds_alone"] == sum(g["seconds_alone"] for g in got["groups"]) > 0
     assert got["sequence_share_of_wall"] == got["seconds_in_sequence"] > 0
@@ -43,7 +42,7 @@ def test_a_projection_through_a_linear_layer_is_counted_once_at_its_rows() -> No
         layer(torch.randn(2, 7, 5))  # F.linear on a 3-D input: one product of 2·7 rows
     got = profile_screen.products(prof, wall=1.0, repeats=1)
     assert [(g["k"], g["n"], g["rows"], g["calls"]) for g in got["groups"]] == [(5, 3, 14, 1)]
-    assert got["gflop"] * 1e9 == pytest.approx(2 * 14 * 5 * 3)
+    assert got["gflop"] * 1e9 == 2 * 14 * 5 * 3
 
 
 def test_a_product_with_shapes_it_cannot_read_is_left_out() -> None:
