@@ -13,8 +13,11 @@ from celtk.errors import RunStoreError
 from celtk.heads import Head
 from celtk.store.documents import (
     HEAD,
+    KEYS,
+    MODEL_NAME,
     SCHEMA_VERSION,
     Document,
+    ModelName,
     Record,
     coded,
     optional_record,
@@ -62,12 +65,13 @@ class HeadAttributesDocument(Document):
     DIGESTED: ClassVar[bool] = False  # written without a digest (celtk.store.documents.check_digest)
     FILE: ClassVar[str] = "head_attributes.json"
     schema_version: int = _unwritten_version()
-    model: str
+    model: ModelName = coded(MODEL_NAME)
     n_layers: int
     n_heads: int
     probe: AttributeProbe = record(AttributeProbe)
     scores: dict[str, list[list[float]]]  # detector -> [layer][head]
-    selected: dict[str, dict[str, float]]  # each selected head -> detector -> score (the selection's order)
+    # each selected head -> detector -> score (the selection's order)
+    selected: dict[Head, dict[str, float]] = coded(HEAD, depth=KEYS)
 
     def score(self, detector: str, head: Head) -> float:
         return self.scores[detector][head.layer][head.head]
@@ -79,7 +83,7 @@ class HeadAttributesDocument(Document):
 
 @dataclass(frozen=True, kw_only=True)
 class SharedHead(Record):
-    head: str
+    head: Head = coded(HEAD)
     role: str  # its role in the circuit
 
 
@@ -96,20 +100,20 @@ class Overlap(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class RoleRanks(Record):
-    heads: list[str]
+    heads: list[Head] = coded(HEAD, depth=1)
     ranks: list[int | None]  # screen ranks (1 = removal helps most); None: not ranked (racing screens)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CriticalHead(Record):
-    head: str
+    head: Head = coded(HEAD)
     gain_count: int
     damage: int
 
 
 @dataclass(frozen=True, kw_only=True)
 class EnhancingHead(Record):
-    head: str
+    head: Head = coded(HEAD)
     gain_count: int
     fixes: int
 
@@ -122,8 +126,8 @@ class CriticalAndEnhancing(Record):
     enhancing: list[EnhancingHead] = rows(EnhancingHead)
     critical_layers: dict[int, int]  # layer -> heads (JSON writes the layer as a string key)
     enhancing_layers: dict[int, int]
-    overlap: list[str]
-    both_fix_and_damage: list[str]
+    overlap: list[Head] = coded(HEAD, depth=1)
+    both_fix_and_damage: list[Head] = coded(HEAD, depth=1)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "") -> CriticalAndEnhancing:
@@ -159,13 +163,13 @@ class CompareDocument(Document):
     selection: Overlap = record(Overlap)
     top: int  # how many of the screen's best heads are compared (the key of screen_top)
     screen_top: Overlap = record(Overlap)
-    circuit_head_ranks: dict[str, int | None]
+    circuit_head_ranks: dict[Head, int | None] = coded(HEAD, depth=KEYS)
     mean_rank_of_circuit_heads: float | None  # None: no circuit head ranked, or a racing screen
     mean_rank_by_chance: float | None
     by_role: dict[str, RoleRanks]
     critical_vs_enhancing: CriticalAndEnhancing | None = record(CriticalAndEnhancing)  # None: racing screens
     racing: RacingNote | None = optional_record(RacingNote)
-    run_selection: list[str]
+    run_selection: list[Head] = coded(HEAD, depth=1)
 
     @staticmethod
     def file(circuit: str | Path) -> str:

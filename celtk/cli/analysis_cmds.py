@@ -32,7 +32,7 @@ def attributes_cmd(out: str, length: int, seed: int) -> None:
     for name in doc.scores:
         table.add_column(name.replace("_", " "), justify="right")
     for head, scores in doc.selected.items():
-        table.add_row(head, *(f"{v:.3f}" for v in scores.values()))
+        table.add_row(str(head), *(f"{v:.3f}" for v in scores.values()))
     console().print(table)
     for name, grid in doc.scores.items():
         flat = sorted(((v, f"L{l}H{h}") for l, row in enumerate(grid) for h, v in enumerate(row)), reverse=True)[:5]
@@ -68,10 +68,10 @@ def compare_cmd(out: str, circuit: str, top: int, any_model: bool) -> None:
     ce = doc.critical_vs_enhancing
     if ce is None:  # only a racing screen has none
         return
-    console().print(f"Task-critical heads (removal hurts most): {', '.join(r.head for r in ce.critical) or '—'}\n"
-                    f"Enhancing heads (removal helps most): {', '.join(r.head for r in ce.enhancing) or '—'}\n"
+    console().print(f"Task-critical heads (removal hurts most): {', '.join(str(r.head) for r in ce.critical) or '—'}\n"
+                    f"Enhancing heads (removal helps most): {', '.join(str(r.head) for r in ce.enhancing) or '—'}\n"
                     f"Critical layers {ce.critical_layers}; enhancing layers {ce.enhancing_layers}; "
-                    f"overlap {ce.overlap or 'none'}.")
+                    f"overlap {', '.join(map(str, ce.overlap)) or 'none'}.")
 
 
 @click.command("circuits")

@@ -45,7 +45,7 @@ def _print_transfer(doc: TransferDocument) -> None:
         table.add_column(col, justify="right")
     for r in doc.variants:
         ci = "undefined" if r.gain_ci is None else f"[{100 * r.gain_ci[0]:+.1f}, {100 * r.gain_ci[1]:+.1f}]"
-        table.add_row(r.variant + (" (test.json)" if r.from_test else ""), r.task, r.data or "?",
+        table.add_row(r.variant + (" (test.json)" if r.from_test else ""), str(r.task), r.data or "?",
                       f"{r.fewshot} (seed {r.shot_seed})" + (" chat" if r.chat else ""), str(r.n),
                       "undefined" if r.intact_accuracy is None else f"{r.intact_accuracy:.1%}",
                       "undefined" if r.ablated_accuracy is None else f"{r.ablated_accuracy:.1%}", _pts(r.gain), ci,

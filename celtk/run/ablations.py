@@ -115,7 +115,7 @@ def run_ablation_kinds(out: Path, *, kinds: Sequence[str] = ABLATIONS.kinds,
         _check_reproduces_test(out, test, intact, own, session.config.ablation)
         rows = [_row(k, p, intact, result, session, n_boot) for (k, p), result in zip(cells, results, strict=True)]
         document = AblationKindsDocument(
-            heads=sel.heads, model=sel.model.name, task=sel.task.name, run_ablation=session.config.ablation,
+            heads=sel.heads, model=sel.model.ref, task=sel.task.ref, run_ablation=session.config.ablation,
             test_gain=test.gain, n=len(intact.examples), intact_accuracy=intact.accuracy,
             intact_correct=Correctness.of(intact.correct), heldout_hash=heldout_hash,
             reference=_reference(session, [plan[0] for plan in plans], draws),

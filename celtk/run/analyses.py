@@ -49,10 +49,10 @@ def run_attributes(out: Path, *, model: Model | None = None, length: int = ATTRI
         frozen = rd.load_if(SelectionDocument)  # read once, through the stage's run directory
         selection = frozen.heads if frozen is not None else HeadSet()
         document = HeadAttributesDocument(
-            model=doc.model_name, n_layers=session.model.n_layers, n_heads=session.model.n_heads,
+            model=doc.model.ref, n_layers=session.model.n_layers, n_heads=session.model.n_heads,
             probe=AttributeProbe(sequence="random tokens repeated once", length=length, batch=batch, seed=seed),
             scores={name: [[round(float(v), 6) for v in row] for row in array] for name, array in scores.items()},
-            selected={str(h): {name: round(float(array[h.layer, h.head]), 6) for name, array in scores.items()}
+            selected={h: {name: round(float(array[h.layer, h.head]), 6) for name, array in scores.items()}
                       for h in selection})
         write_json(out / HeadAttributesDocument.FILE, document.to_json())
         return document

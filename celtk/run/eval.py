@@ -24,7 +24,15 @@ from celtk.run.config import CHAT_DATE
 from celtk.run.options import EVAL, RUN
 from celtk.run.session import session_for
 from celtk.store.directory import RunDirectory
-from celtk.store.documents import EvalDocument, EvalExample, HeldBack, ScreenDocument, SelectionDocument
+from celtk.store.documents import (
+    EvalDocument,
+    EvalExample,
+    HeldBack,
+    ModelName,
+    ScreenDocument,
+    SelectionDocument,
+    TaskName,
+)
 from celtk.store.files import locked, write_json
 from celtk.store.ledger import Ledger
 from celtk.tasks import Example, Splits, Task, get_task, make_splits
@@ -230,7 +238,8 @@ def accuracy_stderr(accuracy: float, n: int) -> float | None:
 def _document(model: Model, task: Task, heads: HeadSet, result: EvalResult, splits: Splits,
               settings: Mapping[str, object]) -> EvalDocument:
     return EvalDocument(
-        model=model.name, task=task.full_name, heads=heads, n=len(result.examples), accuracy=result.accuracy,
+        model=ModelName(model.name), task=TaskName(task.full_name), heads=heads, n=len(result.examples),
+        accuracy=result.accuracy,
         accuracy_stderr=accuracy_stderr(result.accuracy, len(result.examples)),
         examples=[EvalExample(id=e.id, correct=e.correct, logprob=e.logprob, extra=e.extra) for e in result.examples],
         config={**settings, "model": model.describe(), "task": task.config(), "splits": splits.manifest().to_json()},

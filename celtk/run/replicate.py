@@ -23,13 +23,28 @@ from scipy.stats import t as student
 
 from celtk.boundary import public
 from celtk.errors import ConfigError, NothingToFreezeError
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.models import Model, load_model
 from celtk.run.config import RunConfig, preflight
 from celtk.run.full import run_all, stored_run
 from celtk.run.options import REPLICATE
 from celtk.stats import holm
-from celtk.store.documents import HEADS, Document, Record, ScreenDocument, coded, optional, rows
+from celtk.store.documents import (
+    HEAD,
+    HEADS,
+    KEYS,
+    MODEL_NAME,
+    SET_NAME,
+    TASK_NAME,
+    Document,
+    ModelName,
+    Record,
+    ScreenDocument,
+    TaskName,
+    coded,
+    optional,
+    rows,
+)
 from celtk.store.files import JsonObject, locked
 
 Progress = Callable[[str, int, int], None]
@@ -59,8 +74,8 @@ class ReplicateDocument(Document):
     """``replicate.json``: every seed's row and what holds across them."""
 
     FILE: ClassVar[str] = "replicate.json"
-    model: str
-    task: str
+    model: ModelName = coded(MODEL_NAME)  # as the replication was given it (an alias, hub id or path)
+    task: TaskName = coded(TASK_NAME)
     seeds: list[int]
     config: JsonObject  # the settings every seed shares (its own seed aside)
     per_seed: list[ReplicateRow] = rows(ReplicateRow)
@@ -69,8 +84,9 @@ class ReplicateDocument(Document):
     mean_gain: float | None  # over the tested seeds
     mean_gain_ci: list[float] | None  # a t interval over seeds (None below two tested seeds)
     n_significant: int  # seeds whose Holm-adjusted McNemar p is below alpha
-    head_frequency: dict[str, float]  # head name → share of the seeds that froze a selection holding it
-    set_frequency: dict[str, float]  # selection → share of those seeds
+    # head → share of the seeds that froze a selection holding it (most often first, then by name)
+    head_frequency: dict[Head, float] = coded(HEAD, depth=KEYS)
+    set_frequency: dict[HeadSet, float] = coded(SET_NAME, depth=KEYS)  # selection → share of those seeds
 
 
 def parse_seeds(text: str | Sequence[int]) -> list[int]:
@@ -150,11 +166,12 @@ def summarise(config: RunConfig, seeds: list[int], found: list[ReplicateRow], al
         half = float(student.ppf(1 - alpha / 2, len(gains) - 1) * gains.std(ddof=1) / math.sqrt(len(gains)))
         ci = [mean - half, mean + half] if mean is not None else None
     frozen = [r.heads for r in tested if r.heads is not None]
-    heads = Counter(str(h) for s in frozen for h in s.heads)
-    sets = Counter(str(s) for s in frozen)
+    heads = Counter(h for s in frozen for h in s.heads)
+    sets = Counter(frozen)
     recorded = {k: v for k, v in config.recorded().items() if k != "seed"}
     return ReplicateDocument(
-        model=config.model, task=config.task, seeds=seeds, config=recorded, per_seed=final, alpha=alpha,
+        model=ModelName(config.model), task=TaskName(config.task), seeds=seeds, config=recorded, per_seed=final,
+        alpha=alpha,
         n_tested=len(tested), mean_gain=mean, mean_gain_ci=ci, n_significant=sum(sig for _, sig in by_seed.values()),
-        head_frequency={h: c / len(frozen) for h, c in sorted(heads.items(), key=lambda kv: (-kv[1], kv[0]))},
-        set_frequency={s: c / len(frozen) for s, c in sorted(sets.items(), key=lambda kv: (-kv[1], kv[0]))})
+        head_frequency={h: c / len(frozen) for h, c in sorted(heads.items(), key=lambda kv: (-kv[1], str(kv[0])))},
+        set_frequency={s: c / len(frozen) for s, c in sorted(sets.items(), key=lambda kv: (-kv[1], str(kv[0])))})

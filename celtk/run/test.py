@@ -103,7 +103,7 @@ def _document(sel: SelectionDocument, session: Session, intact: EvalResult, abla
               seq: int) -> TestDocument:
     cmp = compare_paired(intact.correct, ablated.correct, n_boot=n_boot, seed=session.config.seed)
     return TestDocument(
-        heads=sel.heads, strategy=sel.strategy, model=sel.model.name, task=sel.task.name, n=cmp.n,
+        heads=sel.heads, strategy=sel.strategy, model=sel.model.ref, task=sel.task.ref, n=cmp.n,
         intact_accuracy=defined(cmp.intact_accuracy, "intact accuracy"),
         ablated_accuracy=defined(cmp.ablated_accuracy, "ablated accuracy"), gain=defined(cmp.gain, "gain"),
         relative_error_reduction=cmp.relative_error_reduction, fixes=cmp.fixes, damage=cmp.damage,

@@ -30,7 +30,9 @@ from celtk.store.documents import (
     Correctness,
     DroppedVariant,
     LanguageModelLoss,
+    ModelName,
     SelectionDocument,
+    TaskName,
     TestDocument,
     TransferDocument,
     TransferRow,
@@ -125,7 +127,7 @@ def run_transfer(out: Path, variants: list[Variant] | None = None, model: Model 
                            seed=base.config.seed, ablation=base.ablation(),
                            progress=(lambda done, total: progress("plain-text loss", done, total)) if progress
                            else None)
-        document = TransferDocument(heads=sel.heads, model=sel.model.name, task=sel.task.name,
+        document = TransferDocument(heads=sel.heads, model=sel.model.ref, task=sel.task.ref,
                                     discovery_gain=sel.discovery_gain, n_boot=n_boot, ci_level=0.95, variants=rows,
                                     dropped=dropped, lm_loss=loss)
         rd.finish_looks(seqs, (document, None))
@@ -301,7 +303,8 @@ def _rows(comparisons: list[Comparison], n_boot: int, seed: int) -> list[Transfe
     for i, ((variant, session, intact, ablated), s) in enumerate(zip(comparisons, stats, strict=True)):
         c = session.config
         rows.append(TransferRow(
-            variant=variant.name, kind=variant.kind, task=session.task.full_name, model=session.model.name,
+            variant=variant.name, kind=variant.kind, task=TaskName(session.task.full_name),
+            model=ModelName(session.model.name),
             fewshot=c.fewshot, shot_seed=c.seed if variant.shot_seed is None else variant.shot_seed, chat=c.chat,
             n=s.n, intact_accuracy=s.intact_accuracy, ablated_accuracy=s.ablated_accuracy, gain=s.gain,
             gain_ci=list(s.gain_ci) if s.gain_ci else None, fixes=s.fixes, damage=s.damage, mcnemar_p=s.mcnemar_p,

@@ -113,10 +113,10 @@ def test_compare_with_ioi_circuit_on_same_shape(gpt2_shaped_run):
     from celtk.circuits import load_circuit
 
     ioi = {str(h) for h in load_circuit("ioi-gpt2-small").heads}
-    assert report.selection.overlap == len(set(selection) & ioi) and report.run_selection == selection
+    assert report.selection.overlap == len(set(selection) & ioi) and list(map(str, report.run_selection)) == selection
     screen = json.loads((out / "screen.json").read_text())["heads"]
     assert len(screen) == 144 and report.population == 144
-    assert set(report.circuit_head_ranks) == ioi and all(r is not None and 1 <= r <= 144
+    assert set(map(str, report.circuit_head_ranks)) == ioi and all(r is not None and 1 <= r <= 144
                                                          for r in report.circuit_head_ranks.values())
     assert report.top == 10 and report.screen_top.n == 10 and report.critical_vs_enhancing is not None
     # the file is the document: screen_top written as screen_top10, and read back to the same record
@@ -134,12 +134,12 @@ def test_attributes_document_round_trips(gpt2_shaped_run, tmp_path):
             and (out / "head_attributes.json").read_text() == dumps(doc.to_json()))
     assert (doc.n_layers, doc.n_heads, doc.probe.length, doc.probe.seed) == (12, 12, 12, 3)
     selection = json.loads((out / "selection.json").read_text())["heads"]
-    assert list(doc.selected) == selection
+    assert list(map(str, doc.selected)) == selection
     for name in ("previous_token", "duplicate_token", "induction"):
         grid = doc.scores[name]
         assert len(grid) == 12 and all(len(row) == 12 and all(0 <= v <= 1 for v in row) for row in grid)
         for head in map(Head.parse, selection):
-            assert doc.selected[str(head)][name] == doc.score(name, head) == grid[head.layer][head.head]
+            assert doc.selected[head][name] == doc.score(name, head) == grid[head.layer][head.head]
     page = write_report(out, tmp_path / "report").read_text()
     names = list(doc.scores)
     row = "".join(f"<td>{v}</td>"

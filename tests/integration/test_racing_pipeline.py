@@ -275,7 +275,7 @@ def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
                                    "heads": [{"head": "L1H2", "role": "planted"}, {"head": dropped, "role": "other"}]}))
     report = run_compare(racing, str(circuit), top=P)
     pool = [str(h) for h in raced.racing.pool]
-    assert report.circuit_head_ranks == {"L1H2": 1, dropped: None}
+    assert report.circuit_head_ranks == {Head(1, 2): 1, Head.parse(dropped): None}
     assert not_none(report.racing).ranked == not_none(raced.racing).pool
     assert report.mean_rank_of_circuit_heads is None and report.critical_vs_enhancing is None
     assert report.screen_top.overlap == 1
@@ -285,7 +285,7 @@ def test_circuit_comparison_ranks_only_the_raced_pool(screens, tmp_path):
         run_compare(racing, str(circuit), top=3)
     exhaustive_report = run_compare(exhaustive, str(circuit), top=3)
     ranks = exhaustive_report.circuit_head_ranks
-    assert ranks["L1H2"] == 1 and not_none(ranks[dropped]) > 1
+    assert ranks[Head(1, 2)] == 1 and not_none(ranks[Head.parse(dropped)]) > 1
     assert exhaustive_report.racing is None and exhaustive_report.critical_vs_enhancing is not None
     assert "racing" not in json.loads((exhaustive / "compare-circuit.json").read_text())
 

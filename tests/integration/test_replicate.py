@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from celtk.ablation import export_ablated
 from celtk.cli import main
 from celtk.errors import ConfigError
-from celtk.heads import HeadSet
+from celtk.heads import Head, HeadSet
 from celtk.run import Run, run_all
 from celtk.run.replicate import ReplicateRow, parse_seeds, run_replicate, summarise
 from celtk.stats import holm
@@ -32,7 +32,7 @@ def test_seeds_are_runs_of_their_own_and_the_summary_follows_from_them(planted, 
     assert rows[2].heads == alone.test.heads and rows[2].gain == alone.test.gain
     assert doc.n_tested == 2 and doc.mean_gain == pytest.approx(np.mean([r.gain for r in doc.per_seed]))
     assert [r.holm_p for r in doc.per_seed] == pytest.approx(list(holm([r.mcnemar_p for r in doc.per_seed])))
-    assert doc.head_frequency["L1H2"] == 1.0  # the planted harmful head, found on every split
+    assert doc.head_frequency[Head(1, 2)] == 1.0  # the planted harmful head, found on every split
     saved = (tmp_path / "rep" / "replicate.json").stat().st_mtime_ns
 
     import celtk.run.replicate
@@ -68,7 +68,7 @@ def test_a_seed_without_gain_is_a_row_not_a_test_and_the_interval_needs_two_seed
     none = ReplicateRow(seed=2, run="seed-2", status="no gain", intact_discovery_accuracy=0.01)
     doc = summarise(RunConfig(), [1, 2], [tested, none], 0.05)
     assert doc.n_tested == 1 and doc.mean_gain == 0.1 and doc.mean_gain_ci is None and doc.n_significant == 1
-    assert doc.head_frequency == {"L0H1": 1.0} and doc.per_seed[1].holm_p is None
+    assert doc.head_frequency == {Head(0, 1): 1.0} and doc.per_seed[1].holm_p is None
 
 
 @pytest.mark.parametrize(("text", "seeds"), [("1,2,3", [1, 2, 3]), ("4-6", [4, 5, 6]), ("0, 7-8", [0, 7, 8])])

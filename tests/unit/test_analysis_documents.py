@@ -10,6 +10,7 @@ from celtk.analysis import AttributeProbe, CompareDocument, HeadAttributesDocume
 from celtk.circuits import compare_with_circuit, critical_and_enhancing, load_circuit
 from celtk.errors import RunStoreError
 from celtk.heads import Head
+from celtk.store.documents import ModelName
 from celtk.store.files import dumps
 
 RANKING = ["L9H9", "L0H0", "L10H7", "L1H1"] + [f"L{l}H{h}" for l in range(12) for h in range(12)
@@ -29,7 +30,7 @@ def test_compare_document_round_trips_with_its_screen_top_key():
     doc = CompareDocument.from_json(fields)
     assert doc.top == 4 and doc.screen_top.overlap == 2 and doc.selection.shared[0].role == "name mover"
     movers = doc.by_role["name mover"]
-    assert dict(zip(movers.heads, movers.ranks, strict=True))["L9H9"] == 1  # ranked first
+    assert dict(zip(movers.heads, movers.ranks, strict=True))[Head.parse("L9H9")] == 1  # ranked first
     assert doc.critical_vs_enhancing is not None
     assert (doc.critical_vs_enhancing.critical_layers == {0: 1}
             and doc.critical_vs_enhancing.enhancing_layers == {0: 1, 2: 1})
@@ -55,10 +56,10 @@ def test_compare_document_refuses_a_file_without_one_screen_top():
 
 def test_head_attributes_document_round_trips(tmp_path):
     doc = HeadAttributesDocument(
-        model="m", n_layers=2, n_heads=2,
+        model=ModelName("m"), n_layers=2, n_heads=2,
         probe=AttributeProbe(sequence="random tokens repeated once", length=4, batch=1, seed=0),
         scores={"previous_token": [[0.5, 0.25], [0.0, 1.0]], "induction": [[0.0, 0.125], [0.75, 0.0]]},
-        selected={"L1H0": {"previous_token": 0.0, "induction": 0.75}})
+        selected={Head(1, 0): {"previous_token": 0.0, "induction": 0.75}})
     assert doc.score("induction", Head(1, 0)) == 0.75 and doc.score("previous_token", Head(0, 1)) == 0.25
     text = dumps(doc.to_json())
     assert list(json.loads(text)) == ["model", "n_layers", "n_heads", "probe", "scores", "selected"]

@@ -158,6 +158,33 @@ def test_model_and_task_records_keep_every_key_and_read_the_common_ones():
     assert back.splits.heldout_hash == "g" and back.splits.to_json() == data["splits"]
 
 
+def test_a_document_that_names_its_model_and_task_holds_them_parsed_and_writes_the_same_strings():
+    """test.json, transfer.json, eval.json, replicate.json and head_attributes.json name the model and task that
+    screen.json and selection.json carry whole: as a ModelName / TaskName, written as the string it always was, equal
+    to the record's own reference, and refused when the file holds anything but a non-empty string."""
+    from celtk.store.documents import EvalDocument, EvalExample, ModelName, TaskName
+
+    doc = EvalDocument(model=ModelName("tiny-llama"), task=TaskName("arithmetic:2da"), heads=HeadSet.parse("L1H2"),
+                       n=1, accuracy=1.0, examples=[EvalExample(id="a", correct=True, logprob=-0.5)], config={},
+                       held_back=[])
+    data = doc.to_json()
+    assert (data["model"], data["task"]) == ("tiny-llama", "arithmetic:2da")
+    back = EvalDocument.from_json(data)
+    assert back == doc and back.task.family == "arithmetic" and str(back.model) == "tiny-llama"
+    screen = _screen()
+    assert screen.model.ref == ModelName(screen.model.name) and screen.task.ref == TaskName(screen.task.name)
+    assert TaskName("boolq").family == "boolq"
+    for bad, shape in [(["tiny-llama"], "a model's name"), ("", "a model's name")]:
+        with pytest.raises(RunStoreError, match=f"eval.json: field 'model' should hold {shape}"):
+            EvalDocument.from_json({**data, "model": bad}, "eval.json")
+    with pytest.raises(RunStoreError, match="eval.json: field 'task' should hold a task's full name"):
+        EvalDocument.from_json({**data, "task": {"task": "arithmetic:2da"}}, "eval.json")
+    built = replace(doc)
+    object.__setattr__(built, "model", "tiny-llama")  # the file's form, not the parsed value
+    with pytest.raises(TypeError, match=r"EvalDocument.model holds parsed values \(ModelName\)"):
+        built.__post_init__()
+
+
 def test_correctness_writes_and_reads_its_bits():
     c = Correctness.of(np.array([True, False, True, True]), scored=[True, True, False, True])
     assert c.bits == "10-1" and len(c) == 4 and c.n_scored == 3 and c.n_unscored == 1
@@ -201,9 +228,9 @@ def test_nothing_outside_the_boundaries_parses_heads_or_bits():
 
 
 def test_the_eval_document_reads_the_file_it_writes():
-    from celtk.store.documents import EvalDocument, EvalExample, HeldBack
+    from celtk.store.documents import EvalDocument, EvalExample, HeldBack, ModelName, TaskName
 
-    doc = EvalDocument(model="m", task="t", heads=HeadSet.parse("L1H2"), n=2, accuracy=0.5,
+    doc = EvalDocument(model=ModelName("m"), task=TaskName("t"), heads=HeadSet.parse("L1H2"), n=2, accuracy=0.5,
                        examples=[EvalExample(id="a", correct=True, logprob=-0.5),
                                  EvalExample(id="b", correct=False, logprob=None, extra={"generation": "x"})],
                        config={"split": "heldout"}, held_back=[HeldBack(id="c", reason="few-shot pool")])

@@ -152,6 +152,11 @@ class ModelRecord(_Facts):
     def weight_hash(self) -> str:
         return str(self.facts["weight_hash"])
 
+    @property
+    def ref(self) -> ModelName:
+        """The model by name, as the documents that do not carry this record write it."""
+        return ModelName(self.name)
+
 
 @dataclass(frozen=True)
 class TaskRecord(_Facts):
@@ -165,6 +170,47 @@ class TaskRecord(_Facts):
         """The task's full name (``arithmetic:2da``, ``jsonl:PATH``)."""
         return str(self.facts["task"])
 
+    @property
+    def ref(self) -> TaskName:
+        """The task by full name, as the documents that do not carry this record write it."""
+        return TaskName(self.name)
+
+
+@dataclass(frozen=True)
+class ModelName:
+    """A model as a document that does not carry its whole :class:`ModelRecord` names it: the record's ``name``
+    (``test.json``, ``transfer.json``, ``eval.json``), or the alias, hub id or path a replication was given
+    (``replicate.json``). Written as that string."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a model's name is a non-empty string, got {short(self.name)}")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class TaskName:
+    """A task as a document that does not carry its whole :class:`TaskRecord` names it: its full name
+    (``arithmetic:2da``, ``boolq``, ``jsonl:PATH``). Written as that string."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a task's full name is a non-empty string, got {short(self.name)}")
+
+    @property
+    def family(self) -> str:
+        """The part before the first ``:`` (``arithmetic`` for ``arithmetic:2da``); the whole name without one."""
+        return self.name.partition(":")[0]
+
+    def __str__(self) -> str:
+        return self.name
+
 
 HEAD = Codec(Head, "a head name such as 'L1H2'", str, _text(Head.parse))
 HEADS = Codec(HeadSet, "a list of head names such as ['L1H2', 'L14H8']", HeadSet.names, _head_names)
@@ -172,6 +218,8 @@ SET_NAME = Codec(HeadSet, "a head set written as one string such as 'L1H2,L14H8'
 CORRECTNESS = Codec(Correctness, "per-example bits such as '0110-'", str, _text(Correctness))
 MODEL = Codec(ModelRecord, "an object of model facts (Model.describe())", ModelRecord.to_json, ModelRecord)
 TASK = Codec(TaskRecord, "an object of task settings (Task.config())", TaskRecord.to_json, TaskRecord)
+MODEL_NAME = Codec(ModelName, "a model's name such as 'SmolLM2-135M-Instruct'", str, _text(ModelName))
+TASK_NAME = Codec(TaskName, "a task's full name such as 'arithmetic:2da'", str, _text(TaskName))
 SPLITS = Codec(SplitManifest, "a split manifest (Splits.manifest())", SplitManifest.to_json, SplitManifest.from_json)
 
 

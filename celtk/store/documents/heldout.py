@@ -10,7 +10,18 @@ from jaxtyping import Bool
 
 from celtk.heads import HeadSet
 from celtk.store.documents.base import Document, Record
-from celtk.store.documents.codecs import CORRECTNESS, HEADS, Correctness, coded, optional, rows
+from celtk.store.documents.codecs import (
+    CORRECTNESS,
+    HEADS,
+    MODEL_NAME,
+    TASK_NAME,
+    Correctness,
+    ModelName,
+    TaskName,
+    coded,
+    optional,
+    rows,
+)
 from celtk.store.documents.selection import LookRecord
 from celtk.store.files import JsonObject
 
@@ -35,8 +46,8 @@ class TestDocument(Document):
     FILE: ClassVar[str] = "test.json"
     heads: HeadSet = coded(HEADS)
     strategy: str
-    model: str
-    task: str
+    model: ModelName = coded(MODEL_NAME)
+    task: TaskName = coded(TASK_NAME)
     n: int
     intact_accuracy: float
     ablated_accuracy: float
@@ -114,8 +125,8 @@ class AblationKindsDocument(Document):
 
     FILE: ClassVar[str] = "ablation-kinds.json"
     heads: HeadSet = coded(HEADS)
-    model: str
-    task: str
+    model: ModelName = coded(MODEL_NAME)
+    task: TaskName = coded(TASK_NAME)
     run_ablation: str  # the kind the run was screened, selected and tested under
     test_gain: float  # test.json's held-out gain: the confirmatory result these rows sit beside
     n: int
@@ -162,8 +173,8 @@ class EvalDocument(Document):
 
     DIGESTED: ClassVar[bool] = False  # eval.json may sit beside no run
     FILE: ClassVar[str] = "eval.json"
-    model: str
-    task: str
+    model: ModelName = coded(MODEL_NAME)
+    task: TaskName = coded(TASK_NAME)
     heads: HeadSet = coded(HEADS)
     n: int
     accuracy: float

@@ -7,7 +7,18 @@ from typing import Any, ClassVar
 
 from celtk.heads import HeadSet
 from celtk.store.documents.base import Document, Record
-from celtk.store.documents.codecs import CORRECTNESS, HEADS, Correctness, coded, optional, rows
+from celtk.store.documents.codecs import (
+    CORRECTNESS,
+    HEADS,
+    MODEL_NAME,
+    TASK_NAME,
+    Correctness,
+    ModelName,
+    TaskName,
+    coded,
+    optional,
+    rows,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,8 +28,8 @@ class TransferRow(Record):
 
     variant: str
     kind: str  # original / shots / zero-shot / subtask / task / chat / model
-    task: str
-    model: str
+    task: TaskName = coded(TASK_NAME)
+    model: ModelName = coded(MODEL_NAME)
     fewshot: int
     shot_seed: int
     chat: bool
@@ -69,8 +80,8 @@ class TransferDocument(Document):
 
     FILE: ClassVar[str] = "transfer.json"
     heads: HeadSet = coded(HEADS)
-    model: str
-    task: str
+    model: ModelName = coded(MODEL_NAME)
+    task: TaskName = coded(TASK_NAME)
     discovery_gain: float  # selection-biased (see SelectionDocument)
     n_boot: int
     ci_level: float
