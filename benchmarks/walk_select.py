@@ -14,6 +14,9 @@ a ``ScreenedRun``). Reported:
 * **modules**: the modules they are in;
 * **returns**: steps that go back into a module the walk had left for another (select -> directory -> select);
   and by package (``celtk.run``, ``celtk.store``, ``celtk.search``, …): steps that go back into a package left;
+* **climbs**: calls with the run directory from a module into one that imports it (directly or through others, at
+  import time or inside a function; ``TYPE_CHECKING`` imports left out): a lower layer calling back up into a
+  layer above it. A stage calling the store again after the store returned is a return, not a climb;
 * **reads**: how many times each file of the run directory was opened for reading (``os.open`` read-only, which
   every bounded read of celtk's goes through: a document's JSON, its digest, ``digests.json``, the held-out log),
   by file name;
@@ -59,11 +62,38 @@ def is_check(module: str, function: str) -> bool:
     return function.rpartition(".")[2].startswith(CHECK_PREFIXES) or module == "celtk.store.integrity"
 
 
-def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
+def importers() -> dict[str, set[str]]:
+    """For each celtk module, the celtk modules that import it, directly or through others (run-time imports:
+    at import time or inside a function; ``TYPE_CHECKING`` ones left out), by ``benchmarks/house_metrics.py``'s
+    reading of the import graph of the ``celtk`` imported here."""
+    import celtk
+    from benchmarks.house_metrics import measure
+
+    edges = {m.name: {t for t, kinds in m.imports.items() if kinds - {"typing"}}
+             for m in measure(Path(celtk.__file__).parent)}
+    above: dict[str, set[str]] = {name: set() for name in edges}
+    for start in edges:  # everything start reaches is imported by start
+        seen, todo = set(), list(edges[start])
+        while todo:
+            target = todo.pop()
+            if target not in seen:
+                seen.add(target)
+                todo.extend(edges.get(target, ()))
+        for target in seen - {start}:
+            above.setdefault(target, set()).add(start)
+    return above
+
+
+def walk(out: Path, call: Any, climbs: list[str] | None = None, above: dict[str, set[str]] | None = None
+         ) -> tuple[list[tuple[str, str]], set[str]]:
     """The steps, and the modules that start a same-run check other than through the run directory's two entry
-    points (``RunDirectory.require`` and ``RunDirectory.admit``)."""
+    points (``RunDirectory.require`` and ``RunDirectory.admit``). ``climbs``, when given, receives each call into a
+    module that imports its caller's (``caller -> callee``, once each); ``above``: each module's importers
+    (:func:`importers` when not given)."""
     steps: list[tuple[str, str]] = []
     starters: set[str] = set()
+    if above is None:
+        above = importers() if climbs is not None else {}
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if event != "call":
@@ -80,6 +110,11 @@ def walk(out: Path, call: Any) -> tuple[list[tuple[str, str]], set[str]]:
             if step not in steps:
                 steps.append(step)
             caller = frame.f_back
+            by_module = caller.f_globals.get("__name__", "") if caller is not None else ""
+            if climbs is not None and by_module != module and module in above.get(by_module, ()):
+                climb = f"{by_module}.{caller.f_code.co_qualname} -> {module}.{code.co_qualname}"  # type: ignore[union-attr]
+                if climb not in climbs:
+                    climbs.append(climb)
             entry = step[1] in ("RunDirectory.require", "RunDirectory.admit")  # the run directory's two doors
             if is_check(*step) and not entry and caller is not None:
                 by = (caller.f_globals.get("__name__", ""), caller.f_code.co_qualname)
@@ -154,9 +189,11 @@ def main() -> None:
         model, task = planted_model(load_smol_tokenizer(), Path(tmp))
         out = (Path(tmp) / "run").resolve()
         run_screen(planted_config(task), out, model=model)
+        climbs: list[str] = []
         with counting_reads(out) as reads:
-            result = summary(*walk(out, lambda: run_select(out, p=4, k=2, model=model)))
+            result = summary(*walk(out, lambda: run_select(out, p=4, k=2, model=model), climbs))
     result["reads"] = dict(sorted(reads.items()))
+    result["climbs"] = climbs
     result["celtk"] = str(Path(celtk.__file__).parent)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -164,8 +201,11 @@ def main() -> None:
     print(f"{result['celtk']}: run_select's run directory reaches {result['steps']} functions in "
           f"{result['modules']} modules; {result['returns']} steps go back into a module the walk had left "
           f"({result['wing_returns']} into a package left, of {result['wings']} packages); "
+          f"{len(result['climbs'])} calls climb into a module that imports the caller's; "
           f"{result['checks']} steps are same-run checks; started outside require/admit from: "
           f"{', '.join(result['check_starters']) or 'none'}")
+    for climb in result["climbs"]:
+        print("  climb: " + climb)
     print("  reads of each file during run_select: " + ", ".join(f"{name} {n}" for name, n in result["reads"].items()))
     for step in result["walk"]:
         print("  " + step + ("   [check]" if step in result["check_steps"] else ""))

@@ -48,3 +48,24 @@ def test_walk_follows_the_directory_and_records_who_starts_checks(tmp_path):
     assert [f for _, f in steps] == [uses.__qualname__, check_thing.__qualname__]  # unrelated never saw the path
     assert starters == {"celtk.fake"}
     assert walk_select.holds(out / "a" / "b", out) and not walk_select.holds(tmp_path.parent, out)
+
+
+def test_a_call_into_a_module_that_imports_the_callers_is_a_climb(tmp_path):
+    """celtk.high imports celtk.low: high calling low with the run directory goes down, low calling high (a callback
+    handed down) climbs back up, and is recorded once however often it happens."""
+    out = tmp_path.resolve()
+    high: dict[str, object] = {"__name__": "celtk.high"}
+    low: dict[str, object] = {"__name__": "celtk.low"}
+    exec("def stage(path, callback):\n    return helper(path, callback)\n"
+         "def hook(path):\n    return path\n", high)
+    exec("def helper(path, callback):\n    callback(path)\n    return callback(path)\n", low)
+    high["helper"] = low["helper"]
+    climbs: list[str] = []
+    stage = high["stage"]
+    walk_select.walk(out, lambda: stage(out / "screen.json", high["hook"]), climbs,  # type: ignore[operator]
+                     above={"celtk.low": {"celtk.high"}, "celtk.high": set()})
+    assert climbs == ["celtk.low.helper -> celtk.high.hook"]
+    climbs.clear()
+    walk_select.walk(out, lambda: stage(out / "screen.json", high["hook"]), climbs,  # type: ignore[operator]
+                     above={"celtk.low": set(), "celtk.high": set()})  # no import between them: no climb
+    assert climbs == []
