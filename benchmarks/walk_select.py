@@ -62,15 +62,17 @@ def is_check(module: str, function: str) -> bool:
     return function.rpartition(".")[2].startswith(CHECK_PREFIXES) or module == "celtk.store.integrity"
 
 
-def importers() -> dict[str, set[str]]:
-    """For each celtk module, the celtk modules that import it, directly or through others (run-time imports:
-    at import time or inside a function; ``TYPE_CHECKING`` ones left out), by ``benchmarks/house_metrics.py``'s
-    reading of the import graph of the ``celtk`` imported here."""
-    import celtk
+def importers(root: Path | None = None) -> dict[str, set[str]]:
+    """For each module of the package at ``root`` (the ``celtk`` imported here when not given), the modules that
+    import it, directly or through others (run-time imports: at import time or inside a function; ``TYPE_CHECKING``
+    ones left out), by ``benchmarks/house_metrics.py``'s reading of the import graph."""
     from benchmarks.house_metrics import measure
 
-    edges = {m.name: {t for t, kinds in m.imports.items() if kinds - {"typing"}}
-             for m in measure(Path(celtk.__file__).parent)}
+    if root is None:
+        import celtk
+
+        root = Path(celtk.__file__).parent
+    edges = {m.name: {t for t, kinds in m.imports.items() if kinds - {"typing"}} for m in measure(root)}
     above: dict[str, set[str]] = {name: set() for name in edges}
     for start in edges:  # everything start reaches is imported by start
         seen, todo = set(), list(edges[start])
@@ -84,12 +86,22 @@ def importers() -> dict[str, set[str]]:
     return above
 
 
+def is_wrapper(frame: Any, module: str, qualname: str) -> bool:
+    """``frame`` is the public boundary's check around a call of ``module``'s ``qualname``: in ``celtk.boundary``, or
+    the wrapper beartype builds under the wrapped function's own module and name."""
+    name = frame.f_globals.get("__name__", "")
+    return name == "celtk.boundary" or name == module and frame.f_code.co_qualname == qualname
+
+
 def walk(out: Path, call: Any, climbs: list[str] | None = None, above: dict[str, set[str]] | None = None
          ) -> tuple[list[tuple[str, str]], set[str]]:
     """The steps, and the modules that start a same-run check other than through the run directory's two entry
     points (``RunDirectory.require`` and ``RunDirectory.admit``). ``climbs``, when given, receives each call into a
     module that imports its caller's (``caller -> callee``, once each); ``above``: each module's importers
-    (:func:`importers` when not given)."""
+    (:func:`importers` when not given). The caller is the first frame below that is not the public boundary's
+    checking wrapper (``celtk.boundary``, or the wrapper beartype builds under the callee's own name). A method of a
+    base class calling an override defined in a module that imports the base's would count as a climb too (a
+    document's ``load`` calling its own ``from_json``); none does in ``run_select``'s walk."""
     steps: list[tuple[str, str]] = []
     starters: set[str] = set()
     if above is None:
@@ -110,11 +122,15 @@ def walk(out: Path, call: Any, climbs: list[str] | None = None, above: dict[str,
             if step not in steps:
                 steps.append(step)
             caller = frame.f_back
-            by_module = caller.f_globals.get("__name__", "") if caller is not None else ""
-            if climbs is not None and by_module != module and module in above.get(by_module, ()):
-                climb = f"{by_module}.{caller.f_code.co_qualname} -> {module}.{code.co_qualname}"  # type: ignore[union-attr]
-                if climb not in climbs:
-                    climbs.append(climb)
+            if climbs is not None:
+                origin = caller
+                while origin is not None and is_wrapper(origin, module, code.co_qualname):
+                    origin = origin.f_back  # the public boundary's wrapper: who called the public function
+                by_module = origin.f_globals.get("__name__", "") if origin is not None else ""
+                if origin is not None and by_module != module and module in above.get(by_module, ()):
+                    climb = f"{by_module}.{origin.f_code.co_qualname} -> {module}.{code.co_qualname}"
+                    if climb not in climbs:
+                        climbs.append(climb)
             entry = step[1] in ("RunDirectory.require", "RunDirectory.admit")  # the run directory's two doors
             if is_check(*step) and not entry and caller is not None:
                 by = (caller.f_globals.get("__name__", ""), caller.f_code.co_qualname)

@@ -123,6 +123,19 @@ def test_compare_with_ioi_circuit_on_same_shape(gpt2_shaped_run):
     text = (out / "compare-ioi-gpt2-small.json").read_text()
     assert "screen_top10" in json.loads(text) and text == dumps(report.to_json())
     assert CompareDocument.from_json(json.loads(text)) == report
+    # the command names the heads as the file writes them
+    from click.testing import CliRunner
+
+    from celtk.cli import main
+
+    shown = CliRunner().invoke(main, ["compare", str(out), "--circuit", "ioi-gpt2-small", "--any-model"],
+                               env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    ce = not_none(report.critical_vs_enhancing)
+    assert f"Task-critical heads (removal hurts most): {', '.join(str(r.head) for r in ce.critical)}" in shown.output
+    assert f"Enhancing heads (removal helps most): {', '.join(str(r.head) for r in ce.enhancing)}" in shown.output
+    assert f"overlap {', '.join(map(str, ce.overlap)) or 'none'}." in shown.output
+    assert "Head(" not in shown.output and "['" not in shown.output
 
 
 def test_attributes_document_round_trips(gpt2_shaped_run, tmp_path):

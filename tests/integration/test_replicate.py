@@ -71,6 +71,25 @@ def test_a_seed_without_gain_is_a_row_not_a_test_and_the_interval_needs_two_seed
     assert doc.head_frequency == {Head(0, 1): 1.0} and doc.per_seed[1].holm_p is None
 
 
+def test_frequencies_are_written_most_often_first_then_by_name_as_written():
+    """Ties in the head and set frequencies are ordered by the names as the file writes them (L10H0 before L2H0), and
+    the file reads back to the same document."""
+    from celtk.run import RunConfig
+    from celtk.run.replicate import ReplicateDocument
+
+    def row(seed: int, heads: str) -> ReplicateRow:
+        return ReplicateRow(seed=seed, run=f"seed-{seed}", status="tested", heads=HeadSet.parse(heads),
+                            discovery_gain=0.1, intact_accuracy=0.5, ablated_accuracy=0.6, gain=0.1,
+                            gain_ci=[0.0, 0.2], mcnemar_p=0.01)
+
+    doc = summarise(RunConfig(), [1, 2, 3], [row(1, "L2H0,L10H0"), row(2, "L2H0"), row(3, "L10H0,L3H1")], 0.05)
+    data = doc.to_json()
+    assert list(data["head_frequency"]) == ["L10H0", "L2H0", "L3H1"]  # 2, 2, 1 of 3 seeds
+    assert list(data["set_frequency"]) == ["L2H0", "L2H0,L10H0", "L3H1,L10H0"]  # each once: by name as written
+    assert doc.head_frequency[Head(2, 0)] == pytest.approx(2 / 3)
+    assert ReplicateDocument.from_json(json.loads(json.dumps(data))) == doc
+
+
 @pytest.mark.parametrize(("text", "seeds"), [("1,2,3", [1, 2, 3]), ("4-6", [4, 5, 6]), ("0, 7-8", [0, 7, 8])])
 def test_seeds_parse(text, seeds):
     assert parse_seeds(text) == seeds

@@ -69,3 +69,38 @@ def test_a_call_into_a_module_that_imports_the_callers_is_a_climb(tmp_path):
     walk_select.walk(out, lambda: stage(out / "screen.json", high["hook"]), climbs,  # type: ignore[operator]
                      above={"celtk.low": set(), "celtk.high": set()})  # no import between them: no climb
     assert climbs == []
+
+
+def test_a_climb_through_the_public_boundarys_wrapper_names_the_caller_below_it(tmp_path):
+    """A public function is entered through a checking wrapper (one in celtk.boundary, and the one beartype builds
+    under the function's own module and name, taking ``*args``): the climb is the call from below the wrappers."""
+    out = tmp_path.resolve()
+    real: dict[str, object] = {"__name__": "celtk.high"}
+    exec("def hook(path):\n    return path\n", real)
+    wrapped: dict[str, object] = {"__name__": "celtk.high", "real": real["hook"]}
+    exec("def hook(*args, **kwargs):\n    return real(*args, **kwargs)\n", wrapped)
+    boundary: dict[str, object] = {"__name__": "celtk.boundary", "wrapped": wrapped["hook"]}
+    exec("def checked(*args, **kwargs):\n    return wrapped(*args, **kwargs)\n", boundary)
+    low: dict[str, object] = {"__name__": "celtk.low", "hook": boundary["checked"]}
+    exec("def helper(path):\n    return hook(path)\n", low)
+    climbs: list[str] = []
+    helper = low["helper"]
+    walk_select.walk(out, lambda: helper(out / "screen.json"), climbs,  # type: ignore[operator]
+                     above={"celtk.low": {"celtk.high"}, "celtk.high": set()})
+    assert climbs == ["celtk.low.helper -> celtk.high.hook"]
+
+
+def test_importers_follow_run_time_imports_through_other_modules_and_leave_type_checking_ones_out(tmp_path):
+    files = {
+        "__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import low\n",
+        "high.py": "from pkg import mid\n",
+        "mid.py": "def f():\n    from pkg import low\n    return low\n",  # a function-local import counts
+        "low.py": "",
+        "other.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.high\n",
+    }
+    for name, text in files.items():
+        (tmp_path / "pkg").mkdir(exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(text)
+    above = walk_select.importers(tmp_path / "pkg")
+    assert above["pkg.low"] == {"pkg.mid", "pkg.high"}  # high imports low through mid
+    assert above["pkg.mid"] == {"pkg.high"} and above["pkg.high"] == set() and above["pkg.other"] == set()
