@@ -378,13 +378,13 @@ def test_a_reselection_with_another_heldout_set_is_not_shown_beside_the_old_test
 def test_a_test_document_naming_another_task_or_model_does_not_belong_to_the_selection(tested, field, value):
     """The same-run check compares test.json's model and task names with the selection's records, and says both as
     the files write them."""
-    from celtk.store.documents import TestDocument
+    from celtk.store.documents import TestDocument, short
     from celtk.store.integrity import check_test_matches_selection
 
     selection = SelectionDocument.from_json(json.loads((tested / "selection.json").read_text()))
     data = json.loads((tested / "test.json").read_text())
     check_test_matches_selection(tested, TestDocument.from_json(data), selection)  # the run's own: no error
-    recorded = selection.task.name if field == "task" else selection.model.name
+    recorded = short(selection.task.name if field == "task" else selection.model.name)  # quoted, cut to 60 characters
     with pytest.raises(RunStoreError, match=rf"does not belong to the run of selection.json \({field}: "
-                                            rf"'{re.escape(recorded)}' in selection.json, '{value}' in test.json\)"):
+                                            rf"{re.escape(recorded)} in selection.json, '{value}' in test.json\)"):
         check_test_matches_selection(tested, TestDocument.from_json({**data, field: value}), selection)
