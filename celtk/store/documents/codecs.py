@@ -179,8 +179,8 @@ class TaskRecord(_Facts):
 @dataclass(frozen=True)
 class ModelName:
     """A model as a document that does not carry its whole :class:`ModelRecord` names it: the record's ``name``
-    (``test.json``, ``transfer.json``, ``eval.json``), or the alias, hub id or path a replication was given
-    (``replicate.json``). Written as that string."""
+    (``test.json``, ``ablation-kinds.json``, ``transfer.json``, ``eval.json``, ``head_attributes.json``), or the
+    alias, hub id or path a replication was given (``replicate.json``). Written as that string."""
 
     name: str
 
