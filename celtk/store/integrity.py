@@ -8,20 +8,15 @@ from typing import Any
 
 from celtk.errors import ConfigError, RunStoreError
 from celtk.heads import all_heads
-from celtk.store.documents import ModelName, ScreenDocument, SelectionDocument, TaskName, TestDocument, short
+from celtk.store.documents import ScreenDocument, SelectionDocument, TestDocument, short
 from celtk.store.files import read_json
-
-
-def _shown(value: object) -> str:
-    """A value as the file holds it, quoted and cut (a model or task name as its string)."""
-    return short(value.name if isinstance(value, (ModelName, TaskName)) else value)
 
 
 def _agree(out: Path, first: str, second: str, pairs: dict[str, tuple[object, object]]) -> None:
     """Refuse when any named value differs between ``first`` and ``second`` (both files in ``out``)."""
     differ = [name for name, (a, b) in pairs.items() if a != b]
     if differ:
-        detail = "; ".join(f"{name}: {_shown(pairs[name][0])} in {first}, {_shown(pairs[name][1])} in {second}"
+        detail = "; ".join(f"{name}: {short(pairs[name][0])} in {first}, {short(pairs[name][1])} in {second}"
                            for name in differ[:3])
         raise RunStoreError(f"{Path(out) / second} does not belong to the run of {first} ({detail}). Results are never "
                             f"mixed: rerun the stage that writes {second}, or use a new run directory.")
@@ -136,5 +131,5 @@ def check_selection_matches_screen(out: Path, selection: SelectionDocument, scre
 def check_test_matches_selection(out: Path, test: TestDocument, selection: SelectionDocument) -> None:
     """``test.json`` must test this directory's ``selection.json``."""
     _agree(out, "selection.json", "test.json", {
-        "heads": (str(selection.heads), str(test.heads)), "task": (selection.task.ref, test.task),
-        "model": (selection.model.ref, test.model)})
+        "heads": (str(selection.heads), str(test.heads)), "task": (selection.task.name, test.task.name),
+        "model": (selection.model.name, test.model.name)})
