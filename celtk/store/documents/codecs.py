@@ -177,39 +177,41 @@ class TaskRecord(_Facts):
 
 
 @dataclass(frozen=True)
-class ModelName:
-    """A model as a document that does not carry its whole :class:`ModelRecord` names it: the record's ``name``
-    (``test.json``, ``ablation-kinds.json``, ``transfer.json``, ``eval.json``, ``head_attributes.json``), or the
-    alias, hub id or path a replication was given (``replicate.json``). Written as that string."""
+class _Name:
+    """A name a document writes as a non-empty string; ``WHAT`` says what it names, for errors. Two kinds of name
+    never compare equal (a dataclass compares its own class only)."""
 
+    WHAT: ClassVar[str] = "a name"
     name: str
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"a model's name is a non-empty string, got {short(self.name)}")
+            raise ValueError(f"{self.WHAT} is a non-empty string, got {short(self.name)}")
 
     def __str__(self) -> str:
         return self.name
 
 
 @dataclass(frozen=True)
-class TaskName:
+class ModelName(_Name):
+    """A model as a document that does not carry its whole :class:`ModelRecord` names it: the record's ``name``
+    (``test.json``, ``ablation-kinds.json``, ``transfer.json``, ``eval.json``, ``head_attributes.json``), or the
+    alias, hub id or path a replication was given (``replicate.json``). Written as that string."""
+
+    WHAT: ClassVar[str] = "a model's name"
+
+
+@dataclass(frozen=True)
+class TaskName(_Name):
     """A task as a document that does not carry its whole :class:`TaskRecord` names it: its full name
     (``arithmetic:2da``, ``boolq``, ``jsonl:PATH``). Written as that string."""
 
-    name: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"a task's full name is a non-empty string, got {short(self.name)}")
+    WHAT: ClassVar[str] = "a task's full name"
 
     @property
     def family(self) -> str:
         """The part before the first ``:`` (``arithmetic`` for ``arithmetic:2da``); the whole name without one."""
         return self.name.partition(":")[0]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 HEAD = Codec(Head, "a head name such as 'L1H2'", str, _text(Head.parse))
