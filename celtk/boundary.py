@@ -27,6 +27,7 @@ import math
 import numbers
 import os
 import pathlib
+import re
 import reprlib
 import sys
 import types
@@ -128,6 +129,7 @@ def public(func: Callable[P, R]) -> Callable[P, R]:
     signature = inspect.signature(func)
     annotations = {k: v for k, v in func.__annotations__.items() if isinstance(v, str)}  # before beartype resolves
     containers = {k: v for k, v in annotations.items() if any(word in v for word in _COLLECTION_WORDS)}
+    paths = {k for k, v in annotations.items() if _names_a_path(v)}
     typed = beartype(conf=CONF)(func)
     where = _where(func)
     hints: dict[str, object] = {}
@@ -144,6 +146,8 @@ def public(func: Callable[P, R]) -> Callable[P, R]:
         for name, value in bound.arguments.items():
             if name in BOUNDS:
                 check_range(where, name, value)
+            if name in paths:
+                check_path(f"{where}: {name}", value)
             if name in containers and isinstance(value, (str, list, tuple, set, frozenset, dict)):
                 if name not in hints:  # resolved on first need: only a container annotation, so no torch here
                     hints[name] = eval(containers[name], func.__globals__, _ModuleNames(func.__module__))  # noqa: S307
@@ -236,6 +240,26 @@ def check_type(opening: str, value: object, hint: object, annotation: str) -> No
                             f"({type(value).__name__}).")
 
 
+_PATH_WORDS = ("Path", "pathlib.Path", "PathLike", "os.PathLike")
+
+
+def _names_a_path(annotation: str) -> bool:
+    """Whether an annotation, as written, admits a path (``str | Path``, ``list[Path]``, ``os.PathLike[str]``)."""
+    return any(word in _PATH_WORDS for word in re.findall(r"[\w.]+", annotation))
+
+
+def check_path(opening: str, value: object) -> None:
+    """Refuse a path (a ``str``, ``bytes`` or ``os.PathLike``; each of a list's or tuple's) holding a NUL byte, which
+    no operating system takes in a file name (the call that opened it would raise ``ValueError``). Other values are
+    left to the type check. ``opening`` names the value."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(item, (str, bytes, os.PathLike)):
+            text = os.fspath(item)
+            if (b"\x00" in text) if isinstance(text, bytes) else ("\x00" in text):
+                raise ArgumentError(f"{opening} cannot hold a NUL byte (\\x00): it is read as a path, and no file "
+                                    f"name holds one; got {reprlib.repr(item)}.")
+
+
 def check_fields(instance: object, ranges: bool = True) -> None:
     """Every field of a dataclass instance against its annotation (beartype) and, with ``ranges``,
     :data:`BOUNDS` (call from ``__post_init__``)."""
@@ -244,5 +268,7 @@ def check_fields(instance: object, ranges: bool = True) -> None:
     for spec in fields(cls):
         value = getattr(instance, spec.name)
         check_type(f"{cls.__name__}: {spec.name}", value, hints[spec.name], str(spec.type))
+        if _names_a_path(str(spec.type)):
+            check_path(f"{cls.__name__}: {spec.name}", value)
         if ranges:
             check_range(cls.__name__, spec.name, value)

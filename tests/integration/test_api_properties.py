@@ -235,6 +235,21 @@ def test_every_element_of_a_collection_is_checked_and_a_string_is_not_a_collecti
 
 
 @as_users_call_it
+def test_a_path_holding_a_nul_byte_is_refused_naming_the_argument(ctx):
+    """No file name holds a NUL byte, and the call that would open one raises ValueError: every public function
+    refuses such a path at the boundary, naming the argument, before any work."""
+    checked = 0
+    for name, obj in PUBLIC.items():
+        written = getattr(obj, "__celtk_annotations__", {})  # the public boundary's functions, as annotated
+        for target in (p for p, annotation in written.items() if p != "return" and "Path" in annotation):
+            kwargs = start(name, ctx) | {target: "runs/a\x00b"}
+            with pytest.raises(ArgumentError, match=rf"{target} cannot hold a NUL byte \(\\x00\)"):
+                call(obj, kwargs)
+            checked += 1
+    assert checked >= 10  # load_screen, load_config_file, the run_* stages, …
+
+
+@as_users_call_it
 def test_paths_are_accepted_wherever_a_path_is(ctx, tmp_path):
     from celtk import export_ablated, load_model
 
